@@ -1,0 +1,127 @@
+"""A tiny Qwen3-style model and byte-level BPE tokenizer, built locally: the CPU default.
+
+Nothing here touches a hub. The model is shaped like the real thing (Qwen3 architecture,
+grouped-query attention, tied embeddings, a ChatML chat template) so that every code path a
+user exercises on a 7B model on GPUs - chat templating, generation, TRL's GRPO loss, vLLM
+loading - runs unchanged on it, in well under a second per training step on 2 CPU cores.
+head_dim is 32 because vLLM's CPU attention backend refuses smaller heads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+"""ChatML, as Qwen uses it, without Qwen3's thinking switch: the tiny model never thinks."""
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+
+
+@dataclass(frozen=True)
+class TinyModelSpec:
+    """Shape of the tiny model. Defaults: ~0.9M parameters, 3 layers, 4 heads of 32."""
+
+    hidden_size: int = 128
+    intermediate_size: int = 384
+    num_hidden_layers: int = 3
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    head_dim: int = 32
+    max_position_embeddings: int = 512
+    vocab_size: int = 512
+    seed: int = 0
+
+
+def default_corpus() -> list[str]:
+    """Text the tokenizer is trained on: digits, the tags rewards look for, chat words.
+
+    Byte-level BPE can encode any string whatever the corpus; the corpus only decides which
+    merges exist, i.e. how short common strings become.
+    """
+    words = (
+        "reverse sort add sum the digits of answer think question solve compute what is "
+        "<think> </think> <answer> </answer> \\boxed{ } + - = * / ( ) , . : ; "
+        "system user assistant You are a helpful assistant. Reply with the answer only."
+    )
+    lines = [words] * 20
+    lines += [" ".join(str((i * 7919) % 10**k) for i in range(50)) for k in range(1, 6)]
+    lines += ["".join(str((i * j) % 10) for j in range(12)) for i in range(200)]
+    return lines
+
+
+def train_tokenizer(corpus: Iterable[str], vocab_size: int = 512) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE tokenizer with ChatML special tokens and template.
+
+    Byte-level (not char-level) so that spaces and newlines survive a save/load round trip.
+    """
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(corpus, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        unk_token=None,
+        additional_special_tokens=["<|im_start|>"],
+        padding_side="left",
+    )
+    fast.chat_template = CHATML_TEMPLATE
+    return fast
+
+
+def build_tiny_model(
+    tokenizer: PreTrainedTokenizerFast, spec: TinyModelSpec = TinyModelSpec()
+) -> Qwen3ForCausalLM:
+    """A randomly initialised Qwen3 causal LM sized by `spec`, matched to `tokenizer`."""
+    import torch
+
+    torch.manual_seed(spec.seed)
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_hidden_layers,
+        num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads,
+        head_dim=spec.head_dim,
+        max_position_embeddings=spec.max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        torch_dtype="float32",
+    )
+    model = Qwen3ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def save_tiny_model(output_dir: str | Path, spec: TinyModelSpec = TinyModelSpec()) -> Path:
+    """Build the tiny tokenizer and model and save both to `output_dir` (from_pretrained-ready)."""
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = train_tokenizer(default_corpus(), spec.vocab_size)
+    model = build_tiny_model(tokenizer, spec)
+    model.save_pretrained(output_dir)
+    tokenizer.save_pretrained(output_dir)
+    return output_dir

@@ -1,0 +1,1 @@
+"""The verifier library: reward functions in TRL's calling convention, and their registry."""
