@@ -14,6 +14,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[dev]"
+	@# bubblewrap is the code sandbox of choice; without it rewards.code falls back to rlimits.
+	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; } || \
+		echo "warning: bubblewrap not installed; code rewards use the rlimit fallback sandbox"
 	touch $(STAMP)
 
 install: $(STAMP)
