@@ -1,25 +1,63 @@
-"""GSPO diagnostics: configuration and pure statistics over sequence log-ratios.
+"""GSPO diagnostics: configuration, pure statistics over log s_i, and the clip-rate alarm.
 
-Filled in by the trainer (see `gspo_trl.trainer`); this module holds only the config and
-pure tensor functions so that they can be tested without a trainer.
+GSPO clips whole responses on the sequence ratio s_i = exp(mean_t log(pi_new / pi_old)).
+What goes wrong in practice (GSPO_NOTES.md, "What to watch") is visible only in the
+distribution of log s_i on the off-policy minibatches, so `GSPOTrainer` records one row per
+response per update (see `ROW_COLUMNS`), gathers rows across ranks, and at every logging
+step turns them into the metrics below with the functions of this module.
+
+Metric keys (all under the normal Trainer logging path, so trackio / wandb / tensorboard
+and `trainer_state.json` see them). `mb{k}` is the update index within a rollout batch:
+mb1 is on-policy (s_i = 1 up to float noise), mb2..mbK are off-policy; `offpolicy` pools
+mb2..mbK.
+
+    gspo/mb{k}/log_ratio/{mean,std,p5,p50,p95,min,max}   log s_i over responses (nats/token)
+    gspo/mb{k}/clip/{low,high,region}     fraction of ALL responses whose clip is active
+                                           (gradient dropped): low = s < 1-eps_low & A < 0,
+                                           high = s > 1+eps_high & A > 0; same rule as TRL's
+                                           clip_ratio/*, counted per response
+    gspo/mb{k}/clip/pos_adv               fraction of A > 0 responses clipped (high side)
+    gspo/mb{k}/clip/neg_adv               fraction of A < 0 responses clipped (low side)
+    gspo/mb{k}/outside/{low,high}         fraction of responses outside [1-eps_low, 1+eps_high]
+                                           whatever their advantage sign
+    gspo/mb{k}/clip/len_{a}-{b}           clip/region within responses of a <= tokens < b
+                                           (last bucket `len_{a}-inf`); absent when empty
+    gspo/mb{k}/entropy                    mean token entropy (nats), TRL's own entropies
+    gspo/mb{k}/responses                  number of responses the stats cover (all ranks)
+    gspo/offpolicy/...                    the same keys, pooled over mb2..mbK
+    gspo/zero_variance_groups             fraction of groups whose rewards all tie (TRL's
+                                           frac_reward_zero_std, averaged over the step)
 """
 
 from __future__ import annotations
 
+import itertools
+import logging
+import math
 from dataclasses import dataclass
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+ROW_COLUMNS = ("log_ratio", "advantage", "length", "entropy_sum", "tokens", "valid")
+"""One row per response: log s_i, its (mean) advantage, completion length in tokens, sum of
+token entropies (nats) and number of scored tokens, and 1 for a real row (0 = padding added
+to even out ranks before a gather)."""
 
 
 @dataclass
 class DiagnosticsConfig:
     """What GSPOTrainer measures and when it warns.
 
-    length_buckets: upper-exclusive bucket edges in completion tokens; (64, 256, 1024) gives
-        buckets <64, 64-256, 256-1024, >=1024.
-    warn_clip_fraction: fraction (0-1) of positive-advantage responses clipped on an
-        off-policy minibatch above which a step counts as "everything clipped".
-    warn_after_steps: consecutive such logging steps before the warning fires (once).
-    warn_no_clip_steps: consecutive logging steps with zero off-policy clipping before the
-        "trust region does nothing" warning fires (once).
+    enabled: record and log the gspo/* metrics (cost: one small gather per update).
+    length_buckets: bucket edges in completion tokens; (64, 256, 1024) gives the buckets
+        0-64, 64-256, 256-1024 and 1024-inf (lower edge inclusive).
+    warn_clip_fraction: fraction (0-1) of positive-advantage responses clipped on the
+        off-policy minibatches above which a logging step counts as "everything clipped".
+    warn_after_steps: consecutive such logging steps before that warning fires (once).
+    warn_no_clip_steps: consecutive logging steps with off-policy data and not a single
+        clipped response before the "trust region does nothing" warning fires (once).
     """
 
     enabled: bool = True
@@ -27,3 +65,179 @@ class DiagnosticsConfig:
     warn_clip_fraction: float = 0.5
     warn_after_steps: int = 3
     warn_no_clip_steps: int = 50
+
+    def __post_init__(self) -> None:
+        self.length_buckets = tuple(int(b) for b in self.length_buckets)
+        if any(b <= 0 for b in self.length_buckets) or list(self.length_buckets) != sorted(
+            set(self.length_buckets)
+        ):
+            raise ValueError(
+                f"diagnostics.length_buckets must be strictly increasing positive token counts, "
+                f"got {self.length_buckets}"
+            )
+        if not 0.0 < self.warn_clip_fraction <= 1.0:
+            raise ValueError(
+                f"diagnostics.warn_clip_fraction must be in (0, 1], got {self.warn_clip_fraction}"
+            )
+        if self.warn_after_steps < 1 or self.warn_no_clip_steps < 1:
+            raise ValueError("diagnostics.warn_after_steps and warn_no_clip_steps must be >= 1")
+
+
+def sequence_log_ratio(
+    per_token_logps: torch.Tensor, old_per_token_logps: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """log s_i, shape (B,): masked mean of token log-ratios, the exact expression TRL uses."""
+    log_ratio = per_token_logps - old_per_token_logps
+    return (log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+
+
+def bucket_labels(length_buckets: tuple[int, ...]) -> list[str]:
+    """Metric suffixes for the length buckets: ('len_0-64', 'len_64-256', ..., 'len_1024-inf')."""
+    edges = [0, *length_buckets]
+    labels = [f"len_{lo}-{hi}" for lo, hi in itertools.pairwise(edges)]
+    return [*labels, f"len_{edges[-1]}-inf"]
+
+
+def log_ratio_quantiles(log_s: torch.Tensor) -> dict[str, float]:
+    """mean, std, p5, p50, p95, min, max of log s_i (nats per token); empty dict if no data."""
+    x = log_s.double().flatten()
+    if x.numel() == 0:
+        return {}
+    q = torch.quantile(x, torch.tensor([0.05, 0.5, 0.95], dtype=x.dtype))
+    std = x.std().item() if x.numel() > 1 else 0.0
+    return {
+        "mean": x.mean().item(),
+        "std": std,
+        "p5": q[0].item(),
+        "p50": q[1].item(),
+        "p95": q[2].item(),
+        "min": x.min().item(),
+        "max": x.max().item(),
+    }
+
+
+def clip_masks(
+    log_s: torch.Tensor, advantages: torch.Tensor, eps_low: float, eps_high: float
+) -> dict[str, torch.Tensor]:
+    """Boolean masks per response, with TRL's rule applied to s_i = exp(log s_i).
+
+    'low'/'high' are active clips (the min() picks the clipped term, zero gradient);
+    'outside_low'/'outside_high' only say s_i left the range, whatever the advantage sign.
+    """
+    s = torch.exp(log_s.float())
+    outside_low = s < 1 - eps_low
+    outside_high = s > 1 + eps_high
+    return {
+        "low": outside_low & (advantages < 0),
+        "high": outside_high & (advantages > 0),
+        "outside_low": outside_low,
+        "outside_high": outside_high,
+    }
+
+
+def _fraction(flags: torch.Tensor) -> float:
+    return flags.float().mean().item() if flags.numel() else math.nan
+
+
+def clip_fractions(
+    log_s: torch.Tensor, advantages: torch.Tensor, eps_low: float, eps_high: float
+) -> dict[str, float]:
+    """Clip fractions overall and by advantage sign (0-1); NaN where a group is empty."""
+    m = clip_masks(log_s, advantages, eps_low, eps_high)
+    region = m["low"] | m["high"]
+    return {
+        "clip/low": _fraction(m["low"]),
+        "clip/high": _fraction(m["high"]),
+        "clip/region": _fraction(region),
+        "clip/pos_adv": _fraction(m["high"][advantages > 0]),
+        "clip/neg_adv": _fraction(m["low"][advantages < 0]),
+        "outside/low": _fraction(m["outside_low"]),
+        "outside/high": _fraction(m["outside_high"]),
+    }
+
+
+def clip_fraction_by_length(
+    log_s: torch.Tensor,
+    advantages: torch.Tensor,
+    lengths: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+    length_buckets: tuple[int, ...],
+) -> dict[str, float]:
+    """Active-clip fraction per completion-length bucket; empty buckets are left out."""
+    m = clip_masks(log_s, advantages, eps_low, eps_high)
+    region = m["low"] | m["high"]
+    edges = [0, *length_buckets, math.inf]
+    out = {}
+    for label, lo, hi in zip(bucket_labels(length_buckets), edges[:-1], edges[1:], strict=True):
+        in_bucket = (lengths >= lo) & (lengths < hi)
+        if in_bucket.any():
+            out[f"clip/{label}"] = _fraction(region[in_bucket])
+    return out
+
+
+def summarize_rows(
+    rows: torch.Tensor, eps_low: float, eps_high: float, length_buckets: tuple[int, ...]
+) -> dict[str, float]:
+    """All per-minibatch statistics from gathered rows (columns: ROW_COLUMNS), unprefixed."""
+    rows = rows[rows[:, ROW_COLUMNS.index("valid")] > 0].double().cpu()
+    if rows.numel() == 0:
+        return {}
+    log_s, adv, length, ent, tok, _ = rows.unbind(dim=1)
+    stats = {f"log_ratio/{k}": v for k, v in log_ratio_quantiles(log_s).items()}
+    stats.update(clip_fractions(log_s, adv, eps_low, eps_high))
+    stats.update(clip_fraction_by_length(log_s, adv, length, eps_low, eps_high, length_buckets))
+    stats["entropy"] = (ent.sum() / tok.sum().clamp(min=1.0)).item()
+    stats["responses"] = float(rows.shape[0])
+    return {k: v for k, v in stats.items() if not math.isnan(v)}
+
+
+class ClipAlarm:
+    """Warns once per kind when off-policy clipping says eps (or the LR) is wrong.
+
+    Fed one pooled off-policy summary per logging step. "everything clipped": more than
+    `warn_clip_fraction` of positive-advantage responses clipped for `warn_after_steps`
+    consecutive steps (the extra minibatches are wasted). "nothing clipped": zero clipped
+    responses for `warn_no_clip_steps` consecutive steps (the trust region does nothing).
+    """
+
+    def __init__(self, config: DiagnosticsConfig) -> None:
+        self.config = config
+        self.high_streak = 0
+        self.none_streak = 0
+        self.warned: set[str] = set()
+        self.recent: list[float] = []
+
+    def update(self, offpolicy: dict[str, float], eps_low: float, eps_high: float) -> str | None:
+        """Advance the streaks with one step's pooled off-policy stats; return a warning or None."""
+        pos = offpolicy.get("clip/pos_adv")
+        region = offpolicy.get("clip/region")
+        if pos is not None and pos > self.config.warn_clip_fraction:
+            self.high_streak += 1
+            self.recent = [*self.recent, pos][-self.config.warn_after_steps :]
+        else:
+            self.high_streak, self.recent = 0, []
+        self.none_streak = self.none_streak + 1 if region == 0.0 else 0
+        p5 = offpolicy.get("log_ratio/p5", math.nan)
+        p95 = offpolicy.get("log_ratio/p95", math.nan)
+        message = None
+        if self.high_streak >= self.config.warn_after_steps and "high" not in self.warned:
+            self.warned.add("high")
+            message = (
+                f"GSPO: off-policy minibatches clipped {', '.join(f'{p:.0%}' for p in self.recent)} of "
+                f"positive-advantage responses over the last {self.high_streak} logging steps "
+                f"(threshold {self.config.warn_clip_fraction:.0%}; eps_low={eps_low:g}, "
+                f"eps_high={eps_high:g}; log s_i p5/p95 = {p5:.2e}/{p95:.2e}). "
+                "The extra minibatches are mostly wasted: widen epsilon_high "
+                "(see `gspo-trl calibrate`) or lower the learning rate."
+            )
+        elif self.none_streak >= self.config.warn_no_clip_steps and "none" not in self.warned:
+            self.warned.add("none")
+            message = (
+                f"GSPO: no off-policy response clipped in {self.none_streak} consecutive logging steps "
+                f"(eps_low={eps_low:g}, eps_high={eps_high:g}; log s_i p5/p95 = {p5:.2e}/{p95:.2e}). "
+                "The trust region does nothing: consider fewer, larger steps or a narrower range."
+            )
+        if message:
+            logger.warning(message)
+        return message

@@ -1,0 +1,77 @@
+"""Shared helpers for the GSPO trainer tests: a tiny model on disk and a real trainer on CPU."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset
+from transformers import AutoTokenizer
+from trl import GRPOConfig
+
+from gspo_trl.tiny import save_tiny_model
+
+GSPO_ARGS: dict[str, Any] = dict(
+    importance_sampling_level="sequence",
+    loss_type="grpo",
+    beta=0.0,
+    epsilon=3e-4,
+    epsilon_high=4e-4,
+    steps_per_generation=4,
+    gradient_accumulation_steps=1,
+)
+
+
+def tiny_model_dir(root: Path) -> Path:
+    """Build (once per directory) the tiny Qwen3 model + tokenizer under `root/tiny`."""
+    path = root / "tiny"
+    if not (path / "config.json").exists():
+        save_tiny_model(path)
+    return path
+
+
+def length_reward(completions: list[str], **_: Any) -> list[float]:
+    """A reward with spread on random text: longer completions score higher (0-1)."""
+    return [min(len(c), 40) / 40.0 for c in completions]
+
+
+def make_trainer(
+    model_dir: Path,
+    output_dir: Path,
+    trainer_cls: type | None = None,
+    n_prompts: int = 64,
+    trainer_kwargs: dict[str, Any] | None = None,
+    **config: Any,
+):
+    """A real (GSPO)Trainer on the tiny model: CPU, no reporting, GSPO settings by default."""
+    from gspo_trl.trainer import GSPOTrainer
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = dict(
+        output_dir=str(output_dir),
+        use_cpu=True,
+        report_to="none",
+        max_completion_length=12,
+        num_generations=4,
+        per_device_train_batch_size=8,
+        max_steps=4,
+        logging_steps=1,
+        learning_rate=1e-3,
+        save_strategy="no",
+        seed=0,
+        temperature=1.0,
+        dataloader_num_workers=0,
+    )
+    args.update(GSPO_ARGS)
+    args.update(config)
+    prompts = [{"prompt": f"add {i} and {i + 3}"} for i in range(n_prompts)]
+    cls = trainer_cls or GSPOTrainer
+    return cls(
+        model=str(model_dir),
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
+        reward_funcs=[length_reward],
+        args=GRPOConfig(**args),
+        train_dataset=Dataset.from_list(prompts),
+        **(trainer_kwargs or {}),
+    )
