@@ -1,1 +1,26 @@
-"""The verifier library: reward functions in TRL's calling convention, and their registry."""
+"""The verifier library: reward functions in TRL's calling convention, and their registry.
+
+    import rewards
+    fn = rewards.get("cosine", max_len=1024)       # or "my_pkg.mod:fn", "path/file.py:fn"
+    fn(completions, solution=[...])                # -> list[float | None]
+
+Importing this package registers the built-ins (``math``, ``code``, ``format``,
+``tag_count``, ``cosine``, ``repetition``, ``soft_overlong``) and nothing heavy: worker
+pools and sandboxes start on a reward's first call.
+"""
+
+from rewards import cosine, math_verify_reward, shaping  # noqa: F401  (registers the built-ins)
+from rewards.errors import RewardParameterError, UnknownRewardError
+from rewards.registry import RewardInfo, RewardParam, available, describe, get, register, validate_params
+
+__all__ = [
+    "RewardInfo",
+    "RewardParam",
+    "RewardParameterError",
+    "UnknownRewardError",
+    "available",
+    "describe",
+    "get",
+    "register",
+    "validate_params",
+]

@@ -1,0 +1,47 @@
+"""``gspo-trl rewards ...``: list the rewards a recipe can name, or describe one.
+
+gspo-trl rewards list                 # every reward: parameters (with defaults), columns
+gspo-trl rewards describe cosine      # one reward, or a path: my_pkg.mod:fn, file.py:fn
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import rewards
+from rewards.registry import RewardInfo
+
+
+def format_info(info: RewardInfo) -> str:
+    params = ", ".join(
+        f"{p.name}" + (" (required)" if p.required else f"={p.default!r}") for p in info.parameters
+    )
+    columns = ", ".join(info.columns) or "-"
+    flags = " [async]" if info.is_async else ""
+    return (
+        f"{info.name}{flags}\n    {info.summary}\n    params: {params or '-'}\n"
+        f"    columns: {columns}\n    source: {info.source}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gspo-trl rewards", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="every reward with its parameters and the dataset columns it needs")
+    describe = sub.add_parser("describe", help="one reward, by name or path")
+    describe.add_argument("spec")
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        print("\n\n".join(format_info(info) for info in rewards.available()))
+        return 0
+    try:
+        print(format_info(rewards.describe(args.spec)))
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""Shaping rewards: format, tag count, repetition and DAPO's soft overlong penalty.
+
+They look at the completion alone (no verifier), cost microseconds, and are meant to be
+added with small weights next to a correctness reward. ``cosine`` lives in
+``rewards.cosine`` because it needs the math verifier.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from rewards.completions import completion_lengths, completion_texts
+from rewards.registry import register
+
+
+@register(
+    "format",
+    factory=True,
+    summary="1.0 if the text is <think>...</think> then <answer>...</answer>, else 0.0",
+)
+class ThinkAnswerFormat:
+    """1.0 when the completion is exactly one think block followed by one answer block.
+
+    Whitespace around and between the blocks is allowed; text outside them, missing or
+    repeated tags give 0.0. Tag names are parameters for models with other conventions.
+    """
+
+    def __init__(self, think_tag: str = "think", answer_tag: str = "answer") -> None:
+        for tag in (think_tag, answer_tag):
+            if not re.fullmatch(r"[A-Za-z_][\w-]*", tag):
+                raise ValueError(f"tag {tag!r} is not a valid tag name")
+        t, a = re.escape(think_tag), re.escape(answer_tag)
+        self._pattern = re.compile(
+            rf"\s*<{t}>(?:(?!</?{t}>).)*</{t}>\s*<{a}>(?:(?!</?{a}>).)*</{a}>\s*", re.DOTALL
+        )
+        self.__name__ = "format"
+
+    def __call__(self, completions: list[Any], **kwargs: Any) -> list[float | None]:
+        return [1.0 if self._pattern.fullmatch(t) else 0.0 for t in completion_texts(completions)]
+
+
+@register("tag_count", factory=True, summary="0.25 per think/answer open/close tag that occurs exactly once")
+class TagCount:
+    """Partial credit for the format: 0.25 for each of the four tags present exactly once.
+
+    Denser than ``format`` early in training, when the model has not found the full
+    structure yet (open-r1's ``tag_count_reward``, without its exact-newline demands).
+    """
+
+    def __init__(self, think_tag: str = "think", answer_tag: str = "answer") -> None:
+        self._tags = (f"<{think_tag}>", f"</{think_tag}>", f"<{answer_tag}>", f"</{answer_tag}>")
+        self.__name__ = "tag_count"
+
+    def __call__(self, completions: list[Any], **kwargs: Any) -> list[float | None]:
+        return [sum(0.25 for tag in self._tags if t.count(tag) == 1) for t in completion_texts(completions)]
+
+
+@register("repetition", factory=True, summary="n-gram repetition penalty in [max_penalty, 0]")
+class RepetitionPenalty:
+    """``(1 - unique n-grams / all n-grams) * max_penalty`` over whitespace-separated words.
+
+    0.0 for text without repeats (or shorter than ``ngram_size`` words), ``max_penalty``
+    approached by degenerate loops. Words, not token ids, so the penalty does not depend
+    on the tokenizer; pass ``on_tokens=True`` to use TRL's ``completion_ids`` instead.
+    """
+
+    def __init__(self, ngram_size: int = 3, max_penalty: float = -1.0, on_tokens: bool = False) -> None:
+        if ngram_size < 1:
+            raise ValueError(f"ngram_size must be >= 1, got {ngram_size}")
+        if max_penalty > 0:
+            raise ValueError(f"max_penalty must be <= 0 (it is a penalty), got {max_penalty}")
+        self.ngram_size, self.max_penalty, self.on_tokens = ngram_size, max_penalty, on_tokens
+        self.__name__ = "repetition"
+
+    def __call__(
+        self, completions: list[Any], completion_ids: list[list[int]] | None = None, **kwargs: Any
+    ) -> list[float | None]:
+        texts = completion_texts(completions)
+        if self.on_tokens and completion_ids is None:
+            raise ValueError("repetition(on_tokens=True) needs completion_ids, which TRL passes in training")
+        units = completion_ids if self.on_tokens else [t.lower().split() for t in texts]
+        return [self._penalty(list(u)) for u in units]
+
+    def _penalty(self, units: list[Any]) -> float:
+        n = self.ngram_size
+        if len(units) < n:
+            return 0.0
+        ngrams = [tuple(units[i : i + n]) for i in range(len(units) - n + 1)]
+        return (1.0 - len(set(ngrams)) / len(ngrams)) * self.max_penalty + 0.0
+
+
+@register(
+    "soft_overlong", factory=True, summary="DAPO's soft overlong penalty on completion length, in [-1, 0]"
+)
+class SoftOverlongPenalty:
+    """DAPO (arXiv 2503.14476, eq. 13): 0 up to ``max_completion_len - soft_punish_cache``
+    tokens, then a linear ramp down to -1 at ``max_completion_len``, -1 beyond.
+
+    Lengths are token counts from TRL's ``completion_ids``; direct calls without them fall
+    back to word counts. Set ``max_completion_len`` to the recipe's ``max_completion_length``.
+    """
+
+    def __init__(self, max_completion_len: int = 4096, soft_punish_cache: int = 512) -> None:
+        if max_completion_len <= 0:
+            raise ValueError(f"max_completion_len must be > 0, got {max_completion_len}")
+        if not 0 < soft_punish_cache <= max_completion_len:
+            raise ValueError(
+                f"soft_punish_cache must be in (0, max_completion_len={max_completion_len}], "
+                f"got {soft_punish_cache}"
+            )
+        self.max_len, self.cache = max_completion_len, soft_punish_cache
+        self.__name__ = "soft_overlong"
+
+    def __call__(
+        self, completions: list[Any], completion_ids: list[list[int]] | None = None, **kwargs: Any
+    ) -> list[float | None]:
+        lengths = completion_lengths(completion_texts(completions), completion_ids)
+        start = self.max_len - self.cache
+        return [0.0 if n <= start else max(-1.0, (start - n) / self.cache) for n in lengths]

@@ -1,0 +1,183 @@
+"""The ``math`` reward: verdict table, bare gold answers, threads, time limits, pathological LaTeX."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+import pytest
+
+import rewards
+from rewards.math_answers import last_boxed
+
+LIMIT_S = 1.0
+GRACE_S = 0.5  # the pool's kill margin past the limit
+
+
+@pytest.fixture(scope="module")
+def math_reward():
+    fn = rewards.get("math", timeout=LIMIT_S, workers=2)
+    yield fn
+    fn.pool.close()
+
+
+def chat(text: str) -> list[dict[str, str]]:
+    return [{"role": "assistant", "content": text}]
+
+
+# completion, gold, expected score
+VERDICTS = [
+    (r"The answer is \boxed{\frac{1}{3}}.", r"\frac{1}{3}", 1.0),
+    (r"\boxed{\frac{1}{2}}", r"\frac{1}{3}", 0.0),
+    (r"\boxed{0.5}", r"\frac12", 1.0),
+    (r"so $x = \boxed{(x+1)^2}$", "x^2+2x+1", 1.0),
+    (r"\boxed{x^2+2x}", "x^2+2x+1", 0.0),
+    (r"\boxed{(1, 3]}", "(1,3]", 1.0),
+    (r"\boxed{[1,3]}", "(1,3]", 0.0),
+    (r"\boxed{2\sqrt{3}}", r"2\sqrt{3}", 1.0),
+    (r"\boxed{2}", r"2\sqrt{3}", 0.0),  # TRL's default gold parse reads this gold as 2
+    (r"\boxed{\sqrt{12}}", r"2\sqrt 3", 1.0),
+    (r"\boxed{\dfrac{\pi}{2}}", r"\pi/2", 1.0),
+    (r"\boxed{(2,-3)}", "(2, -3)", 1.0),
+    (r"\boxed{\begin{pmatrix}1\\2\end{pmatrix}}", r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}", 1.0),
+    (r"\boxed{10^\circ}", "10", 1.0),
+    (r"\boxed{\infty}", r"\infty", 1.0),
+    (r"\boxed{\$18.90}", r"\$18.90", 1.0),
+    (r"\boxed{5\%}", r"5\%", 1.0),
+    (r"\boxed{\{1,2\}}", r"\{1,2\}", 1.0),
+    (r"\boxed{\text{(B)}}", "(B)", 1.0),
+    (r"\boxed{C}", r"\text{(B)}", 0.0),
+    ("", "3", 0.0),
+    ("I don't know.", "3", 0.0),
+    (r"first \boxed{2}, finally \boxed{3}", "3", 1.0),  # the last box is the answer
+    (r"first \boxed{3}, finally \boxed{2}", "3", 0.0),
+    (r"\boxed{\boxed{3}}", "3", 1.0),
+    (r"réponse: \boxed{√2}... or in LaTeX \boxed{\sqrt{2}} ✓", r"\sqrt{2}", 1.0),
+    ("Ответ: $\\frac{3}{4}$", r"\dfrac34", 0.0),  # no box, no anchor: TRL's settings find no answer
+    ("Ответ... The final answer is $\\frac{3}{4}$", r"\dfrac34", 1.0),  # no box: TRL's LaTeX anchors
+    (r"\boxed{3", "3", 0.0),  # unbalanced box
+    (r"\boxed{3}", "$3$", 1.0),  # gold with delimiters parses as in TRL
+    (r"\boxed{1}", r"\text{}", None),  # unparseable gold
+    (r"\boxed{1}", "", None),
+]
+
+
+def test_verdict_table_plain_and_chat(math_reward):
+    texts = [row[0] for row in VERDICTS]
+    golds = [row[1] for row in VERDICTS]
+    expected = [row[2] for row in VERDICTS]
+    assert math_reward(texts, solution=golds) == expected
+    assert math_reward([chat(t) for t in texts], solution=golds) == expected
+
+
+def test_unparseable_gold_logs_one_line_naming_the_row(math_reward, caplog):
+    with caplog.at_level(logging.WARNING, logger="rewards.math_verify_reward"):
+        scores = math_reward(
+            [r"\boxed{1}"] * 5, solution=["1", "1", r"\frac{1}{", r"\frac{1}{", r"\frac{1}{"]
+        )
+    assert scores == [1.0, 1.0, None, None, None]
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "row 2" in lines[0] and r"\\frac{1}{" in lines[0]
+
+
+def test_gold_is_parsed_once_per_prompt():
+    fn = rewards.get("math", timeout=5.0, workers=2)
+    try:
+        golds = [g for g in ("7", "x+1", r"\frac{2}{3}", "(1,2)") for _ in range(8)]
+        assert fn([r"\boxed{7}"] * len(golds), solution=golds) == [1.0] * 8 + [0.0] * 24
+        assert fn.gold_parses == 4  # not 32: one per distinct gold
+        fn([r"\boxed{1}"] * 16, solution=["1"] * 16)  # one prompt split across both workers
+        assert fn.gold_parses <= 4 + 2
+    finally:
+        fn.pool.close()
+
+
+def test_log_extra_receives_parsed_answers(math_reward):
+    logged: dict[str, list] = {}
+    math_reward([r"\boxed{2}"], solution=["2"], log_extra=logged.__setitem__)
+    assert logged["gold_parsed"] == ["2"] and logged["answer_parsed"] == ["2"]
+
+
+def test_safe_from_other_threads(math_reward):
+    """math-verify's own SIGALRM limit raises outside the main thread; ours must not."""
+    results: list = []
+    errors: list = []
+
+    def call():
+        try:
+            results.append(math_reward([r"\boxed{4}", r"\boxed{5}"], solution=["4", "4"]))
+        except Exception as err:  # pragma: no cover - the assertion below reports it
+            errors.append(err)
+
+    threads = [threading.Thread(target=call) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors and results == [[1.0, 0.0]] * 3
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (r"\boxed{a}", "a"),
+        (r"\boxed{a} \boxed{b}", "b"),
+        (r"\boxed{\frac{1}{2}}", r"\frac{1}{2}"),
+        (r"\fbox{x}", "x"),
+        (r"\boxed {y}", "y"),
+        (r"\boxed{open", None),
+        (r"\boxed{ok} then \boxed{open", "ok"),
+        ("none", None),
+    ],
+)
+def test_last_boxed(text, expected):
+    assert last_boxed(text) == expected
+
+
+NESTED = "{" * 50_000 + "1" + "}" * 50_000
+PATHOLOGICAL = [
+    r"\boxed{10^{10^{10^{10}}}}",
+    r"\boxed{9^{9^{9^{9^{9}}}}}",
+    r"\boxed{" + NESTED + "}",
+    r"\boxed{" + r"\frac{" * 5_000 + "}",
+    r"\boxed{" + "+".join(["x"] * 20_000) + "}",
+    r"\boxed{" + r"\sqrt{" * 3_000 + "2" + "}" * 3_000 + "}",
+    r"\boxed{(10^{100})!}",
+    "$" + "x^" * 10_000 + "2$",
+    r"\boxed{" + "\\left(" * 2_000 + "\\right)" * 2_000 + "}",
+    "\\boxed{" * 20_000,
+]
+
+
+@pytest.mark.slow
+def test_pathological_latex_is_bounded_per_item(math_reward):
+    """Each item alone: a verdict (0.0) within the limit + kill margin, and the pool survives."""
+    slowest = 0.0
+    for text in PATHOLOGICAL:
+        start = time.monotonic()
+        assert math_reward([text], solution=["1"]) in ([0.0], [1.0])
+        slowest = max(slowest, time.monotonic() - start)
+        assert time.monotonic() - start < LIMIT_S + GRACE_S + 1.0, text[:60]
+    assert math_reward([r"\boxed{1}"], solution=["1"]) == [1.0]
+    assert all(os.path.exists(f"/proc/{pid}") for pid in math_reward.pool.pids())
+
+
+@pytest.mark.slow
+def test_pathological_items_do_not_stall_a_batch(math_reward):
+    """A batch of 32 normal items with 4 pathological ones costs about 4 limits / 2 workers."""
+    texts = [r"\boxed{3}"] * 28 + PATHOLOGICAL[:2] + [r"\boxed{" + NESTED + "}", PATHOLOGICAL[0]]
+    start = time.monotonic()
+    scores = math_reward(texts, solution=["3"] * len(texts))
+    assert scores[:28] == [1.0] * 28 and scores[28:] == [0.0] * 4
+    assert time.monotonic() - start < 4 * (LIMIT_S + GRACE_S) / 2 + 3.0
+
+
+def test_closing_the_pool_leaves_no_worker():
+    fn = rewards.get("math", timeout=2.0, workers=2)
+    assert fn([r"\boxed{1}", r"\boxed{2}"], solution=["1", "1"]) == [1.0, 0.0]
+    pids = fn.pool.pids()
+    assert len(pids) == 2
+    fn.pool.close()
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
