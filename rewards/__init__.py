@@ -9,7 +9,7 @@ Importing this package registers the built-ins (``math``, ``code``, ``format``,
 pools and sandboxes start on a reward's first call.
 """
 
-from rewards import cosine, math_verify_reward, shaping  # noqa: F401  (registers the built-ins)
+from rewards import code, cosine, math_verify_reward, shaping  # noqa: F401  (registers the built-ins)
 from rewards.errors import RewardParameterError, UnknownRewardError
 from rewards.registry import RewardInfo, RewardParam, available, describe, get, register, validate_params
 

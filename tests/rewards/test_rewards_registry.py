@@ -12,7 +12,7 @@ import pytest
 import rewards
 from rewards import RewardParameterError, UnknownRewardError
 
-BUILTINS = ["cosine", "format", "math", "repetition", "soft_overlong", "tag_count"]
+BUILTINS = ["code", "cosine", "format", "math", "repetition", "soft_overlong", "tag_count"]
 
 
 def test_every_builtin_is_listed_with_its_columns():
@@ -20,6 +20,7 @@ def test_every_builtin_is_listed_with_its_columns():
     assert set(BUILTINS) <= set(infos)
     assert infos["math"].columns == ("solution",)
     assert infos["cosine"].columns == ("solution",)
+    assert infos["code"].columns == ("tests",)
     assert infos["format"].columns == ()
     assert {p.name: p.default for p in infos["cosine"].parameters}["max_len"] == 1000
     assert all(
@@ -183,7 +184,7 @@ def test_cli_lists_every_reward_with_params_and_columns(capsys):
     out = capsys.readouterr().out
     for name in BUILTINS:
         assert f"\n{name}" in "\n" + out
-    assert "max_len=1000" in out and "columns: solution" in out
+    assert "max_len=1000" in out and "columns: solution" in out and "columns: tests" in out
 
 
 def test_cli_describe_unknown_reward_fails_cleanly(capsys):

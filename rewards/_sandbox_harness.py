@@ -1,0 +1,122 @@
+"""Runs inside the sandbox, before and around the untrusted code. Standard library only.
+
+Started as ``python -I -S _sandbox_harness.py CONFIG_FD RESULT_FD``. It reads its job
+from CONFIG_FD (so nothing about the tests sits on disk), lowers its resource limits
+(irreversibly: hard limits), in the rlimit mode also tries to leave the network behind in
+new user + network namespaces, then either
+
+* ``stdio``: execs the solution, whose stdout the parent compares with the expected
+  output (the verdict never depends on anything the solution can print or return), or
+* ``check``: runs the solution, then the row's test code (HumanEval style, ``check(fn)``)
+  in a copy of the solution's namespace with pristine builtins, calls ``check`` on the
+  entry point wrapped so that it only returns plain built-in values, and writes
+  ``<nonce> <json verdict>`` to RESULT_FD. No record (``os._exit``, a kill, a crash)
+  means failure; ``SystemExit`` before or during the tests is a failure, and so is any
+  printed "success" text, which goes to stdout and is ignored.
+"""
+
+import builtins
+import contextlib
+import json
+import os
+import resource
+import sys
+
+_PRISTINE_BUILTINS = dict(vars(builtins))
+_PLAIN = (int, float, complex, str, bytes, bool, type(None))
+_CONTAINERS = (list, tuple, set, frozenset, dict)
+
+
+def _set_limits(limits):
+    pairs = {
+        resource.RLIMIT_CPU: (limits["cpu_s"], limits["cpu_s"] + 1),
+        resource.RLIMIT_AS: (limits["memory_mb"] << 20,) * 2,
+        resource.RLIMIT_FSIZE: (limits["file_mb"] << 20,) * 2,
+        resource.RLIMIT_NOFILE: (limits["open_files"],) * 2,
+        resource.RLIMIT_NPROC: (limits["processes"],) * 2,
+        resource.RLIMIT_CORE: (0, 0),
+    }
+    for which, (soft, hard) in pairs.items():
+        resource.setrlimit(which, (soft, hard))
+
+
+def _leave_network():
+    """New user + network namespace (no interfaces but a down loopback); False where refused."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        clone_newuser, clone_newnet = 0x10000000, 0x40000000
+        return libc.unshare(clone_newuser | clone_newnet) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _plain(value, depth=0):
+    """True for values built only from built-in types: no object can fake ``==``."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return True
+    if kind in _CONTAINERS and depth < 20:
+        items = value.items() if kind is dict else value
+        if kind is dict:
+            return all(_plain(k, depth + 1) and _plain(v, depth + 1) for k, v in items)
+        return all(_plain(v, depth + 1) for v in items)
+    return False
+
+
+def _guarded(candidate):
+    def call(*args, **kwargs):
+        result = candidate(*args, **kwargs)
+        if not _plain(result):
+            raise TypeError(f"candidate returned {type(result).__name__}, not a plain built-in value")
+        return result
+
+    return call
+
+
+def _run_check(job):
+    solution_globals = {"__name__": "solution", "__builtins__": dict(_PRISTINE_BUILTINS)}
+    exec(compile(job["solution"], "solution.py", "exec"), solution_globals)
+    test_globals = dict(solution_globals)
+    test_globals["__builtins__"] = dict(_PRISTINE_BUILTINS)
+    test_globals["__name__"] = "tests"
+    entry_point = job["entry_point"]
+    if entry_point not in solution_globals:
+        raise NameError(f"the solution does not define {entry_point!r}")
+    test_globals[entry_point] = _guarded(solution_globals[entry_point])
+    exec(compile(job["tests"], "tests.py", "exec"), test_globals)
+    check = test_globals.get("check")
+    if not callable(check):
+        raise NameError("the test code does not define check(candidate)")
+    check(test_globals[entry_point])
+
+
+def main():
+    config_fd, result_fd = int(sys.argv[1]), int(sys.argv[2])
+    with os.fdopen(config_fd, "rb") as config_file:
+        job = json.loads(config_file.read())
+    network_left = _leave_network() if job["mode"] == "rlimit" else True
+    _set_limits(job["limits"])
+    if job["kind"] == "stdio":
+        os.close(result_fd)
+        solution = job["workdir"] + "/solution.py"
+        with open(solution, "w") as f:
+            f.write(job["solution"])
+        os.execv(sys.executable, [sys.executable, "-I", "-S", solution])
+    nonce = job.pop("nonce")
+    os.set_inheritable(result_fd, False)
+    verdict = {"passed": False, "error": "", "network_isolated": network_left}
+    try:
+        _run_check(job)
+        verdict["passed"] = True
+    except BaseException as err:  # SystemExit and KeyboardInterrupt are failures too
+        verdict["error"] = f"{type(err).__name__}: {err}"[:500]
+    with contextlib.suppress(BaseException):  # a closed or hijacked stdout must not cost the verdict
+        sys.stdout.flush()
+    os.write(result_fd, f"{nonce} {json.dumps(verdict)}\n".encode())
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

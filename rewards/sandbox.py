@@ -1,0 +1,290 @@
+"""Run untrusted code once, with limits, and leave nothing behind.
+
+Two modes (``docs/rewards.md`` says what each isolates and what it does not):
+
+* ``bwrap`` (preferred, used when bubblewrap works here): read-only system directories,
+  no view of the rest of the file system, a size-capped private tmpfs as cwd and /tmp, new
+  user, pid, network, ipc, uts and cgroup namespaces, ``--die-with-parent``, an empty
+  environment;
+* ``rlimit`` (fallback): a private temp dir as cwd, a scrubbed environment, and new user +
+  network namespaces where the kernel allows them.
+
+Both: a new session/process group, hard rlimits (CPU, address space, processes, file
+size, open files, no core dumps) set by the harness before any untrusted code runs, a
+wall-clock limit, stdout/stderr caps, a separate unprivileged uid per run when we are root,
+and, after every run, SIGKILL to the process group and to every process of the run's uid
+(or carrying the run's environment marker). ``GSPO_TRL_SANDBOX=rlimit`` forces the fallback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import secrets
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rewards import sandbox_identity as ident
+
+log = logging.getLogger(__name__)
+HARNESS = Path(__file__).with_name("_sandbox_harness.py")
+MODES = ("auto", "bwrap", "rlimit")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-run limits. Seconds, MiB and counts; ``output_kb`` caps stdout and stderr each."""
+
+    wall_s: float = 10.0
+    cpu_s: int = 10
+    memory_mb: int = 512
+    processes: int = 64
+    file_mb: int = 16
+    open_files: int = 64
+    output_kb: int = 1024
+    tmpfs_mb: int = 64
+
+
+@dataclass
+class RunResult:
+    returncode: int | None
+    stdout: bytes
+    stderr: bytes
+    verdict: dict[str, Any] | None  # the harness's record for ``check`` jobs, None if absent
+    timed_out: bool
+    output_capped: bool
+    wall_s: float
+    mode: str
+
+
+def resolve_mode(mode: str = "auto") -> str:
+    """``auto`` -> ``bwrap`` when bubblewrap runs here, else ``rlimit`` (with one warning)."""
+    mode = os.environ.get("GSPO_TRL_SANDBOX", mode) if mode == "auto" else mode
+    if mode not in MODES:
+        raise ValueError(f"sandbox mode must be one of {MODES}, got {mode!r}")
+    if mode == "auto":
+        mode = "bwrap" if bwrap_works() else "rlimit"
+        if mode == "rlimit":
+            _warn_fallback_once()
+    elif mode == "bwrap" and not bwrap_works():
+        raise RuntimeError(
+            "sandbox mode 'bwrap' requested but bubblewrap is missing or cannot create namespaces"
+        )
+    return mode
+
+
+@functools.lru_cache(maxsize=1)
+def _warn_fallback_once() -> None:
+    log.warning(
+        "bubblewrap (bwrap) is not usable here: code rewards run in the rlimit fallback sandbox "
+        "(weaker isolation, see docs/rewards.md); `apt-get install bubblewrap` to fix"
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def bwrap_works() -> bool:
+    """One trial sandbox, run the way real runs are (as the sandbox uid when we are root)."""
+    if shutil.which("bwrap") is None:
+        return False
+    try:
+        with ident.sandbox_uid() as uid:
+            argv = [*_bwrap_prefix(ident.sandbox_python(uid is not None), 1), "--", "/bin/true"]
+            done = subprocess.run(argv, capture_output=True, timeout=30, **_identity(uid))
+    except (OSError, subprocess.SubprocessError, RuntimeError) as err:
+        log.info("bwrap probe failed: %s", err)
+        return False
+    if done.returncode != 0:
+        log.info("bwrap probe failed: %s", done.stderr.decode(errors="replace").strip())
+    return done.returncode == 0
+
+
+def _identity(uid: int | None) -> dict[str, Any]:
+    return {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
+
+
+def _bwrap_prefix(python: str, tmpfs_mb: int) -> list[str]:
+    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
+    for root in ident.python_roots(python):
+        argv += ["--ro-bind", root, root]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(tmpfs_mb << 20), "--tmpfs", "/tmp"]
+    return [*argv, "--chdir", "/tmp", "--setenv", "HOME", "/tmp", "--setenv", "PATH", "/usr/bin:/bin"]
+
+
+def run(
+    job: dict[str, Any], stdin: bytes = b"", limits: Limits | None = None, mode: str = "auto"
+) -> RunResult:
+    """Run one job (see ``_sandbox_harness``) and return what it did, whatever it did."""
+    limits = limits or Limits()
+    mode = resolve_mode(mode)
+    run_id = secrets.token_hex(8)
+    nonce = secrets.token_hex(16)
+    with ident.sandbox_uid() as uid:
+        python = ident.sandbox_python(uid is not None)
+        workdir = tempfile.mkdtemp(prefix="gspo-sandbox-")
+        try:
+            shutil.copy(HARNESS, Path(workdir) / "harness.py")
+            if uid is not None:
+                for path in (workdir, f"{workdir}/harness.py"):
+                    os.chown(path, uid, uid)
+            inner_dir = "/tmp" if mode == "bwrap" else workdir
+            config = {**job, "mode": mode, "limits": asdict(limits), "nonce": nonce, "workdir": inner_dir}
+            return _launch(config, stdin, limits, mode, uid, python, workdir, run_id, nonce)
+        finally:
+            if uid is None:
+                ident.kill_marked(run_id)
+            ident.remove_tree(workdir)
+
+
+def _launch(
+    config: dict[str, Any],
+    stdin: bytes,
+    limits: Limits,
+    mode: str,
+    uid: int | None,
+    python: str,
+    workdir: str,
+    run_id: str,
+    nonce: str,
+) -> RunResult:
+    config_r, config_w = os.pipe()
+    result_r, result_w = os.pipe()
+    env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "LANG": "C.UTF-8", ident.MARKER: run_id}
+    if mode == "bwrap":
+        harness = ["--ro-bind", f"{workdir}/harness.py", "/opt/harness.py", "--setenv", ident.MARKER, run_id]
+        argv = [
+            *_bwrap_prefix(python, limits.tmpfs_mb),
+            *harness,
+            "--",
+            python,
+            "-I",
+            "-S",
+            "/opt/harness.py",
+        ]
+    else:
+        argv = [python, "-I", "-S", f"{workdir}/harness.py"]
+    argv += [str(config_r), str(result_w)]
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(config_r, result_w),
+            cwd=workdir,
+            env=env,
+            start_new_session=True,
+            **_identity(uid),
+        )
+    finally:
+        os.close(config_r)
+        os.close(result_w)
+    feeder = threading.Thread(target=_feed, args=(config_w, json.dumps(config).encode()), daemon=True)
+    feeder.start()
+    try:
+        outputs, timed_out, capped = _collect(proc, stdin, result_r, limits, start)
+    finally:
+        with _suppress():
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        os.close(result_r)
+        feeder.join(timeout=5)
+    verdict = _verdict(outputs[result_r], nonce)
+    stdout, stderr = outputs[proc.stdout.fileno()], outputs[proc.stderr.fileno()]
+    for pipe in (proc.stdout, proc.stderr):
+        pipe.close()
+    return RunResult(
+        proc.returncode, stdout, stderr, verdict, timed_out, capped, time.monotonic() - start, mode
+    )
+
+
+def _feed(fd: int, data: bytes) -> None:
+    with _suppress(), os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def _collect(
+    proc: subprocess.Popen, stdin: bytes, result_r: int, limits: Limits, start: float
+) -> tuple[dict[int, bytes], bool, bool]:
+    """Feed stdin and read stdout, stderr and the result pipe until EOF, the cap or the deadline."""
+    cap = limits.output_kb << 10
+    readers = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray(), result_r: bytearray()}
+    pending = memoryview(stdin)
+    timed_out = capped = False
+    with selectors.DefaultSelector() as sel:
+        for fd in readers:
+            sel.register(fd, selectors.EVENT_READ)
+        stdin_fd = proc.stdin.fileno()
+        os.set_blocking(stdin_fd, False)
+        if pending:
+            sel.register(stdin_fd, selectors.EVENT_WRITE)
+        else:
+            proc.stdin.close()
+        open_readers = len(readers)
+        while open_readers:
+            remaining = limits.wall_s - (time.monotonic() - start)
+            if remaining <= 0:
+                timed_out = True
+                break
+            for key, _ in sel.select(timeout=remaining):
+                if key.fd == stdin_fd:
+                    try:
+                        pending = pending[os.write(stdin_fd, pending[: 1 << 16]) :]
+                    except (BrokenPipeError, OSError):
+                        pending = pending[:0]
+                    if not pending:
+                        sel.unregister(stdin_fd)
+                        proc.stdin.close()
+                    continue
+                data = os.read(key.fd, 1 << 16)
+                if not data:
+                    sel.unregister(key.fd)
+                    open_readers -= 1
+                    continue
+                readers[key.fd] += data
+                if len(readers[key.fd]) > cap:
+                    capped = True
+                    del readers[key.fd][cap:]
+                    open_readers = 0
+                    break
+    if not proc.stdin.closed:
+        with _suppress():
+            proc.stdin.close()
+    if not timed_out and not capped:
+        try:
+            proc.wait(timeout=max(0.0, limits.wall_s - (time.monotonic() - start)))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+    return {fd: bytes(buf) for fd, buf in readers.items()}, timed_out, capped
+
+
+def _verdict(record: bytes, nonce: str) -> dict[str, Any] | None:
+    """The harness's line, recognised by the nonce; anything else on the pipe is ignored."""
+    for line in record.decode(errors="replace").splitlines():
+        head, _, body = line.partition(" ")
+        if secrets.compare_digest(head, nonce):
+            try:
+                return json.loads(body)
+            except json.JSONDecodeError:
+                return None
+    return None
+
+
+class _suppress:
+    """Swallow process-cleanup races (already dead, pipe already closed)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type | None, *_: object) -> bool:
+        return kind is not None and issubclass(kind, ProcessLookupError | OSError)

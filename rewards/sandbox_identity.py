@@ -1,0 +1,160 @@
+"""Who untrusted code runs as, which Python it runs, and how every process of a run is found and killed.
+
+Running as root, each sandbox run gets its own unprivileged uid from a small range, held
+with an ``flock`` so concurrent runs (threads or other processes) never share one. That
+gives RLIMIT_NPROC its meaning (the kernel does not apply it to root), keeps untrusted code
+from signalling the trainer, and makes cleanup exact: afterwards every process of that uid
+is killed. As an ordinary user the run keeps the caller's uid; then namespaces (bwrap's,
+or the harness's own ``unshare``) bound the process count, and cleanup relies on the
+process group, bwrap's pid namespace, and an environment marker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+UID_BASE = int(os.environ.get("GSPO_TRL_SANDBOX_UID_BASE", "61000"))
+UID_SLOTS = 256
+MARKER = "GSPO_TRL_SANDBOX_RUN"
+
+
+@contextlib.contextmanager
+def sandbox_uid() -> Iterator[int | None]:
+    """An unprivileged uid held exclusively for one run when we are root, else None."""
+    if os.geteuid() != 0:
+        yield None
+        return
+    lock_dir = Path(tempfile.gettempdir()) / "gspo-trl-sandbox-uids"
+    lock_dir.mkdir(mode=0o700, exist_ok=True)
+    for uid in range(UID_BASE, UID_BASE + UID_SLOTS):
+        fd = os.open(lock_dir / f"{uid}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        try:
+            kill_uid(uid)  # a previous holder that crashed may have left something behind
+            yield uid
+        finally:
+            kill_uid(uid)
+            os.close(fd)  # releases the lock
+        return
+    raise RuntimeError(f"all {UID_SLOTS} sandbox uids from {UID_BASE} are busy")
+
+
+def processes_of_uid(uid: int) -> list[int]:
+    """Live (not zombie) pids whose real uid is ``uid``, from /proc."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status") as f:
+                status = dict(line.split(":", 1) for line in f if line.startswith(("State:", "Uid:")))
+        except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError):
+            continue
+        if int(status["Uid"].split()[0]) == uid and status["State"].split()[0] not in ("Z", "X"):
+            found.append(int(entry.name))
+    return found
+
+
+def processes_with_marker(run_id: str) -> list[int]:
+    """Pids whose environment carries this run's marker (readable for our own processes)."""
+    needle = f"{MARKER}={run_id}".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/environ", "rb") as f:
+                    if needle in f.read().split(b"\0"):
+                        found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def kill_uid(uid: int) -> None:
+    """SIGKILL every process of ``uid``: ``kill(-1)`` run as that uid, which reaches all of them
+    at once, so a fork bomb cannot outrun a pid-by-pid loop."""
+    for _ in range(20):
+        if not processes_of_uid(uid):
+            return
+        subprocess.run(
+            [sandbox_python(True), "-I", "-S", "-c", "import os; os.kill(-1, 9)"],
+            user=uid,
+            group=uid,
+            extra_groups=[],
+            env={},
+            check=False,
+            timeout=30,
+        )
+    raise RuntimeError(f"processes of sandbox uid {uid} survive SIGKILL: {processes_of_uid(uid)}")
+
+
+def kill_marked(run_id: str) -> None:
+    for _ in range(20):
+        pids = processes_with_marker(run_id)
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def sandbox_python(run_as_other_uid: bool) -> str:
+    """An interpreter the sandboxed uid can execute: ours when reachable, else the system's.
+
+    Under root, ours often lives in /root (pyenv, conda) where another uid cannot reach it;
+    the test harness needs only the standard library, so any Python 3 does.
+    """
+    ours = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    if not run_as_other_uid or _world_executable(ours):
+        return ours
+    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3"):
+        real = os.path.realpath(candidate)
+        if os.path.exists(real) and _world_executable(real):
+            return real
+    raise RuntimeError(
+        f"no Python interpreter reachable by an unprivileged uid ({ours} is not); install python3 system-wide"
+    )
+
+
+def _world_executable(path: str) -> bool:
+    parts = Path(path).parents
+    if not all(p.stat().st_mode & stat.S_IXOTH for p in parts):
+        return False
+    mode = Path(path).stat().st_mode
+    return bool(mode & stat.S_IXOTH and mode & stat.S_IROTH)
+
+
+def python_roots(python: str) -> list[str]:
+    """Directories to bind read-only into bwrap so ``python`` and its standard library work."""
+    prefix = str(Path(python).resolve().parent.parent)
+    roots = ["/usr", "/lib", "/lib64", "/bin", "/etc/alternatives", "/etc/ld.so.cache"]
+    if not any(prefix == r or prefix.startswith(r + "/") for r in roots):
+        roots.append(prefix)
+    return [r for r in roots if os.path.exists(r)]
+
+
+def remove_tree(path: str) -> None:
+    """rmtree that first restores permissions a sandboxed program may have removed."""
+
+    def fix(func, target, _exc):  # type: ignore[no-untyped-def]
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(target), 0o700)
+            os.chmod(target, 0o700)
+        with contextlib.suppress(OSError):
+            func(target)
+
+    shutil.rmtree(path, onerror=fix)
