@@ -63,9 +63,13 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int = 512) -> PreTrainedT
     """Train a byte-level BPE tokenizer with ChatML special tokens and template.
 
     Byte-level (not char-level) so that spaces and newlines survive a save/load round trip.
+    Digits are split one per token, as in Qwen's and Llama 3's tokenizers: arithmetic and
+    digit-manipulation tasks are then learnable position by position.
     """
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(

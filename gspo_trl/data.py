@@ -1,0 +1,176 @@
+"""The recipe's `data:` section: load prompts, map columns, add the system prompt, split.
+
+Sources: a local json/jsonl/parquet/csv file or directory, a hub dataset id, or a built-in
+synthetic task (`synthetic:reversal`). Rows are never dropped silently: a malformed row
+stops the run with its index and what is wrong with it. Prompts come out conversational
+(a list of chat messages), so the tokenizer's chat template - or the recipe's override -
+decides how the model sees them, as in TRL.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset, DatasetDict, load_dataset, load_from_disk
+
+from gspo_trl import synthetic
+
+logger = logging.getLogger(__name__)
+
+LOCAL_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
+SYNTHETIC_TASKS = {"synthetic:reversal": synthetic.make_rl_rows}
+MAX_ROWS_REPORTED = 5
+
+
+class DataError(ValueError):
+    """Data that cannot be trained on; the message names the source, column or row."""
+
+
+@dataclass
+class DataConfig:
+    """Recipe `data:` section."""
+
+    path: str = "synthetic:reversal"
+    """Local file/directory, hub dataset id, or `synthetic:reversal`."""
+    name: str | None = None
+    """Hub dataset configuration name (e.g. `main` for gsm8k)."""
+    revision: str | None = None
+    split: str = "train"
+    prompt_column: str = "prompt"
+    """Column holding the question: a string, or a list of chat messages."""
+    solution_column: str | None = None
+    """Column holding the reference answer; renamed to `solution`, which rewards read."""
+    columns: dict[str, str] = field(default_factory=dict)
+    """Further renames, source -> target (e.g. {test_list: tests})."""
+    system_prompt: str | None = None
+    eval_split: str | None = None
+    """A split to evaluate on; else `eval_size` rows are held out of the training split."""
+    eval_size: float = 0
+    """Held-out rows: a count (>= 1) or a fraction of the training split (< 1)."""
+    max_rows: int | None = None
+    num_rows: int = 2000
+    """Rows generated for synthetic tasks."""
+    seed: int = 0
+
+
+def _load_split(config: DataConfig, split: str) -> Dataset:
+    """One split of the configured source, with no rows changed."""
+    if config.path in SYNTHETIC_TASKS:
+        rows = SYNTHETIC_TASKS[config.path](config.num_rows, config.seed + (split != "train"))
+        return Dataset.from_list(rows)
+    if config.path.startswith("synthetic:"):
+        raise DataError(
+            f"data.path: unknown synthetic task {config.path!r}; known: {sorted(SYNTHETIC_TASKS)}"
+        )
+    local = Path(config.path)
+    try:
+        if local.is_file():
+            builder = LOCAL_BUILDERS.get(local.suffix.lower())
+            if builder is None:
+                raise DataError(f"data.path: {local} is not one of {sorted(LOCAL_BUILDERS)}")
+            return load_dataset(builder, data_files={split: str(local)}, split=split)
+        if local.is_dir():
+            if (local / "dataset_info.json").exists() or (local / "dataset_dict.json").exists():
+                loaded = load_from_disk(str(local))
+                return loaded[split] if isinstance(loaded, DatasetDict) else loaded
+            return load_dataset(str(local), name=config.name, split=split)
+        if config.path.startswith(("/", "./", "../")) or Path(config.path).suffix in LOCAL_BUILDERS:
+            raise DataError(f"data.path: {config.path!r} does not exist")
+        return load_dataset(config.path, name=config.name, revision=config.revision, split=split)
+    except DataError:
+        raise
+    except (ConnectionError, OSError) as error:
+        raise DataError(
+            f"data.path: could not load {config.path!r} (split {split!r}): {error}. "
+            "Offline? Download it beforehand (it is then read from the cache with HF_HUB_OFFLINE=1) "
+            "or point data.path at a local file."
+        ) from error
+    except (ValueError, KeyError) as error:
+        raise DataError(f"data.path: could not load {config.path!r} split {split!r}: {error}") from error
+
+
+def _rename_columns(dataset: Dataset, config: DataConfig) -> Dataset:
+    renames = dict(config.columns)
+    if config.prompt_column != "prompt":
+        renames[config.prompt_column] = "prompt"
+    if config.solution_column and config.solution_column != "solution":
+        renames[config.solution_column] = "solution"
+    missing = [source for source in renames if source not in dataset.column_names]
+    if "prompt" not in renames.values() and "prompt" not in dataset.column_names:
+        missing.append(config.prompt_column)
+    if missing:
+        raise DataError(
+            f"data: column(s) {missing} not in {config.path!r}; its columns are {dataset.column_names}. "
+            "Set data.prompt_column / data.solution_column / data.columns to match."
+        )
+    return dataset.rename_columns(renames) if renames else dataset
+
+
+def _prompt_problem(prompt: Any) -> str | None:
+    """Why `prompt` cannot be used, or None when it is a usable prompt."""
+    if isinstance(prompt, str):
+        return None if prompt.strip() else "prompt is empty"
+    if isinstance(prompt, list) and prompt:
+        for message in prompt:
+            if not isinstance(message, dict) or not {"role", "content"} <= message.keys():
+                return "prompt messages must be dicts with 'role' and 'content'"
+        return None
+    return f"prompt must be a non-empty string or list of chat messages, got {type(prompt).__name__}"
+
+
+def check_rows(dataset: Dataset, source: str, required: Sequence[str] = ()) -> None:
+    """Raise DataError naming the first bad rows: unusable prompts, or nulls in `required` columns."""
+    problems = []
+    for index, prompt in enumerate(dataset["prompt"]):
+        problem = _prompt_problem(prompt)
+        if problem:
+            problems.append(f"row {index}: {problem}")
+    for column in required:
+        for index, value in enumerate(dataset[column]):
+            if value is None:
+                problems.append(f"row {index}: column {column!r} is null")
+    if problems:
+        shown = "; ".join(problems[:MAX_ROWS_REPORTED])
+        more = f" (and {len(problems) - MAX_ROWS_REPORTED} more)" if len(problems) > MAX_ROWS_REPORTED else ""
+        raise DataError(f"{source}: {shown}{more}. Fix or remove these rows; none were dropped.")
+
+
+def _to_conversation(example: dict[str, Any], system_prompt: str | None) -> dict[str, Any]:
+    prompt = example["prompt"]
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    if system_prompt and messages[0]["role"] != "system":
+        messages.insert(0, {"role": "system", "content": system_prompt})
+    return {"prompt": messages}
+
+
+def prepare(dataset: Dataset, config: DataConfig, source: str, required: Sequence[str] = ()) -> Dataset:
+    """Renamed, checked, conversational copy of one split."""
+    if len(dataset) == 0:
+        raise DataError(f"{source}: the dataset is empty")
+    dataset = _rename_columns(dataset, config)
+    check_rows(dataset, source, required)
+    return dataset.map(_to_conversation, fn_kwargs={"system_prompt": config.system_prompt})
+
+
+def load_data(config: DataConfig, required_columns: Sequence[str] = ()) -> tuple[Dataset, Dataset | None]:
+    """(train, eval or None) for the recipe; `required_columns` are those the rewards read."""
+    train = _load_split(config, config.split)
+    if config.max_rows is not None:
+        train = train.select(range(min(config.max_rows, len(train))))
+    evaluation = None
+    if config.eval_split:
+        evaluation = _load_split(config, config.eval_split)
+    elif config.eval_size:
+        size = int(config.eval_size) if config.eval_size >= 1 else config.eval_size
+        split = train.train_test_split(test_size=size, seed=config.seed)
+        train, evaluation = split["train"], split["test"]
+    source = f"data {config.path!r}"
+    train = prepare(train, config, f"{source} split {config.split!r}", required_columns)
+    if evaluation is not None:
+        evaluation = prepare(evaluation, config, f"{source} (eval)", required_columns)
+    logger.info("Training on %d rows, evaluating on %d", len(train), len(evaluation or []))
+    return train, evaluation
