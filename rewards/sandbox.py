@@ -18,6 +18,7 @@ and, after every run, SIGKILL to the process group and to every process of the r
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import logging
@@ -130,19 +131,36 @@ def run(
     nonce = secrets.token_hex(16)
     with ident.sandbox_uid() as uid:
         python = ident.sandbox_python(uid is not None)
-        workdir = tempfile.mkdtemp(prefix="gspo-sandbox-")
+        # bwrap runs in its own tmpfs; only the fallback needs a private directory on disk.
+        workdir = tempfile.mkdtemp(prefix="gspo-sandbox-") if mode == "rlimit" else None
         try:
-            shutil.copy(HARNESS, Path(workdir) / "harness.py")
-            if uid is not None:
-                for path in (workdir, f"{workdir}/harness.py"):
-                    os.chown(path, uid, uid)
-            inner_dir = "/tmp" if mode == "bwrap" else workdir
-            config = {**job, "mode": mode, "limits": asdict(limits), "nonce": nonce, "workdir": inner_dir}
+            if workdir is not None and uid is not None:
+                os.chown(workdir, uid, uid)
+            config = {
+                **job,
+                "mode": mode,
+                "limits": asdict(limits),
+                "nonce": nonce,
+                "workdir": workdir or "/tmp",
+            }
             return _launch(config, stdin, limits, mode, uid, python, workdir, run_id, nonce)
         finally:
             if uid is None:
                 ident.kill_marked(run_id)
-            ident.remove_tree(workdir)
+            if workdir is not None:
+                ident.remove_tree(workdir)
+
+
+@functools.lru_cache(maxsize=1)
+def _shared_harness() -> str:
+    """One world-readable copy of the harness per process, for every run and every uid."""
+    directory = tempfile.mkdtemp(prefix="gspo-sandbox-harness-")
+    os.chmod(directory, 0o755)
+    target = Path(directory) / "harness.py"
+    shutil.copy(HARNESS, target)
+    os.chmod(target, 0o644)
+    atexit.register(shutil.rmtree, directory, True)
+    return str(target)
 
 
 def _launch(
@@ -152,27 +170,25 @@ def _launch(
     mode: str,
     uid: int | None,
     python: str,
-    workdir: str,
+    workdir: str | None,
     run_id: str,
     nonce: str,
 ) -> RunResult:
     config_r, config_w = os.pipe()
     result_r, result_w = os.pipe()
-    env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "LANG": "C.UTF-8", ident.MARKER: run_id}
+    env = {"PATH": "/usr/bin:/bin", "HOME": workdir or "/tmp", "LANG": "C.UTF-8", ident.MARKER: run_id}
+    harness = _shared_harness()
     if mode == "bwrap":
-        harness = ["--ro-bind", f"{workdir}/harness.py", "/opt/harness.py", "--setenv", ident.MARKER, run_id]
-        argv = [
-            *_bwrap_prefix(python, limits.tmpfs_mb),
-            *harness,
-            "--",
-            python,
-            "-I",
-            "-S",
-            "/opt/harness.py",
-        ]
+        inside = ["--ro-bind", harness, "/opt/harness.py", "--setenv", ident.MARKER, run_id]
+        argv = [*_bwrap_prefix(python, limits.tmpfs_mb), *inside, "--", python, "-I", "-S", "/opt/harness.py"]
     else:
-        argv = [python, "-I", "-S", f"{workdir}/harness.py"]
+        argv = [python, "-I", "-S", harness]
     argv += [str(config_r), str(result_w)]
+    data = json.dumps(config).encode()
+    small = len(data) < 60_000  # fits in the pipe buffer: no writer thread needed
+    if small:
+        os.write(config_w, data)
+        os.close(config_w)
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -181,7 +197,7 @@ def _launch(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             pass_fds=(config_r, result_w),
-            cwd=workdir,
+            cwd=workdir or "/",
             env=env,
             start_new_session=True,
             **_identity(uid),
@@ -189,8 +205,9 @@ def _launch(
     finally:
         os.close(config_r)
         os.close(result_w)
-    feeder = threading.Thread(target=_feed, args=(config_w, json.dumps(config).encode()), daemon=True)
-    feeder.start()
+    feeder = threading.Thread(target=_feed, args=(config_w, data), daemon=True)
+    if not small:
+        feeder.start()
     try:
         outputs, timed_out, capped = _collect(proc, stdin, result_r, limits, start)
     finally:
@@ -198,7 +215,8 @@ def _launch(
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         os.close(result_r)
-        feeder.join(timeout=5)
+        if not small:
+            feeder.join(timeout=5)
     verdict = _verdict(outputs[result_r], nonce)
     stdout, stderr = outputs[proc.stdout.fileno()], outputs[proc.stderr.fileno()]
     for pipe in (proc.stdout, proc.stderr):

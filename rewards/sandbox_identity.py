@@ -26,6 +26,7 @@ from pathlib import Path
 UID_BASE = int(os.environ.get("GSPO_TRL_SANDBOX_UID_BASE", "61000"))
 UID_SLOTS = 256
 MARKER = "GSPO_TRL_SANDBOX_RUN"
+_KILL = shutil.which("kill", path="/usr/bin:/bin")
 
 
 @contextlib.contextmanager
@@ -44,10 +45,13 @@ def sandbox_uid() -> Iterator[int | None]:
             os.close(fd)
             continue
         try:
-            kill_uid(uid)  # a previous holder that crashed may have left something behind
+            if os.pread(fd, 5, 0) != b"clean":  # the previous holder crashed before cleaning up
+                kill_uid(uid)
+            os.pwrite(fd, b"dirty", 0)
             yield uid
         finally:
             kill_uid(uid)
+            os.pwrite(fd, b"clean", 0)
             os.close(fd)  # releases the lock
         return
     raise RuntimeError(f"all {UID_SLOTS} sandbox uids from {UID_BASE} are busy")
@@ -85,17 +89,20 @@ def processes_with_marker(run_id: str) -> list[int]:
 
 
 def kill_uid(uid: int) -> None:
-    """SIGKILL every process of ``uid``: ``kill(-1)`` run as that uid, which reaches all of them
-    at once, so a fork bomb cannot outrun a pid-by-pid loop."""
+    """SIGKILL every process of ``uid``: ``kill -9 -1`` run as that uid reaches all of them at
+    once, so a fork bomb cannot outrun a pid-by-pid loop; /proc then confirms none is left."""
     for _ in range(20):
         if not processes_of_uid(uid):
             return
         subprocess.run(
-            [sandbox_python(True), "-I", "-S", "-c", "import os; os.kill(-1, 9)"],
+            [_KILL, "-9", "-1"]
+            if _KILL
+            else [sandbox_python(True), "-I", "-S", "-c", "import os; os.kill(-1, 9)"],
             user=uid,
             group=uid,
             extra_groups=[],
             env={},
+            capture_output=True,
             check=False,
             timeout=30,
         )
