@@ -50,6 +50,8 @@ class GSPOTrainer(GRPOTrainer):
         self._gspo_captured: dict[str, torch.Tensor] = {}
         self._gspo_rows: dict[int, list[torch.Tensor]] = defaultdict(list)
         self._gspo_alarm = ClipAlarm(self.diagnostics)
+        self.gspo_row_sink: list[tuple[int, torch.Tensor]] | None = None
+        """Set to a list to also keep every gathered (minibatch index, rows) pair (calibrate)."""
         super().__init__(*args, **kwargs)
         if gspo_token and self.importance_sampling_level != "token":
             raise ValueError(
@@ -127,6 +129,8 @@ class GSPOTrainer(GRPOTrainer):
         offpolicy = []
         for mb in sorted(self._gspo_rows):
             rows = torch.cat(self._gspo_rows[mb])
+            if self.gspo_row_sink is not None:
+                self.gspo_row_sink.append((mb, rows.cpu()))
             out.update({f"gspo/mb{mb}/{k}": v for k, v in summarize_rows(rows, *eps).items()})
             if mb >= 2:
                 offpolicy.append(rows)
