@@ -92,11 +92,8 @@ def _run_check(job):
     check(test_globals[entry_point])
 
 
-def main():
-    config_fd, result_fd = int(sys.argv[1]), int(sys.argv[2])
-    with os.fdopen(config_fd, "rb") as config_file:
-        job = json.loads(config_file.read())
-    network_left = _leave_network() if job["mode"] == "rlimit" else True
+def run_job(job, result_fd, network_left=True):
+    """Lower the limits, then run the job; never returns (execs or ``os._exit``s)."""
     _set_limits(job["limits"])
     if job["kind"] == "stdio":
         os.close(result_fd)
@@ -116,6 +113,14 @@ def main():
         sys.stdout.flush()
     os.write(result_fd, f"{nonce} {json.dumps(verdict)}\n".encode())
     os._exit(0)
+
+
+def main():
+    config_fd, result_fd = int(sys.argv[1]), int(sys.argv[2])
+    with os.fdopen(config_fd, "rb") as config_file:
+        job = json.loads(config_file.read())
+    network_left = _leave_network() if job["mode"] == "rlimit" else True
+    run_job(job, result_fd, network_left)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ and, after every run, SIGKILL to the process group and to every process of the r
 from __future__ import annotations
 
 import atexit
+import base64
 import functools
 import json
 import logging
@@ -38,7 +39,7 @@ from typing import Any
 from rewards import sandbox_identity as ident
 
 log = logging.getLogger(__name__)
-HARNESS = Path(__file__).with_name("_sandbox_harness.py")
+IN_SANDBOX_FILES = ("_sandbox_harness.py", "_sandbox_server.py")
 MODES = ("auto", "bwrap", "rlimit")
 
 
@@ -127,8 +128,10 @@ def run(
     """Run one job (see ``_sandbox_harness``) and return what it did, whatever it did."""
     limits = limits or Limits()
     mode = resolve_mode(mode)
-    run_id = secrets.token_hex(8)
+    run_id = ident.new_run_id()
     nonce = secrets.token_hex(16)
+    if mode == "bwrap" and os.environ.get("GSPO_TRL_SANDBOX_SERVERS", "1") != "0":
+        return _run_in_server({**job, "nonce": nonce}, stdin, limits, nonce)
     with ident.sandbox_uid() as uid:
         python = ident.sandbox_python(uid is not None)
         # bwrap runs in its own tmpfs; only the fallback needs a private directory on disk.
@@ -152,15 +155,15 @@ def run(
 
 
 @functools.lru_cache(maxsize=1)
-def _shared_harness() -> str:
-    """One world-readable copy of the harness per process, for every run and every uid."""
-    directory = tempfile.mkdtemp(prefix="gspo-sandbox-harness-")
+def shared_code_dir() -> str:
+    """One world-readable copy of the in-sandbox code per process, for every run and every uid."""
+    directory = tempfile.mkdtemp(prefix="gspo-sandbox-code-")
     os.chmod(directory, 0o755)
-    target = Path(directory) / "harness.py"
-    shutil.copy(HARNESS, target)
-    os.chmod(target, 0o644)
+    for name in IN_SANDBOX_FILES:
+        shutil.copy(Path(__file__).with_name(name), Path(directory) / name)
+        os.chmod(Path(directory) / name, 0o644)
     atexit.register(shutil.rmtree, directory, True)
-    return str(target)
+    return directory
 
 
 def _launch(
@@ -177,12 +180,12 @@ def _launch(
     config_r, config_w = os.pipe()
     result_r, result_w = os.pipe()
     env = {"PATH": "/usr/bin:/bin", "HOME": workdir or "/tmp", "LANG": "C.UTF-8", ident.MARKER: run_id}
-    harness = _shared_harness()
     if mode == "bwrap":
-        inside = ["--ro-bind", harness, "/opt/harness.py", "--setenv", ident.MARKER, run_id]
-        argv = [*_bwrap_prefix(python, limits.tmpfs_mb), *inside, "--", python, "-I", "-S", "/opt/harness.py"]
+        inside = ["--ro-bind", shared_code_dir(), "/opt/gspo", "--setenv", ident.MARKER, run_id]
+        harness = "/opt/gspo/_sandbox_harness.py"
+        argv = [*_bwrap_prefix(python, limits.tmpfs_mb), *inside, "--", python, "-I", "-S", harness]
     else:
-        argv = [python, "-I", "-S", harness]
+        argv = [python, "-I", "-S", f"{shared_code_dir()}/_sandbox_harness.py"]
     argv += [str(config_r), str(result_w)]
     data = json.dumps(config).encode()
     small = len(data) < 60_000  # fits in the pipe buffer: no writer thread needed
@@ -223,6 +226,29 @@ def _launch(
         pipe.close()
     return RunResult(
         proc.returncode, stdout, stderr, verdict, timed_out, capped, time.monotonic() - start, mode
+    )
+
+
+def _run_in_server(job: dict[str, Any], stdin: bytes, limits: Limits, nonce: str) -> RunResult:
+    """The fast path: a reused bwrap sandbox forks per job (``rewards.sandbox_servers``)."""
+    from rewards import sandbox_servers
+
+    start = time.monotonic()
+    try:
+        reply = sandbox_servers.run(job, stdin, limits, ident.sandbox_python(os.geteuid() == 0))
+    except sandbox_servers.ServerGone as err:
+        log.warning("sandbox server lost during a job (%s); the job fails", err)
+        return RunResult(None, b"", b"", None, True, False, time.monotonic() - start, "bwrap")
+    out = {k: base64.b64decode(reply[k]) for k in ("stdout", "stderr", "result")}
+    return RunResult(
+        reply["returncode"],
+        out["stdout"],
+        out["stderr"],
+        _verdict(out["result"], nonce),
+        reply["timed_out"],
+        reply["capped"],
+        time.monotonic() - start,
+        "bwrap",
     )
 
 
@@ -306,3 +332,10 @@ class _suppress:
 
     def __exit__(self, kind: type | None, *_: object) -> bool:
         return kind is not None and issubclass(kind, ProcessLookupError | OSError)
+
+
+def shutdown() -> None:
+    """Kill the reusable bwrap sandboxes of this process (they also die at exit)."""
+    from rewards import sandbox_servers
+
+    sandbox_servers.shutdown()

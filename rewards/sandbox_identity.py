@@ -29,6 +29,11 @@ MARKER = "GSPO_TRL_SANDBOX_RUN"
 _KILL = shutil.which("kill", path="/usr/bin:/bin")
 
 
+def new_run_id() -> str:
+    """Marker value for one run's processes: our pid first, so each process finds its own."""
+    return f"{os.getpid()}-{os.urandom(6).hex()}"
+
+
 @contextlib.contextmanager
 def sandbox_uid() -> Iterator[int | None]:
     """An unprivileged uid held exclusively for one run when we are root, else None."""

@@ -18,6 +18,15 @@ GRACE_S = 0.5  # the pool's kill margin past the limit
 
 @pytest.fixture(scope="module")
 def math_reward():
+    """Generous limit: verdict tables must not depend on how loaded the machine is."""
+    fn = rewards.get("math", timeout=20.0, workers=2)
+    yield fn
+    fn.pool.close()
+
+
+@pytest.fixture(scope="module")
+def tight_math_reward():
+    """A 1 s limit for the pathological battery."""
     fn = rewards.get("math", timeout=LIMIT_S, workers=2)
     yield fn
     fn.pool.close()
@@ -152,24 +161,25 @@ PATHOLOGICAL = [
 
 
 @pytest.mark.slow
-def test_pathological_latex_is_bounded_per_item(math_reward):
+def test_pathological_latex_is_bounded_per_item(tight_math_reward):
     """Each item alone: a verdict (0.0) within the limit + kill margin, and the pool survives."""
     slowest = 0.0
     for text in PATHOLOGICAL:
         start = time.monotonic()
-        assert math_reward([text], solution=["1"]) in ([0.0], [1.0])
+        assert tight_math_reward([text], solution=["1"]) in ([0.0], [1.0])
         slowest = max(slowest, time.monotonic() - start)
-        assert time.monotonic() - start < LIMIT_S + GRACE_S + 1.0, text[:60]
-    assert math_reward([r"\boxed{1}"], solution=["1"]) == [1.0]
-    assert all(os.path.exists(f"/proc/{pid}") for pid in math_reward.pool.pids())
+        # limit + kill margin + start-up of the worker replacing one killed by the previous item
+        assert time.monotonic() - start < LIMIT_S + GRACE_S + 3.0, text[:60]
+    assert tight_math_reward([r"\boxed{1}"], solution=["1"]) == [1.0]
+    assert all(os.path.exists(f"/proc/{pid}") for pid in tight_math_reward.pool.pids())
 
 
 @pytest.mark.slow
-def test_pathological_items_do_not_stall_a_batch(math_reward):
+def test_pathological_items_do_not_stall_a_batch(tight_math_reward):
     """A batch of 32 normal items with 4 pathological ones costs about 4 limits / 2 workers."""
     texts = [r"\boxed{3}"] * 28 + PATHOLOGICAL[:2] + [r"\boxed{" + NESTED + "}", PATHOLOGICAL[0]]
     start = time.monotonic()
-    scores = math_reward(texts, solution=["3"] * len(texts))
+    scores = tight_math_reward(texts, solution=["3"] * len(texts))
     assert scores[:28] == [1.0] * 28 and scores[28:] == [0.0] * 4
     assert time.monotonic() - start < 4 * (LIMIT_S + GRACE_S) / 2 + 3.0
 

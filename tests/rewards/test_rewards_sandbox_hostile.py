@@ -17,7 +17,7 @@ import pytest
 
 import rewards
 from rewards import sandbox
-from rewards.sandbox_identity import MARKER, UID_BASE, UID_SLOTS, processes_of_uid
+from rewards.sandbox_identity import MARKER
 
 WALL_S = 2.0
 MARGIN_S = 2.0
@@ -40,13 +40,18 @@ def fenced(program: str) -> str:
 
 
 def leftovers() -> list[int]:
-    """Processes of any sandbox uid, or carrying any sandbox run marker."""
-    pids = [pid for uid in range(UID_BASE, UID_BASE + UID_SLOTS) for pid in processes_of_uid(uid)]
+    """Live processes started by this test process's sandboxes (other sessions may run their own).
+
+    Every sandboxed process carries the run marker, whose value starts with our pid; the
+    sandbox uids are not a reliable filter here because other test processes use them too.
+    """
+    needle = f"{MARKER}={os.getpid()}-".encode()
+    pids = []
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
                 with open(f"/proc/{entry.name}/environ", "rb") as f:
-                    if f"{MARKER}=".encode() in f.read():
+                    if needle in f.read():
                         pids.append(int(entry.name))
             except OSError:
                 continue
@@ -132,7 +137,37 @@ def _run_and_check(mode, completion, tests, entry_point, expected):
     assert scores == [expected]
     n_runs = len(tests) if isinstance(tests, list) else 1
     assert elapsed < n_runs * WALL_S + MARGIN_S
-    assert leftovers() == []
+    assert census(mode) == 0  # the next job in the same (reused) sandbox sees nothing of this one
+    sandbox.shutdown()
+    assert leftovers() == [], describe(leftovers())
+
+
+def describe(pids: list[int]) -> str:
+    out = []
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text().splitlines()[:9]
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:200]
+            out.append(f"{pid}: {cmd!r} {status}")
+        except OSError as err:
+            out.append(f"{pid}: {err}")
+    return "\n".join(out)
+
+
+CENSUS = (
+    "import os\nme = os.getpid()\n"
+    "print(sum(1 for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, me, os.getppid())))"
+)
+
+
+def census(mode: str) -> int:
+    """Processes a fresh job can see besides itself, its parent and the namespace's init (bwrap)."""
+    if mode != "bwrap":
+        return 0  # no pid namespace to look into; leftovers() checks the whole machine instead
+    result = sandbox.run(
+        {"kind": "stdio", "solution": CENSUS}, limits=sandbox.Limits(wall_s=WALL_S), mode=mode
+    )
+    return int(result.stdout)
 
 
 @pytest.mark.parametrize(
@@ -168,19 +203,26 @@ def test_no_network_even_to_localhost(mode):
     assert code_reward(mode)([fenced(program)], tests=[[{"input": "", "output": "blocked"}]]) == [1.0]
 
 
-def test_cannot_kill_parent_or_caller(mode):
+def test_cannot_kill_the_caller(mode):
     caller = os.getpid()
     program = (
-        "import os, signal\nresults = []\n"
-        f"for pid in (os.getppid(), {caller}):\n    try:\n        os.kill(pid, signal.SIGKILL)\n"
-        "        results.append('killed')\n    except OSError:\n        results.append('denied')\n"
-        "print(results[1])"
+        f"import os, signal\ntry:\n    os.kill({caller}, signal.SIGKILL)\n    print('killed')\n"
+        "except OSError:\n    print('denied')"
     )
     result = sandbox.run(
         {"kind": "stdio", "solution": program}, limits=sandbox.Limits(wall_s=WALL_S), mode=mode
     )
     assert result.stdout.strip() == b"denied"
-    assert os.getpid() == caller  # still here
+    assert os.getpid() == caller
+
+
+def test_killing_its_parent_fails_the_job_only(mode):
+    """The job's parent is the harness or the sandbox server: killing it costs the job, nothing else."""
+    program = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint(9)"
+    fn = code_reward(mode)
+    assert fn([fenced(program)], tests=[STDIO_ECHO]) == [0.0]
+    assert fn([fenced("print(int(input()) ** 2)")], tests=[STDIO_ECHO]) == [1.0]  # a fresh sandbox takes over
+    sandbox.shutdown()
     assert leftovers() == []
 
 

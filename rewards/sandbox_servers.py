@@ -1,0 +1,152 @@
+"""Long-lived bwrap sandboxes, each running ``_sandbox_server``, reused across test runs.
+
+A fresh sandbox per test run spends most of its time starting bwrap and Python; a server
+sandbox pays that once and then forks per job (see ``_sandbox_server`` for how jobs are
+kept apart). Each server holds its own unprivileged uid (when we are root) for its whole
+life, runs one job at a time, and is replaced after ``MAX_JOBS`` jobs, after any job it
+could not clean up after, and after any failure of the control channel. ``shutdown()``
+kills them all (also run at exit).
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import json
+import os
+import selectors
+import signal
+import struct
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from rewards import sandbox_identity as ident
+
+if TYPE_CHECKING:
+    from rewards.sandbox import Limits
+
+MAX_JOBS = 500
+CONTROL_MARGIN_S = 10.0  # beyond the job's wall limit, for the server's own clean-up
+
+
+class ServerGone(RuntimeError):
+    """The server sandbox died or stopped answering; its job counts as failed once started."""
+
+    def __init__(self, message: str, job_started: bool = True) -> None:
+        super().__init__(message)
+        self.job_started = job_started
+
+
+class _Server:
+    def __init__(self, python: str, tmpfs_mb: int) -> None:
+        from rewards.sandbox import _bwrap_prefix, _identity, shared_code_dir
+
+        self._uid_hold = ident.sandbox_uid()
+        self.uid = self._uid_hold.__enter__()
+        self.run_id = ident.new_run_id()
+        argv = [
+            *_bwrap_prefix(python, tmpfs_mb),
+            *("--ro-bind", shared_code_dir(), "/opt/gspo", "--setenv", ident.MARKER, self.run_id),
+            *("--", python, "-I", "-S", "/opt/gspo/_sandbox_server.py"),
+        ]
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd="/",
+            env={"PATH": "/usr/bin:/bin", ident.MARKER: self.run_id},
+            start_new_session=True,
+            **_identity(self.uid),
+        )
+        self.jobs = 0
+
+    def run(self, job: dict[str, Any], stdin: bytes, wall_s: float) -> dict[str, Any]:
+        payload = json.dumps({"job": job, "stdin": base64.b64encode(stdin).decode()}).encode()
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(struct.pack(">I", len(payload)) + payload)
+            self.proc.stdin.flush()
+        except OSError as err:
+            raise ServerGone(f"cannot send a job: {err}", job_started=False) from err
+        self.jobs += 1
+        deadline = time.monotonic() + wall_s + CONTROL_MARGIN_S
+        head = self._read(4, deadline)
+        return json.loads(self._read(struct.unpack(">I", head)[0], deadline))
+
+    def _read(self, n: int, deadline: float) -> bytes:
+        assert self.proc.stdout is not None
+        fd, data = self.proc.stdout.fileno(), b""
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while len(data) < n:
+                if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                    raise ServerGone("no answer within the wall limit plus margin")
+                chunk = os.read(fd, n - len(data))
+                if not chunk:
+                    raise ServerGone(f"sandbox exited (status {self.proc.poll()})")
+                data += chunk
+        return data
+
+    def close(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                pipe.close()
+        try:
+            if self.uid is None:
+                ident.kill_marked(self.run_id)
+        finally:
+            self._uid_hold.__exit__(None, None, None)
+
+
+_idle: dict[tuple[str, int], list[_Server]] = {}
+_lock = threading.Lock()
+_spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-spawner")
+
+
+def run(job: dict[str, Any], stdin: bytes, limits: Limits, python: str) -> dict[str, Any]:
+    """Run one job in an idle server sandbox (started if none), return the server's reply."""
+    key = (python, limits.tmpfs_mb)
+    config = {**job, "mode": "bwrap", "limits": asdict(limits)}
+    for attempt in (1, 2):
+        with _lock:
+            server = _idle.get(key, []).pop() if _idle.get(key) else None
+        if server is None:
+            # bwrap's --die-with-parent follows the *thread* that started it, so servers are
+            # started from one thread that lives as long as the process, not from the caller's.
+            server = _spawner.submit(_Server, python, limits.tmpfs_mb).result()
+        try:
+            reply = server.run(config, stdin, limits.wall_s)
+            break
+        except ServerGone as err:
+            server.close()
+            if attempt == 2 or err.job_started:
+                raise
+        except ValueError:
+            server.close()
+            raise
+    if server.jobs >= MAX_JOBS or not reply.get("clean") or server.proc.poll() is not None:
+        server.close()
+    else:
+        with _lock:
+            _idle.setdefault(key, []).append(server)
+    return reply
+
+
+def shutdown() -> None:
+    """Kill every idle server sandbox (and everything of its uid)."""
+    with _lock:
+        servers = [s for group in _idle.values() for s in group]
+        _idle.clear()
+    for server in servers:
+        server.close()
+
+
+atexit.register(shutdown)
