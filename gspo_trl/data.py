@@ -76,6 +76,9 @@ def _load_split(config: DataConfig, split: str) -> Dataset:
             builder = LOCAL_BUILDERS.get(local.suffix.lower())
             if builder is None:
                 raise DataError(f"data.path: {local} is not one of {sorted(LOCAL_BUILDERS)}")
+            with local.open("rb") as file:
+                if not file.read(4096).strip():  # datasets fails obscurely on an empty file
+                    raise DataError(f"data.path: {local} is empty (no rows)")
             return load_dataset(builder, data_files={split: str(local)}, split=split)
         if local.is_dir():
             if (local / "dataset_info.json").exists() or (local / "dataset_dict.json").exists():

@@ -93,6 +93,10 @@ def heldout_score(
 class HeldoutCallback(TrainerCallback):
     """Logs `heldout/score` at the start, every `every_steps` optimizer steps, and at the end.
 
+    With `ks` (e.g. (1, 8)) it also samples `num_samples` completions per row at
+    `sample_temperature` and logs the unbiased `heldout/pass@k` (gspo_trl.evaluate, the same
+    code as `gspo-trl eval`), a sample passing when its grade >= `pass_threshold`.
+
     It logs through `transformers.Trainer.log` directly, so the entries reach `report_to`
     integrations and `trainer_state.json` without flushing GRPOTrainer's running averages.
     """
@@ -106,10 +110,16 @@ class HeldoutCallback(TrainerCallback):
         max_rows: int,
         temperature: float,
         max_new_tokens: int,
+        ks: Sequence[int] = (),
+        num_samples: int | None = None,
+        sample_temperature: float = 1.0,
+        pass_threshold: float = 1.0,
     ) -> None:
         self.trainer, self.dataset, self.grader = trainer, dataset, grader
         self.every_steps, self.max_rows, self.temperature = every_steps, max_rows, temperature
         self.max_new_tokens = max_new_tokens
+        self.ks, self.num_samples, self.pass_threshold = tuple(ks), num_samples, pass_threshold
+        self.sample_temperature = sample_temperature
         self.history: list[tuple[int, float]] = []
 
     def _evaluate(self, step: int) -> None:
@@ -127,7 +137,31 @@ class HeldoutCallback(TrainerCallback):
         logger.info(
             "held-out score at step %d: %.4f (judged %.0f%%)", step, result["score"], 100 * result["judged"]
         )
-        Trainer.log(self.trainer, {"heldout/score": result["score"], "heldout/judged": result["judged"]})
+        logs = {"heldout/score": result["score"], "heldout/judged": result["judged"]}
+        if self.ks:
+            logs.update(self._pass_at_k(model))
+        Trainer.log(self.trainer, logs)
+
+    def _pass_at_k(self, model: Any) -> dict[str, float]:
+        from gspo_trl.evaluate import evaluate_policy
+
+        rows = self.dataset.select(range(min(self.max_rows, len(self.dataset))))
+        tokenizer = self.trainer.processing_class
+
+        def generate(prompts: Sequence[Any], n: int, temperature: float) -> list[list[str]]:
+            return generate_completions(model, tokenizer, prompts, self.max_new_tokens, temperature, n)
+
+        sampled = evaluate_policy(
+            generate,
+            rows,
+            self.grader,
+            self.ks,
+            self.num_samples or max(self.ks),
+            self.sample_temperature,
+            self.pass_threshold,
+            greedy=False,
+        )["sampled"]
+        return {f"heldout/{key}": value for key, value in sampled.items() if key.startswith("pass@")}
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._evaluate(state.global_step)

