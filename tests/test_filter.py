@@ -1,0 +1,161 @@
+"""`gspo-trl filter`: pass rates agree with an independent recount, the kept rows are exactly
+those in range, resuming reproduces an uninterrupted run, and bad input is a named error."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from datasets import Dataset
+
+from gspo_trl.filter import main as filter_main
+from gspo_trl.filter import parse_args, write_rows
+from gspo_trl.synthetic import digit_reversal_reward, make_rl_rows
+from tests._gspo_helpers import tiny_model_dir
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ODD_LENGTH = '''
+def odd_length(completions, **_):
+    """1.0 for odd-length text: on an untrained model's output, about half the samples pass."""
+    return [float(len(c) % 2) for c in completions]
+'''
+REVERSAL = "gspo_trl.synthetic:digit_reversal_reward"
+ROWS, G, CHUNK = 10, 4, 4
+LOW, HIGH, THRESHOLD = 0.25, 0.75, 0.5
+
+
+def _recipe(root: Path, model: str, data: str = "synthetic:reversal", extra: str = "") -> Path:
+    """Two rewards, so the default grade is their weighted sum: 0.5 x odd_length + 1 x digit reversal."""
+    (root / "odd.py").write_text(ODD_LENGTH)
+    path = root / "recipe.yaml"
+    path.write_text(
+        f"model: {{name_or_path: {model}}}\n"
+        f"data: {{path: {data}, num_rows: {ROWS}, solution_column: solution}}\n"
+        f"rewards: [{{name: {root}/odd.py:odd_length, weight: 0.5}}, {REVERSAL}]\n"
+        f"num_generations: {G}\nmax_completion_length: 6\noutput_dir: {root}/run\n{extra}"
+    )
+    return path
+
+
+def _filter(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = filter_main(args)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def filtered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("filter")
+    recipe = _recipe(root, str(tiny_model_dir(root)))
+    output = root / "out" / "kept.jsonl"
+    args = [str(recipe), "--min", str(LOW), "--max", str(HIGH), "--pass-threshold", str(THRESHOLD)]
+    args += ["--chunk-size", str(CHUNK), "--output", str(output)]
+    assert filter_main(args) == 0
+    return {"root": root, "recipe": recipe, "output": output, "args": args}
+
+
+def _chunks(output: Path) -> list[dict[str, Any]]:
+    work = output.with_name(output.name + ".work")
+    return [
+        json.loads(line)
+        for path in sorted(work.glob("chunk-*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+
+
+def test_pass_rates_agree_with_an_independent_recount(filtered: dict[str, Any]) -> None:
+    records = _chunks(filtered["output"])
+    source = make_rl_rows(ROWS, 0)  # the synthetic task's rows for seed 0, as the recipe loads them
+    assert [r["index"] for r in records] == list(range(ROWS))
+    recount = []
+    for record, row in zip(records, source, strict=True):
+        assert len(record["completions"]) == G
+        odd = [float(len(c) % 2) for c in record["completions"]]
+        reversal = digit_reversal_reward(record["completions"], [row["solution"]] * G)
+        scores = [0.5 * a + b for a, b in zip(odd, reversal, strict=True)]
+        recount.append(sum(score >= THRESHOLD for score in scores) / G)
+    assert [r["pass_rate"] for r in records] == recount
+    assert len(set(recount)) > 1, "all prompts scored alike: the recount would prove little"
+
+    kept = [json.loads(line) for line in filtered["output"].read_text().splitlines()]
+    expected = [
+        dict(row, pass_rate=rate) for row, rate in zip(source, recount, strict=True) if LOW <= rate <= HIGH
+    ]
+    assert kept == expected  # source columns as read, in order, plus pass_rate
+    assert 0 < len(kept) < ROWS, "the range should keep some rows and drop others here"
+
+    summary = json.loads(filtered["output"].with_suffix(".summary.json").read_text())
+    assert summary["kept"] == len(kept) and summary["rows"] == ROWS
+    for c in range(G + 1):
+        line = next(ln for ln in summary["histogram"].splitlines() if ln.strip().startswith(f"{c / G:.3f}"))
+        assert int(line.split()[1]) == sum(rate == c / G for rate in recount)
+    png = Path(summary["histogram_png"]).read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_resume_skips_finished_chunks_and_reproduces_the_output(
+    filtered: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    output: Path = filtered["output"]
+    work = output.with_name(output.name + ".work")
+    before = {p.name: p.read_text() for p in work.glob("chunk-*.jsonl")}
+    kept_before = output.read_text()
+    first_mtime = (work / "chunk-00000.jsonl").stat().st_mtime_ns
+    (work / "chunk-00001.jsonl").unlink()  # as if interrupted during the second chunk
+
+    code, _, err = _filter([*filtered["args"], "--resume"], capsys)
+    assert code == 0, err
+    assert (work / "chunk-00000.jsonl").stat().st_mtime_ns == first_mtime  # not sampled again
+    assert {p.name: p.read_text() for p in work.glob("chunk-*.jsonl")} == before
+    assert output.read_text() == kept_before
+
+    code, _, err = _filter([*filtered["args"], "--resume", "--num-samples", "2"], capsys)
+    assert code == 2 and "different num_samples" in err.strip().splitlines()[-1]
+
+
+def test_parquet_output_keeps_rows_in_range(tmp_path: Path) -> None:
+    raw = Dataset.from_list([{"prompt": f"p{i}", "pass_rate": -1.0} for i in range(5)])
+    args, _ = parse_args(["r.yaml", "--min", "0.2", "--max", "0.6", "--output", str(tmp_path / "k.parquet")])
+    write_rows(raw, [0.0, 0.2, 0.4, 0.6, 0.8], args)
+    kept = Dataset.from_parquet(str(tmp_path / "k.parquet"))
+    assert kept["prompt"] == ["p1", "p2", "p3"] and kept["pass_rate"] == [0.2, 0.4, 0.6]
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("missing_column", r"needs dataset column\(s\) \['solution'\]"),
+        ("empty", r"empty\.jsonl is empty"),
+        ("no_model", r"model '/nonexistent/tiny-model': no such directory"),
+        ("push_offline", r"--push-to-hub 'me/filtered': HF_HUB_OFFLINE"),
+        ("bad_range", r"--min 0\.9 / --max 0\.1"),
+        ("bad_suffix", r"--output .*kept\.txt.*\.jsonl or \.parquet"),
+    ],
+)
+def test_bad_input_is_a_one_line_error_naming_it(
+    case: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "no_solution.jsonl").write_text(json.dumps({"prompt": "reverse 123"}) + "\n")
+    (tmp_path / "empty.jsonl").write_text("")
+    model, data, options = "/nonexistent/tiny-model", "synthetic:reversal", []
+    if case == "missing_column":
+        data = str(tmp_path / "no_solution.jsonl")
+    elif case == "empty":
+        data = str(tmp_path / "empty.jsonl")
+    elif case == "push_offline":
+        options = ["--push-to-hub", "me/filtered"]
+    elif case == "bad_range":
+        options = ["--min", "0.9", "--max", "0.1"]
+    elif case == "bad_suffix":
+        options = ["--output", str(tmp_path / "kept.txt")]
+    recipe = _recipe(tmp_path, model, data)
+    code, _, err = _filter([str(recipe), "--output", str(tmp_path / "kept.jsonl"), *options], capsys)
+    last = err.strip().splitlines()[-1]
+    assert code == 2 and last.startswith("error: ") and "Traceback" not in err
+    assert re.search(message, last), err
