@@ -129,3 +129,10 @@ def test_preset_errors_name_the_problem(config: DataConfig, message: str, tmp_pa
     config.path = config.path.replace("{file}", str(_write_jsonl(tmp_path / "d.jsonl", [{"text": "hi"}])))
     with pytest.raises(DataError, match=message):
         load_data(config)
+
+
+def test_docs_list_every_preset() -> None:
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "data.md").read_text(encoding="utf-8")
+    for name, preset in PRESETS.items():
+        assert f"| `{name}` | " in docs, name
+        assert preset.config["path"] in docs or name == "humaneval", name
