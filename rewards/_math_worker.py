@@ -20,6 +20,7 @@ from rewards.worker_pool import serve
 LIMIT_S = float(os.environ.get("WORKER_ITEM_LIMIT_S", "5"))
 MEMORY_BYTES = int(os.environ.get("WORKER_MEMORY_MB", "4096")) << 20
 _GOLD_CACHE: dict[str, list[Any]] = {}
+_VERDICT_CACHE: dict[tuple[str, bool, str], dict[str, Any]] = {}
 
 
 class ItemTimeout(BaseException):
@@ -53,23 +54,35 @@ def handle_head(gold: str) -> tuple[Any, Any]:
         if len(_GOLD_CACHE) > 4096:
             _GOLD_CACHE.clear()
         _GOLD_CACHE[gold] = parsed
-    return parsed, {"ok": bool(parsed), "parsed": _show(parsed), "fresh": fresh, "error": error}
+    return (gold, parsed), {"ok": bool(parsed), "parsed": _show(parsed), "fresh": fresh, "error": error}
 
 
-def handle_item(gold: list[Any], text: str) -> Any:
-    from rewards.math_answers import is_correct, parse_answer
+def handle_item(head: tuple[str, list[Any]], item: tuple[str, bool]) -> Any:
+    """Verdict for one completion. The completions of a GRPO group often end in the same
+    boxed answer; a verdict is computed once per (gold, boxed answer) and then reused."""
+    from rewards.math_answers import is_correct, last_boxed, parse_answer
 
+    (gold_text, gold), (text, strict_latex) = head, item
     if not gold:
         return {"score": None, "answer": ""}
+    boxed = last_boxed(text)
+    key = (gold_text, strict_latex, boxed) if boxed is not None else None
+    if key in _VERDICT_CACHE:
+        return _VERDICT_CACHE[key]
 
     def judge() -> tuple[bool, list[Any]]:
-        answer = parse_answer(text)
+        answer = parse_answer(text, strict_latex)
         return is_correct(gold, answer), answer
 
     result, error = _limited(judge)
     if result is None:
-        return {"score": 0.0, "answer": f"[{error}]"}
-    return {"score": float(result[0]), "answer": _show(result[1])}
+        return {"score": 0.0, "answer": f"[{error}]"}  # not cached: a timeout may be load, not the answer
+    reply = {"score": float(result[0]), "answer": _show(result[1])}
+    if key is not None:
+        if len(_VERDICT_CACHE) > 65536:
+            _VERDICT_CACHE.clear()
+        _VERDICT_CACHE[key] = reply
+    return reply
 
 
 def _show(parsed: list[Any] | None) -> str:

@@ -1,14 +1,18 @@
 """Parsing gold answers and completions for the ``math`` reward (runs inside its workers).
 
-Two choices differ from TRL's ``accuracy_reward``, both on purpose:
+Three choices differ from TRL's ``accuracy_reward``, all on purpose:
 
 * Gold answers as datasets store them (``x^2+2x+1``, ``(1,3]``, ``2\\sqrt{3}``) carry no
   ``$...$``, and math-verify's default extraction then finds nothing (TRL returns None) or
   a fragment (``2\\sqrt{3}`` parses as ``2``). A gold without any LaTeX delimiter is
   therefore wrapped in ``$...$`` first; golds that have delimiters parse exactly as in TRL.
 * A completion's answer is its *last* ``\\boxed{...}``, the model's final word; without a
-  box the whole text goes through math-verify with TRL's settings (boxed first, then
-  other LaTeX anchors), so single-box completions get TRL's verdict.
+  box the whole text goes through math-verify with TRL's extraction order (boxed first,
+  then other LaTeX anchors).
+* Answers get math-verify's full LaTeX normalisation, so valid TeX shorthand such as
+  ``\\frac13`` or ``2\\sqrt3`` parses; TRL's settings leave it unparsed and score it wrong.
+  ``strict_latex=True`` restores TRL's reading exactly (the benchmark checks that it gives
+  TRL's verdicts item for item).
 
 Time limits are not math-verify's SIGALRM (which raises outside the main thread) but
 the worker's own interval timer plus a hard kill by the parent pool.
@@ -22,13 +26,17 @@ from typing import Any
 from latex2sympy2_extended import NormalizationConfig
 from math_verify import LatexExtractionConfig, parse, verify
 
-ANSWER_CONFIG = [
+# TRL's accuracy_reward settings: LaTeX shorthand such as \frac13 or 2\sqrt3 (valid TeX) is
+# left unnormalised and so fails to parse. Used with strict_latex=True.
+STRICT_ANSWER_CONFIG = [
     LatexExtractionConfig(
         normalization_config=NormalizationConfig(units=True),
         boxed_match_priority=0,
         try_extract_without_anchor=False,
     )
 ]
+# math-verify's default normalisation (shorthand, units, \text, ...), same extraction order.
+ANSWER_CONFIG = [LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=False)]
 _DELIMITER = re.compile(r"(?<!\\)\$|\\\(|\\\[|\\boxed")  # an unescaped $, \( \[ or \boxed
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 
@@ -72,11 +80,12 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-def parse_answer(text: str) -> list[Any]:
+def parse_answer(text: str, strict_latex: bool = False) -> list[Any]:
     """math-verify's parse of a completion's final answer ([] when there is none)."""
     boxed = last_boxed(text)
     target = f"\\boxed{{{boxed}}}" if boxed is not None else text
-    return parse(target, extraction_config=ANSWER_CONFIG, extraction_mode="first_match", parsing_timeout=None)
+    config = STRICT_ANSWER_CONFIG if strict_latex else ANSWER_CONFIG
+    return parse(target, extraction_config=config, extraction_mode="first_match", parsing_timeout=None)
 
 
 def is_correct(gold: list[Any], answer: list[Any]) -> bool:

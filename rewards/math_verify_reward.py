@@ -37,19 +37,24 @@ def usable_cores() -> int:
     summary="1.0 if the last \\boxed{} answer equals the gold `solution` (math-verify); None if no gold",
 )
 class MathReward:
-    """See the module docstring. ``workers=0`` means one worker per usable core."""
+    """See the module docstring. ``workers=0`` means one worker per usable core.
+
+    ``strict_latex=True`` reads answers exactly as TRL's ``accuracy_reward`` does, which
+    rejects valid TeX shorthand (``\\frac13``, ``2\\sqrt3``); the default accepts it.
+    """
 
     # One pool per (time limit, size) per process, shared by every math-based reward
     # (``math`` and ``cosine`` in one recipe would otherwise start two pools on the same cores).
     _pools: ClassVar[dict[tuple[float, int], WorkerPool]] = {}
     _pools_lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, timeout: float = 5.0, workers: int = 0) -> None:
+    def __init__(self, timeout: float = 5.0, workers: int = 0, strict_latex: bool = False) -> None:
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         if workers < 0:
             raise ValueError(f"workers must be >= 0 (0 = one per core), got {workers}")
         self.timeout, self.workers = float(timeout), workers or usable_cores()
+        self.strict_latex = strict_latex
         self.gold_parses = 0  # gold answers actually parsed (not cache hits): one per prompt
         self.__name__ = "math"
 
@@ -84,8 +89,8 @@ class MathReward:
         rows_by_gold: dict[str, list[int]] = defaultdict(list)
         for row, gold in enumerate(solutions):
             rows_by_gold[gold].append(row)
-        groups = _split(list(rows_by_gold.values()), self.workers)
-        chunks = [Chunk(solutions[rows[0]], [texts[r] for r in rows]) for rows in groups]
+        groups = list(rows_by_gold.values())
+        chunks = [Chunk(solutions[rows[0]], [(texts[r], self.strict_latex) for r in rows]) for rows in groups]
         self.pool.run(chunks)
         scores: list[float | None] = [None] * len(texts)
         answers, golds = [""] * len(texts), [""] * len(texts)
@@ -101,7 +106,7 @@ class MathReward:
                 log.warning("math: gold answer of row %d, %r, %s; its %d completion(s) score None",
                             rows[0], chunk.head[:200], why, len(rows))  # fmt: skip
                 continue
-            self.gold_parses += int(head["fresh"])
+            self.gold_parses += sum(int(r != TIMED_OUT and r["fresh"]) for r in chunk.head_replies)
             for row, reply in zip(rows, chunk.item_replies, strict=True):
                 golds[row] = head["parsed"]
                 if reply == TIMED_OUT:
@@ -114,14 +119,3 @@ class MathReward:
                 "math: completion(s) of row(s) %s ran past %.1fs and score 0.0", timed_out, self.timeout
             )
         return scores, answers, golds
-
-
-def _split(groups: list[list[int]], workers: int) -> list[list[int]]:
-    """Split the biggest groups until every worker has one: a lone prompt still uses all cores."""
-    groups = sorted(groups, key=len, reverse=True)
-    while len(groups) < workers and len(groups[0]) > 1:
-        big = groups.pop(0)
-        half = len(big) // 2
-        groups += [big[:half], big[half:]]
-        groups.sort(key=len, reverse=True)
-    return groups

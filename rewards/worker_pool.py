@@ -4,13 +4,18 @@ Why not ``multiprocessing.Pool`` or ``concurrent.futures``: neither can stop one
 that is stuck inside C code (a sympy power tower, a regex on 100 KB of braces) without
 losing the whole pool, and both fork or re-import ``__main__`` in ways that do not mix
 with a trainer's threads. Here each worker is a plain ``python -m <module>`` child
-speaking JSON lines; the parent watches the time each item takes, SIGKILLs a worker that
-overruns, records the item as timed out and hands the rest of its chunk to a fresh
-worker. Work comes in *chunks*: a ``head`` processed once (e.g. a gold answer) and the
-``items`` that share it (the completions of one prompt), so a head is parsed once per
-chunk, not once per item.
+speaking JSON lines; the parent watches the time each request takes, SIGKILLs a worker
+that overruns, records the item as timed out and starts a replacement.
 
-The worker side is :func:`serve`, given a ``handle_head(head) -> (state, reply)`` and a
+Work comes in *chunks*: a ``head`` (e.g. a gold answer) and the ``items`` that share it
+(the completions of one prompt). A worker processes a chunk's head once and keeps the
+result, then takes that chunk's items one by one; an idle worker prefers a chunk nobody
+works on, and only when none is left helps with (and re-processes the head of) a busy
+one. So a head is processed once per prompt in the usual case (more prompts than
+workers), and never more than once per worker, while one slow item cannot hold back the
+rest of its chunk.
+
+The worker side is :func:`serve`, given ``handle_head(head) -> (state, reply)`` and
 ``handle_item(state, item) -> reply``.
 """
 
@@ -34,6 +39,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+STEAL_MIN_ITEMS = 4
 TIMED_OUT = "__timed_out__"
 """Reply recorded for a head or item whose worker overran its limit (or died on it)."""
 
@@ -42,16 +48,10 @@ TIMED_OUT = "__timed_out__"
 class Chunk:
     head: Any
     items: list[Any]
-    head_reply: Any = None
+    head_reply: Any = None  # the first reply for the head (or TIMED_OUT)
+    head_replies: list[Any] = field(default_factory=list)  # every processing of the head
     item_replies: list[Any] = field(default_factory=list)
-
-
-@dataclass
-class _Job:
-    chunk: Chunk
-    start: int  # index in chunk.items of this job's first item
-    head_done: bool = False
-    done: int = 0
+    todo: deque[int] = field(default_factory=deque)
 
 
 class _Worker:
@@ -66,8 +66,9 @@ class _Worker:
         )
         self.buffer = b""
         self.ready = False  # set by the worker's first line, once its imports are done
-        self.job: _Job | None = None
-        self.since = time.monotonic()  # start of the current head or item (or of the worker)
+        self.chunk: Chunk | None = None  # whose head this worker holds
+        self.task: tuple[Chunk, int | None] | None = None  # (chunk, item index or None for the head)
+        self.since = time.monotonic()  # start of the current request (or of the worker)
 
     def send(self, message: dict[str, Any]) -> None:
         assert self.proc.stdin is not None
@@ -87,8 +88,8 @@ class _Worker:
 class WorkerPool:
     """``size`` workers running ``python -m module``; see the module docstring.
 
-    An item's clock starts when a ready worker receives it (worker start-up, imports
-    included, is not charged to any item); a worker that does not get ready within
+    A request's clock starts when a ready worker receives it (worker start-up, imports
+    included, is charged to no item); a worker that does not get ready within
     ``startup_limit_s`` or dies while starting is an error, not a timeout.
     """
 
@@ -110,14 +111,21 @@ class WorkerPool:
         atexit.register(_kill_all, self._workers)
 
     def run(self, chunks: list[Chunk]) -> list[Chunk]:
-        """Fill ``head_reply`` and ``item_replies`` of every chunk (TIMED_OUT where a worker overran)."""
+        """Fill the replies of every chunk (TIMED_OUT where a worker overran or died)."""
         with self._lock:
             for c in chunks:
-                c.head_reply, c.item_replies = None, [None] * len(c.items)
-            queue = deque(_Job(c, 0) for c in chunks if c.items)
-            if queue:
-                self._drain(queue)
+                c.head_reply, c.head_replies = None, []
+                c.item_replies, c.todo = [None] * len(c.items), deque(range(len(c.items)))
+            if any(c.items for c in chunks):
+                self._drain([c for c in chunks if c.items])
             return chunks
+
+    def start(self) -> None:
+        """Start every worker now (a training run calls this once, before its first batch)."""
+        with self._lock:
+            while len(self._workers) < self.size:
+                self._workers.append(_Worker(self.module, self._env))
+            self._drain([])
 
     def pids(self) -> list[int]:
         """Process ids of the live workers (tests check that none outlives the pool)."""
@@ -127,85 +135,103 @@ class WorkerPool:
         with self._lock:
             _kill_all(self._workers)
 
-    def _drain(self, queue: deque[_Job]) -> None:
-        while len(self._workers) < min(self.size, len(queue)):
+    def _drain(self, chunks: list[Chunk]) -> None:
+        while len(self._workers) < min(self.size, sum(len(c.items) for c in chunks)):
             self._workers.append(_Worker(self.module, self._env))
         with selectors.DefaultSelector() as sel:
             for w in self._workers:
                 sel.register(w.proc.stdout, selectors.EVENT_READ, w)
-            while queue or any(w.job for w in self._workers):
+            while any(c.todo for c in chunks) or any(w.task for w in self._workers) or not chunks:
                 for w in self._workers:
-                    if w.ready and w.job is None and queue:
-                        self._start(w, queue.popleft(), sel, queue)
+                    if w.ready and w.task is None:
+                        self._assign(w, chunks, sel)
+                if not chunks and all(w.ready for w in self._workers):
+                    return
                 for key, _ in sel.select(timeout=max(0.0, self._next_deadline() - time.monotonic())):
-                    self._read(key.data, sel, queue)
+                    self._read(key.data, sel)
                 now = time.monotonic()
                 for w in list(self._workers):
                     if not w.ready and now - w.since > self.startup_limit_s:
                         raise RuntimeError(
                             f"{self.module} worker not ready after {self.startup_limit_s:.0f}s"
                         )
-                    if w.job is not None and now - w.since > self.item_limit_s + self.grace_s:
+                    if w.task is not None and now - w.since > self.item_limit_s + self.grace_s:
                         log.warning(
                             "worker %s overran %.1fs on one item; killing it", w.proc.pid, self.item_limit_s
                         )
-                        self._fail(w, sel, queue)
+                        self._fail(w, sel)
 
     def _next_deadline(self) -> float:
-        deadlines = [w.since + self.item_limit_s + self.grace_s for w in self._workers if w.job is not None]
+        deadlines = [w.since + self.item_limit_s + self.grace_s for w in self._workers if w.task is not None]
         deadlines += [w.since + self.startup_limit_s for w in self._workers if not w.ready]
         return min(deadlines, default=time.monotonic() + 1.0)
 
-    def _start(self, w: _Worker, job: _Job, sel: selectors.BaseSelector, queue: deque) -> None:
-        chunk = job.chunk
-        try:
-            w.send({"head": chunk.head, "items": chunk.items[job.start :]})
-        except (BrokenPipeError, OSError):
-            self._replace(w, sel)
-            queue.appendleft(job)
+    def _assign(self, w: _Worker, chunks: list[Chunk], sel: selectors.BaseSelector) -> None:
+        if w.chunk is not None and w.chunk.todo and w.chunk.head_reply != TIMED_OUT:
+            chunk, index = w.chunk, w.chunk.todo.popleft()
+            self._send(w, {"item": chunk.items[index]}, (chunk, index), sel)
             return
-        w.job, w.since = job, time.monotonic()
+        held = {id(other.chunk) for other in self._workers if other is not w}
+        unowned = [c for c in chunks if c.todo and id(c) not in held]
+        # Helping with a chunk another worker holds costs one more head; worth it for a long tail only.
+        shared = [c for c in chunks if len(c.todo) >= STEAL_MIN_ITEMS]
+        if not unowned and not shared:
+            return
+        chunk = max(unowned or shared, key=lambda c: len(c.todo))
+        w.chunk = chunk  # claimed now, so no other idle worker picks the same chunk meanwhile
+        self._send(w, {"head": chunk.head}, (chunk, None), sel)
 
-    def _read(self, w: _Worker, sel: selectors.BaseSelector, queue: deque) -> None:
+    def _send(self, w: _Worker, message: dict[str, Any], task: tuple[Chunk, int | None], sel) -> None:
+        try:
+            w.send(message)
+        except OSError:
+            chunk, index = task
+            if index is not None:
+                chunk.todo.appendleft(index)
+            w.chunk = None
+            self._replace(w, sel)
+            return
+        w.task, w.since = task, time.monotonic()
+
+    def _read(self, w: _Worker, sel: selectors.BaseSelector) -> None:
         data = os.read(w.proc.stdout.fileno(), 1 << 16)
         if not data:
             if not w.ready:
                 raise RuntimeError(f"{self.module} worker exited while starting (status {w.proc.wait()})")
-            log.warning("worker %s exited (status %s) in the middle of a chunk", w.proc.pid, w.proc.poll())
-            self._fail(w, sel, queue)
+            log.warning("worker %s exited (status %s) in the middle of a request", w.proc.pid, w.proc.poll())
+            self._fail(w, sel)
             return
         w.buffer += data
         *lines, w.buffer = w.buffer.split(b"\n")
         for line in lines:
             reply = json.loads(line)
-            job = w.job
             w.since = time.monotonic()
             if not w.ready:
                 w.ready = True
                 continue
-            assert job is not None, "reply from an idle worker"
-            if not job.head_done:
-                job.head_done, job.chunk.head_reply = True, reply
+            assert w.task is not None, "reply from an idle worker"
+            chunk, index = w.task
+            w.task = None
+            if index is None:
+                chunk.head_replies.append(reply)
+                if chunk.head_reply is None:
+                    chunk.head_reply = reply
+                w.chunk = chunk
             else:
-                job.chunk.item_replies[job.start + job.done] = reply
-                job.done += 1
-            if job.start + job.done == len(job.chunk.items):
-                w.job = None
+                chunk.item_replies[index] = reply
 
-    def _fail(self, w: _Worker, sel: selectors.BaseSelector, queue: deque) -> None:
-        """Record the current head or item as TIMED_OUT and requeue the rest of the chunk."""
-        job = w.job
+    def _fail(self, w: _Worker, sel: selectors.BaseSelector) -> None:
+        """Record the current head (its whole chunk) or item as TIMED_OUT and replace the worker."""
+        task = w.task
         self._replace(w, sel)
-        if job is None:
+        if task is None:
             return
-        chunk = job.chunk
-        if not job.head_done:
+        chunk, index = task
+        if index is None:
             chunk.head_reply = TIMED_OUT
-            return
-        failed = job.start + job.done
-        chunk.item_replies[failed] = TIMED_OUT
-        if failed + 1 < len(chunk.items):
-            queue.append(_Job(chunk, failed + 1))
+            chunk.todo.clear()
+        else:
+            chunk.item_replies[index] = TIMED_OUT
 
     def _replace(self, w: _Worker, sel: selectors.BaseSelector) -> None:
         sel.unregister(w.proc.stdout)
@@ -223,7 +249,7 @@ def _kill_all(workers: list[_Worker]) -> None:
 
 
 def serve(handle_head: Callable[[Any], tuple[Any, Any]], handle_item: Callable[[Any, Any], Any]) -> None:
-    """Worker main loop: one JSON request per stdin line, one JSON reply per head and per item.
+    """Worker main loop: one JSON request per stdin line (``head`` or ``item``), one reply each.
 
     The worker exits when its parent does (EOF on stdin), and its stdout is kept for
     replies only: stray prints go to stderr.
@@ -232,9 +258,11 @@ def serve(handle_head: Callable[[Any], tuple[Any, Any]], handle_item: Callable[[
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     out.write(json.dumps({"ready": True}) + "\n")
+    state = None
     for line in sys.stdin:
         request = json.loads(line)
-        state, reply = handle_head(request["head"])
+        if "head" in request:
+            state, reply = handle_head(request["head"])
+        else:
+            reply = handle_item(state, request["item"])
         out.write(json.dumps(reply) + "\n")
-        for item in request["items"]:
-            out.write(json.dumps(handle_item(state, item)) + "\n")

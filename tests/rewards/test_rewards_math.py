@@ -48,6 +48,8 @@ VERDICTS = [
     (r"\boxed{2\sqrt{3}}", r"2\sqrt{3}", 1.0),
     (r"\boxed{2}", r"2\sqrt{3}", 0.0),  # TRL's default gold parse reads this gold as 2
     (r"\boxed{\sqrt{12}}", r"2\sqrt 3", 1.0),
+    (r"\boxed{\frac13}", r"\frac{1}{3}", 1.0),  # valid TeX shorthand (TRL's settings reject it)
+    (r"\boxed{2\sqrt3}", r"2\sqrt{3}", 1.0),
     (r"\boxed{\dfrac{\pi}{2}}", r"\pi/2", 1.0),
     (r"\boxed{(2,-3)}", "(2, -3)", 1.0),
     (r"\boxed{\begin{pmatrix}1\\2\end{pmatrix}}", r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}", 1.0),
@@ -81,6 +83,34 @@ def test_verdict_table_plain_and_chat(math_reward):
     assert math_reward([chat(t) for t in texts], solution=golds) == expected
 
 
+def test_strict_latex_reads_answers_as_trl_does():
+    from trl.rewards import accuracy_reward
+
+    texts = [r"\boxed{\frac13}", r"\boxed{2\sqrt3}", r"\boxed{\frac{1}{3}}", r"\boxed{\frac{1}{2}}", "none"]
+    golds = [r"$\frac{1}{3}$", r"$2\sqrt{3}$", r"$\frac{1}{3}$", r"$\frac{1}{3}$", "$3$"]
+    strict = rewards.get("math", strict_latex=True, timeout=20.0, workers=2)
+    try:
+        expected = accuracy_reward([[{"content": t}] for t in texts], golds)
+        assert expected == [0.0, 0.0, 1.0, 0.0, 0.0]
+        assert strict(texts, solution=golds) == expected
+        assert rewards.get("math", timeout=20.0, workers=2)(texts, solution=golds) == [
+            1.0,
+            1.0,
+            1.0,
+            0.0,
+            0.0,
+        ]
+    finally:
+        strict.pool.close()
+
+
+def test_repeated_answers_reuse_one_verdict_and_stay_correct(math_reward):
+    """Within a group many completions end in the same box; cached verdicts must not leak across golds."""
+    texts = [r"so \boxed{4}", r"thus \boxed{4}", r"\boxed{4}", r"\boxed{5}"] * 2
+    golds = ["4"] * 4 + ["5"] * 4
+    assert math_reward(texts, solution=golds) == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+
+
 def test_unparseable_gold_logs_one_line_naming_the_row(math_reward, caplog):
     with caplog.at_level(logging.WARNING, logger="rewards.math_verify_reward"):
         scores = math_reward(
@@ -96,9 +126,10 @@ def test_gold_is_parsed_once_per_prompt():
     try:
         golds = [g for g in ("7", "x+1", r"\frac{2}{3}", "(1,2)") for _ in range(8)]
         assert fn([r"\boxed{7}"] * len(golds), solution=golds) == [1.0] * 8 + [0.0] * 24
-        assert fn.gold_parses == 4  # not 32: one per distinct gold
+        # not 32: one per distinct gold, plus at most one per worker that helps with a long tail
+        assert 4 <= fn.gold_parses <= 4 + 2
         fn([r"\boxed{1}"] * 16, solution=["1"] * 16)  # one prompt split across both workers
-        assert fn.gold_parses <= 4 + 2
+        assert fn.gold_parses <= 6 + 2
     finally:
         fn.pool.close()
 
