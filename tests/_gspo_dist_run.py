@@ -1,0 +1,129 @@
+"""A GSPOTrainer run whose global batches do not depend on the number of processes.
+
+Launched by tests/test_diagnostics_distributed.py twice - once with 2 gloo processes
+(per-device batch 4) and once in 1 process (per-device batch 8) - to check that the gathered
+gspo/* statistics are the same. Two things normally differ between the layouts and are
+pinned here, without touching the loss:
+- generation: a deterministic `rollout_func` (TRL's public hook) makes each completion a
+  function of its prompt and its index within the group;
+- minibatch composition: TRL shuffles each rank's rollout batch before splitting it into
+  `steps_per_generation` minibatches. Here the shuffle is replaced by the permutation that
+  makes one process build, for minibatch k, exactly the rows the W ranks hold for their
+  minibatch k (identity when the real world size is W).
+
+    python tests/_gspo_dist_run.py OUT.json MODEL_DIR --emulate-world 2
+    accelerate launch --multi_gpu --num_processes 2 ... tests/_gspo_dist_run.py OUT.json MODEL_DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+from pathlib import Path
+
+import torch
+
+GLOBAL_BATCH, GROUP, STEPS_PER_GENERATION = 8, 4, 4
+
+
+def interleave(world: int, steps: int):
+    """A shuffle_sequence_dict replacement: one process emulating `world` ranks' minibatches."""
+
+    def permute_dict(seq_dict: dict) -> dict:
+        n = len(next(v for v in seq_dict.values() if v is not None))
+        shard, chunk = n // world, n // (world * steps)
+        order = [w * shard + k * chunk + i for k in range(steps) for w in range(world) for i in range(chunk)]
+
+        def permute(v):
+            if v is None or (isinstance(v, torch.Tensor) and v.ndim == 0):
+                return v
+            return v[torch.tensor(order)] if isinstance(v, torch.Tensor) else [v[i] for i in order]
+
+        return {key: permute(val) for key, val in seq_dict.items()}
+
+    return permute_dict
+
+
+def deterministic_rollout(prompts: list, trainer) -> dict:
+    """Completions drawn from a PRNG seeded by (prompt, index in group): layout-independent."""
+    tokenizer = trainer.processing_class
+    prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    completion_ids, seen = [], {}
+    for prompt in prompts:
+        index = seen.get(prompt, 0)
+        seen[prompt] = index + 1
+        rng = random.Random(f"{prompt}|{index}")
+        length = rng.randint(2, 12)
+        completion_ids.append([rng.randrange(3, len(tokenizer)) for _ in range(length)])
+    return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None}
+
+
+def reward(completions: list[str], **_) -> list[float]:
+    return [(sum(map(ord, c)) % 11) / 10.0 for c in completions]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("model_dir")
+    parser.add_argument("--emulate-world", type=int, default=1)
+    args = parser.parse_args()
+
+    import trl.trainer.grpo_trainer as grpo_module
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig
+
+    from gspo_trl.diagnostics import DiagnosticsConfig
+    from gspo_trl.trainer import GSPOTrainer
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))  # PartialState() is not set up before the config
+    grpo_module.shuffle_sequence_dict = interleave(args.emulate_world, STEPS_PER_GENERATION)
+    config = GRPOConfig(
+        output_dir=str(Path(args.out).parent / f"run-w{world}"),
+        use_cpu=True,
+        report_to="none",
+        per_device_train_batch_size=GLOBAL_BATCH // world,
+        num_generations=GROUP,
+        steps_per_generation=STEPS_PER_GENERATION,
+        gradient_accumulation_steps=1,
+        importance_sampling_level="sequence",
+        loss_type="grpo",
+        beta=0.0,
+        epsilon=3e-3,
+        epsilon_high=4e-3,
+        learning_rate=2.0,
+        optim="sgd",  # Adam turns float-level noise in tiny gradients into full-size steps
+        max_steps=8,
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+        max_completion_length=12,
+        dataloader_num_workers=0,
+    )
+    trainer = GSPOTrainer(
+        # float64: the policy gradient sums terms of both advantage signs that nearly cancel, so
+        # float32 summation order (8 rows vs 4 + 4 all-reduced) alone moves the update by ~0.2%
+        model=AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.float64),
+        processing_class=AutoTokenizer.from_pretrained(args.model_dir),
+        reward_funcs=[reward],
+        args=config,
+        train_dataset=Dataset.from_list([{"prompt": f"add {i} and {i + 3}"} for i in range(64)]),
+        rollout_func=deterministic_rollout,
+        diagnostics=DiagnosticsConfig(length_buckets=(6,)),
+    )
+    trainer.gspo_row_sink = []
+    trainer.train()
+    if trainer.accelerator.is_main_process:
+        logs = [e for e in trainer.state.log_history if "loss" in e]
+        rows = [(mb, r.tolist()) for mb, r in trainer.gspo_row_sink]
+        Path(args.out).write_text(json.dumps({"world": world, "logs": logs, "rows": rows}))
+    trainer.accelerator.wait_for_everyone()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
