@@ -307,6 +307,7 @@ def _trainer_from_recipe(path: Path, overrides: list[str], num_prompts: int) -> 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gspo-trl check-logprobs",
+        allow_abbrev=False,  # unknown --keys are recipe overrides, never abbreviations of ours
         description="Sample with vLLM, rescore with the trainer, and say whether the engine's log-probs "
         "are safe to use as pi_old under the recipe's eps (exit 0 safe, 1 unsafe).",
     )
@@ -321,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-model-length", type=int, default=256, help="with --model: vLLM context")
     parser.add_argument("--max-clipped-fraction", type=float, default=0.01, help="verdict limit (0.01)")
     parser.add_argument("--max-bias-fraction", type=float, default=0.1, help="verdict limit (default 0.1)")
-    parser.add_argument("--output-dir", type=Path, default=Path("runs/check-logprobs"), help="trainer output")
+    parser.add_argument("--output-dir", type=Path, default=Path("runs/check-logprobs"), help="with --model")
     parser.add_argument("--json", type=Path, help="also write the full report here")
     return parser
 
@@ -341,7 +342,13 @@ def main(argv: list[str] | None = None) -> int:
         prompts = _read_prompts(args.prompts, args.num_prompts)
         trainer = _trainer_from_model(args, prompts)
     else:
-        trainer, prompts = _trainer_from_recipe(args.recipe, overrides, args.num_prompts)
+        from gspo_trl.train import USER_ERRORS
+
+        try:
+            trainer, prompts = _trainer_from_recipe(args.recipe, overrides, args.num_prompts)
+        except USER_ERRORS as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     num_generations = args.num_generations or trainer.num_generations
     report = run_check(
         trainer,
