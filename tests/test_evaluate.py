@@ -169,7 +169,6 @@ def {name}(*args, **kwargs):
 """A mutant: the canonical solution with every return value perturbed - right code, wrong answers."""
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("variant", "expected"), [("canonical", 1.0), ("mutant", 0.0)])
 def test_humaneval_canonical_solutions_pass_and_mutants_fail(
     variant: str, expected: float, tmp_path: Path, capsys: pytest.CaptureFixture[str]
