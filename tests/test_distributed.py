@@ -1,0 +1,195 @@
+"""Real 2-process GSPO runs on CPU through the shipped accelerate configs: DDP, ZeRO-2, ZeRO-3.
+
+Each test launches `accelerate launch --config_file configs/X.yaml --num_processes 2
+--mixed_precision no -m gspo_trl.train` exactly as a user would (only the process count
+and precision are overridden for CPU), runs a few GSPO steps on the tiny model with 2 gloo
+ranks, and checks the checkpoint: written by both ranks, loadable with from_pretrained,
+trained (weights moved) and identical to the final saved model.
+
+FSDP2 is not run here: accelerate only turns FSDP on for GPU-family distributed types; on a
+CPU machine the same launch silently becomes plain multi-CPU DDP (docs/scaling.md), so a
+test of it would not test FSDP.
+
+Every launch runs in its own process group under a hard timeout and the whole group is
+killed on expiry, because a gloo shutdown can hang forever.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from _gspo_helpers import tiny_model_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch"]
+LAUNCH_TIMEOUT_S = 420
+"""Per launch: a few steps take ~30 s; the first DeepSpeed launch on a fresh machine also
+compiles its CPU comm op (~1-2 min, cached under ~/.cache/torch_extensions)."""
+
+MINI_RECIPE = """\
+algorithm: gspo
+model: {{name_or_path: {model}, dtype: float32}}
+data: {{path: "synthetic:reversal", num_rows: 64, solution_column: solution}}
+rewards: ["{reward}"]
+epsilon: 0.02
+epsilon_high: 0.027
+learning_rate: 3.0e-4
+lr_scheduler_type: constant
+num_generations: 4
+per_device_train_batch_size: 4
+max_completion_length: 8
+temperature: 1.0
+logging_steps: 1
+save_strategy: steps
+report_to: none
+seed: 0
+"""
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now, so parallel launches do not share a rendezvous."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+REWARD_MODULE = """\
+import json, os
+
+
+def text_length_reward(completions, **kwargs):
+    \"\"\"Characters in the completion (0-1): spread on random text, so every group learns.
+
+    With GSPO_REWARD_LOG set, also appends the prompts and completions it scored as one JSON
+    line: the resume test compares data order and sampling between runs with it.
+    \"\"\"
+    texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+    if os.environ.get("GSPO_REWARD_LOG"):
+        prompts = [p[-1]["content"] if isinstance(p, list) else p for p in kwargs["prompts"]]
+        with open(os.environ["GSPO_REWARD_LOG"], "a") as log:
+            log.write(json.dumps({"prompts": prompts, "completions": texts}) + "\\n")
+    return [min(len(text), 40) / 40.0 for text in texts]
+"""
+
+
+def write_mini_recipe(directory: Path, model: Path) -> Path:
+    """A tiny GSPO recipe whose reward (completion length in characters) has spread."""
+    module = directory / "length_reward.py"
+    module.write_text(REWARD_MODULE)
+    reward = f"{module}:text_length_reward"
+    path = directory / "mini.yaml"
+    path.write_text(MINI_RECIPE.format(model=model, reward=reward))
+    return path
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """Offline, single-threaded-tokenizer environment for launched runs."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
+    env.update(extra)
+    return env
+
+
+def start(command: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start `command` in a new process group (so it can be killed whole), output to `log`."""
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env or subprocess_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def kill_group(process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+    """Send `sig` to the launched process group (launcher and every rank)."""
+    with contextlib.suppress(ProcessLookupError):  # the group already exited
+        os.killpg(process.pid, sig)
+
+
+def wait_or_kill(process: subprocess.Popen, log: Path, timeout: float) -> int:
+    """Exit status, or fail the test (killing the whole group) when `timeout` passes."""
+    try:
+        return process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(process)
+        process.wait(timeout=30)
+        pytest.fail(f"launch timed out after {timeout:.0f} s; log tail:\n{tail(log)}")
+
+
+def tail(log: Path, lines: int = 40) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def run_launch(
+    config: str, recipe: Path, output_dir: Path, overrides: list[str], timeout: float = LAUNCH_TIMEOUT_S
+) -> Path:
+    """`accelerate launch --config_file configs/<config>` with 2 CPU ranks; returns the log path."""
+    log = output_dir.parent / f"{output_dir.name}.log"
+    command = [
+        *ACCELERATE,
+        *("--config_file", str(ROOT / "configs" / config), "--num_processes", "2"),
+        *("--mixed_precision", "no", "--main_process_port", str(free_port())),
+        *("-m", "gspo_trl.train", "--config", str(recipe), "--output_dir", str(output_dir)),
+        *overrides,
+    ]
+    status = wait_or_kill(start(command, log), log, timeout)
+    assert status == 0, f"{config} launch failed ({status}); log tail:\n{tail(log)}"
+    return log
+
+
+def load_weights(directory: Path) -> dict[str, torch.Tensor]:
+    """State dict of the model saved in `directory`, loaded the way users load it."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
+    return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Built once before launching, so two ranks never race to build the tiny model."""
+    return tiny_model_dir(tmp_path_factory.mktemp("dist-model"))
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("config", "deepspeed"),
+    [("ddp.yaml", False), ("zero2.yaml", True), ("zero3.yaml", True)],
+    ids=["ddp", "zero2", "zero3"],
+)
+def test_two_process_gspo_run_saves_a_loadable_checkpoint(
+    config: str, deepspeed: bool, model_dir: Path, tmp_path: Path
+) -> None:
+    """2 gloo ranks, 2 GSPO steps (one on-, one off-policy), checkpoint-2 loads and trained."""
+    if deepspeed:
+        pytest.importorskip("deepspeed", reason='needs DS_BUILD_OPS=0 pip install "deepspeed>=0.18.6"')
+    recipe = write_mini_recipe(tmp_path, model_dir)
+    output_dir = tmp_path / "out"
+    log = run_launch(config, recipe, output_dir, ["--max_steps", "2", "--save_steps", "2"])
+
+    checkpoint = output_dir / "checkpoint-2"
+    assert (checkpoint / "trainer_state.json").is_file(), f"no checkpoint-2; log:\n{tail(log)}"
+    for rank in (0, 1):
+        assert (checkpoint / f"rng_state_{rank}.pth").is_file(), f"rank {rank} did not run or save"
+    if deepspeed:
+        assert (checkpoint / "global_step2").is_dir(), "not a DeepSpeed engine checkpoint"
+
+    initial, saved, final = load_weights(model_dir), load_weights(checkpoint), load_weights(output_dir)
+    assert saved.keys() == initial.keys()
+    for name, tensor in saved.items():
+        assert tensor.shape == initial[name].shape, f"{name}: saved shard, not the full tensor"
+        assert torch.isfinite(tensor).all(), f"{name}: non-finite weights"
+        torch.testing.assert_close(tensor, final[name], msg=f"{name}: checkpoint-2 != final model")
+    moved = sum(not torch.equal(saved[name], initial[name]) for name in saved)
+    assert moved > len(saved) // 2, f"only {moved}/{len(saved)} tensors changed: did training happen?"
