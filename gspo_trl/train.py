@@ -118,10 +118,22 @@ def build_trainer(recipe: Recipe) -> Any:
 
 
 def last_checkpoint(output_dir: str) -> str | None:
-    """The newest `checkpoint-N` directory in `output_dir`, or None."""
-    from transformers.trainer_utils import get_last_checkpoint
+    """The newest *complete* `checkpoint-N` directory in `output_dir`, or None.
 
-    return get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+    Trainer writes a checkpoint in place and its trainer_state.json last, so a run killed
+    while saving leaves a newer directory without it; resuming from that would fail or load
+    half a state. Such directories are skipped (with a warning): at most the steps since the
+    previous checkpoint are lost.
+    """
+    directory = Path(output_dir)
+    if not directory.is_dir():
+        return None
+    numbered = [p for p in directory.glob("checkpoint-*") if p.is_dir() and p.name[11:].isdigit()]
+    for checkpoint in sorted(numbered, key=lambda p: int(p.name[11:]), reverse=True):
+        if (checkpoint / "trainer_state.json").is_file():
+            return str(checkpoint)
+        logger.warning("--resume: skipping %s, incomplete (no trainer_state.json)", checkpoint)
+    return None
 
 
 def run(recipe: Recipe, resume: bool = False) -> Any:
