@@ -33,6 +33,11 @@ from gspo_trl.presets import apply_preset, default_reward
 
 logger = logging.getLogger(__name__)
 
+
+class EvalError(ValueError):
+    """Evaluation options that cannot work together; the message names the option."""
+
+
 Generate = Callable[[Sequence[Any], int, float], list[list[str]]]
 """(prompts, n, temperature) -> n completions per prompt; temperature 0 = greedy."""
 
@@ -46,6 +51,18 @@ def summarize(graded: GradedSamples, ks: Sequence[int]) -> dict[str, float]:
     summary["mean_reward"] = sum(judged) / len(judged) if judged else float("nan")
     summary["judged"] = graded.judged
     return summary
+
+
+def sample_count(ks: Sequence[int], num_samples: int | None, temperature: float) -> int:
+    """Samples per prompt for the sampled pass (0: none, only pass@1 asked and no --num-samples)."""
+    if not ks or min(ks) < 1:
+        raise EvalError(f"--k: values must be >= 1, got {list(ks)}")
+    n = num_samples or (max(ks) if max(ks) > 1 else 0)
+    if n and n < max(ks):
+        raise EvalError(f"--num-samples {n} is fewer than the largest k ({max(ks)}); pass@k needs n >= k")
+    if n and temperature <= 0:
+        raise EvalError(f"--temperature {temperature}: sampled pass@k needs a temperature > 0")
+    return n
 
 
 def evaluate_policy(
@@ -63,12 +80,7 @@ def evaluate_policy(
 
     `keep_samples`, when given, receives each decoding's completions and grades.
     """
-    ks = sorted(set(ks))
-    if not ks or ks[0] < 1:
-        raise ValueError(f"--k: values must be >= 1, got {ks}")
-    n = num_samples or (ks[-1] if ks[-1] > 1 else 0)
-    if n and n < ks[-1]:
-        raise ValueError(f"--num-samples {n} is fewer than the largest k ({ks[-1]}); pass@k needs n >= k")
+    n = sample_count(ks, num_samples, temperature)
     results: dict[str, dict[str, float]] = {}
     kept = keep_samples if keep_samples is not None else {}
     if greedy:
@@ -156,7 +168,10 @@ def read_completions(path: str, rows: int) -> list[list[str]]:
         raise DataError(f"--completions: {path!r} does not exist")
     samples = []
     for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
-        item = json.loads(line)
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise DataError(f"--completions {path!r}: line {number} is not JSON ({error})") from None
         item = item["completions"] if isinstance(item, dict) else item
         samples.append([item] if isinstance(item, str) else [str(text) for text in item])
         if not samples[-1]:
@@ -220,7 +235,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         ks = [int(k) for k in str(args.k).split(",") if k.strip()]
     except ValueError:
-        raise DataError(f"--k: expected comma-separated integers, got {args.k!r}") from None
+        raise EvalError(f"--k: expected comma-separated integers, got {args.k!r}") from None
     if args.model is None and args.completions is None:
         raise ModelNotFoundError("no model: give MODEL_OR_RUN (or --completions FILE)")
     rows, config = load_rows(args, recipe)
@@ -239,6 +254,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     max_new_tokens = args.max_new_tokens or int(training.get("max_completion_length") or 1024)
 
     kept: dict[str, tuple[list[list[str]], GradedSamples]] = {}
+    if not args.completions:
+        sample_count(ks, args.num_samples, temperature)  # refuse bad options before loading a model
     if args.completions:
         samples = read_completions(args.completions, len(rows))
         kept["given"] = samples, grade_samples(grader, rows, samples, args.pass_threshold)
@@ -287,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         output = run(args)
-    except (*USER_ERRORS, ModelNotFoundError) as error:
+    except (*USER_ERRORS, ModelNotFoundError, EvalError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"{output['rows']} rows of {output['data']}, graded by {output['reward']}")

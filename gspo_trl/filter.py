@@ -232,6 +232,8 @@ def run(args: argparse.Namespace, overrides: Sequence[str]) -> dict[str, Any]:
         "temperature": float(recipe.training.get("temperature", 1.0)),
         "max_new_tokens": int(recipe.training.get("max_completion_length") or 256),
     }
+    if shape["temperature"] <= 0:
+        raise FilterError(f"temperature {shape['temperature']}: G samples per prompt need a temperature > 0")
     model_path = resolve_model_path(recipe.model, recipe.training.get("output_dir") or "runs/filter")
     settings = {
         **shape,

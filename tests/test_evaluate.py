@@ -216,3 +216,77 @@ def test_bad_input_is_a_one_line_error_naming_it(
     last = err.strip().splitlines()[-1]  # progress bars may come first
     assert last.startswith("error: ") and "Traceback" not in err
     assert re.search(message, last), err
+
+
+def _recipe(overrides: dict[str, Any]) -> Any:
+    from gspo_trl.recipe import load_recipe
+
+    return load_recipe(None, overrides)
+
+
+@pytest.mark.parametrize(
+    ("reward", "recipe", "data", "columns", "expected"),
+    [
+        ("math", {"rewards": ["code"]}, {"preset": "humaneval"}, ["solution"], ("math", {})),
+        (None, {"rewards": ["math"], "heldout": {"reward": EXACT_MATCH}}, {}, [], (EXACT_MATCH, {})),
+        (None, {"rewards": [{"name": "code", "scoring": "binary"}]}, {}, [], ("code", {"scoring": "binary"})),
+        (None, None, {"preset": "gsm8k"}, ["solution"], ("math", {})),
+        (None, None, {"preset": "humaneval"}, ["tests"], ("code", {"scoring": "binary"})),
+        (None, None, {}, ["prompt", "tests", "entry_point"], ("code", {"scoring": "binary"})),
+        (None, None, {}, ["prompt", "solution"], ("math", {})),
+        (None, None, {}, ["prompt"], None),
+    ],
+)
+def test_grader_precedence(
+    reward: str | None, recipe: dict | None, data: dict, columns: list[str], expected: tuple | None
+) -> None:
+    from gspo_trl.data import DataConfig, DataError
+    from gspo_trl.evaluate import resolve_grader
+
+    parsed = _recipe(recipe) if recipe is not None else None
+    if expected is None:
+        with pytest.raises(DataError, match=r"no grader .*--reward"):
+            resolve_grader(reward, parsed, DataConfig(**data), columns)
+    else:
+        assert resolve_grader(reward, parsed, DataConfig(**data), columns) == expected
+
+
+@pytest.mark.parametrize(
+    ("layout", "argument", "expected"),
+    [
+        (["model/config.json"], "model", "model"),
+        (["run/checkpoint-2/config.json", "run/checkpoint-10/config.json"], "run", "run/checkpoint-10"),
+        (["run/checkpoint-3/config.json", "run/checkpoint-7/optimizer.pt"], "run", "run/checkpoint-3"),
+        (["run/config.json", "run/checkpoint-5/config.json"], "run", "run"),  # the final model wins
+        ([], "Qwen/Qwen3-0.6B", "Qwen/Qwen3-0.6B"),  # a hub id, left to from_pretrained
+    ],
+)
+def test_model_or_run_resolution(layout: list[str], argument: str, expected: str, tmp_path: Path) -> None:
+    from gspo_trl.generation import resolve_model_dir
+
+    for relative in layout:
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text("{}")
+    local = (tmp_path / argument).exists()
+    resolved = resolve_model_dir(str(tmp_path / argument) if local else argument)
+    assert resolved == (str(tmp_path / expected) if local else expected)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--k", "0,2"], r"--k: values must be >= 1"),
+        (["--k", "one"], r"--k: expected comma-separated integers"),
+        (["--k", "1,8", "--num-samples", "4"], r"--num-samples 4 is fewer than the largest k \(8\)"),
+        (["--k", "1,4", "--temperature", "0"], r"--temperature 0.0: sampled pass@k needs"),
+        (["--completions", "{missing}"], r"--completions: .*missing\.jsonl' does not exist"),
+    ],
+)
+def test_option_errors_come_before_any_model_loads(
+    options: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    options = [o.replace("{missing}", str(tmp_path / "missing.jsonl")) for o in options]
+    args = ["not-a-model-we-load", "--data", "synthetic:reversal", "--reward", EXACT_MATCH, "--max-rows", "4"]
+    code = eval_main([*args, *options, "--output", str(tmp_path / "o.json")])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and re.search(message, last), last
