@@ -36,6 +36,7 @@ import logging
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 logger = logging.getLogger(__name__)
@@ -98,75 +99,84 @@ def bucket_labels(length_buckets: tuple[int, ...]) -> list[str]:
     return [*labels, f"len_{edges[-1]}-inf"]
 
 
-def log_ratio_quantiles(log_s: torch.Tensor) -> dict[str, float]:
+ArrayLike = "torch.Tensor | np.ndarray"
+"""The statistics take CPU tensors or arrays; they run in numpy because a logging step
+summarises a few hundred numbers, where torch's per-op overhead would dominate."""
+
+
+def _np(x) -> np.ndarray:
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+def log_ratio_quantiles(log_s: ArrayLike) -> dict[str, float]:
     """mean, std, p5, p50, p95, min, max of log s_i (nats per token); empty dict if no data."""
-    x = log_s.double().flatten()
-    if x.numel() == 0:
+    x = _np(log_s).astype(np.float64).ravel()
+    if x.size == 0:
         return {}
-    q = torch.quantile(x, torch.tensor([0.05, 0.5, 0.95], dtype=x.dtype))
-    std = x.std().item() if x.numel() > 1 else 0.0
+    p5, p50, p95 = np.quantile(x, [0.05, 0.5, 0.95])  # linear interpolation, as torch.quantile
     return {
-        "mean": x.mean().item(),
-        "std": std,
-        "p5": q[0].item(),
-        "p50": q[1].item(),
-        "p95": q[2].item(),
-        "min": x.min().item(),
-        "max": x.max().item(),
+        "mean": float(x.mean()),
+        "std": float(x.std(ddof=1)) if x.size > 1 else 0.0,
+        "p5": float(p5),
+        "p50": float(p50),
+        "p95": float(p95),
+        "min": float(x.min()),
+        "max": float(x.max()),
     }
 
 
 def clip_masks(
-    log_s: torch.Tensor, advantages: torch.Tensor, eps_low: float, eps_high: float
-) -> dict[str, torch.Tensor]:
-    """Boolean masks per response, with TRL's rule applied to s_i = exp(log s_i).
+    log_s: ArrayLike, advantages: ArrayLike, eps_low: float, eps_high: float
+) -> dict[str, np.ndarray]:
+    """Boolean masks per response, with TRL's rule applied to s_i = exp(log s_i) in float32.
 
     'low'/'high' are active clips (the min() picks the clipped term, zero gradient);
     'outside_low'/'outside_high' only say s_i left the range, whatever the advantage sign.
     """
-    s = torch.exp(log_s.float())
-    outside_low = s < 1 - eps_low
-    outside_high = s > 1 + eps_high
+    s = np.exp(_np(log_s).astype(np.float32))
+    adv = _np(advantages)
+    outside_low = s < np.float32(1 - eps_low)
+    outside_high = s > np.float32(1 + eps_high)
     return {
-        "low": outside_low & (advantages < 0),
-        "high": outside_high & (advantages > 0),
+        "low": outside_low & (adv < 0),
+        "high": outside_high & (adv > 0),
         "outside_low": outside_low,
         "outside_high": outside_high,
     }
 
 
-def _fraction(flags: torch.Tensor) -> float:
-    return flags.float().mean().item() if flags.numel() else math.nan
+def _fraction(flags: np.ndarray) -> float:
+    return float(flags.mean()) if flags.size else math.nan
 
 
 def clip_fractions(
-    log_s: torch.Tensor, advantages: torch.Tensor, eps_low: float, eps_high: float
+    log_s: ArrayLike, advantages: ArrayLike, eps_low: float, eps_high: float
 ) -> dict[str, float]:
     """Clip fractions overall and by advantage sign (0-1); NaN where a group is empty."""
     m = clip_masks(log_s, advantages, eps_low, eps_high)
-    region = m["low"] | m["high"]
+    adv = _np(advantages)
     return {
         "clip/low": _fraction(m["low"]),
         "clip/high": _fraction(m["high"]),
-        "clip/region": _fraction(region),
-        "clip/pos_adv": _fraction(m["high"][advantages > 0]),
-        "clip/neg_adv": _fraction(m["low"][advantages < 0]),
+        "clip/region": _fraction(m["low"] | m["high"]),
+        "clip/pos_adv": _fraction(m["high"][adv > 0]),
+        "clip/neg_adv": _fraction(m["low"][adv < 0]),
         "outside/low": _fraction(m["outside_low"]),
         "outside/high": _fraction(m["outside_high"]),
     }
 
 
 def clip_fraction_by_length(
-    log_s: torch.Tensor,
-    advantages: torch.Tensor,
-    lengths: torch.Tensor,
+    log_s: ArrayLike,
+    advantages: ArrayLike,
+    lengths: ArrayLike,
     eps_low: float,
     eps_high: float,
     length_buckets: tuple[int, ...],
 ) -> dict[str, float]:
     """Active-clip fraction per completion-length bucket; empty buckets are left out."""
     m = clip_masks(log_s, advantages, eps_low, eps_high)
-    region = m["low"] | m["high"]
+    region, lengths = m["low"] | m["high"], _np(lengths)
     edges = [0, *length_buckets, math.inf]
     out = {}
     for label, lo, hi in zip(bucket_labels(length_buckets), edges[:-1], edges[1:], strict=True):
@@ -177,17 +187,18 @@ def clip_fraction_by_length(
 
 
 def summarize_rows(
-    rows: torch.Tensor, eps_low: float, eps_high: float, length_buckets: tuple[int, ...]
+    rows: ArrayLike, eps_low: float, eps_high: float, length_buckets: tuple[int, ...]
 ) -> dict[str, float]:
     """All per-minibatch statistics from gathered rows (columns: ROW_COLUMNS), unprefixed."""
-    rows = rows[rows[:, ROW_COLUMNS.index("valid")] > 0].double().cpu()
-    if rows.numel() == 0:
+    rows = _np(rows).astype(np.float64)
+    rows = rows[rows[:, ROW_COLUMNS.index("valid")] > 0]
+    if rows.size == 0:
         return {}
-    log_s, adv, length, ent, tok, _ = rows.unbind(dim=1)
+    log_s, adv, length, ent, tok, _ = rows.T
     stats = {f"log_ratio/{k}": v for k, v in log_ratio_quantiles(log_s).items()}
     stats.update(clip_fractions(log_s, adv, eps_low, eps_high))
     stats.update(clip_fraction_by_length(log_s, adv, length, eps_low, eps_high, length_buckets))
-    stats["entropy"] = (ent.sum() / tok.sum().clamp(min=1.0)).item()
+    stats["entropy"] = float(ent.sum() / max(tok.sum(), 1.0))
     stats["responses"] = float(rows.shape[0])
     return {k: v for k, v in stats.items() if not math.isnan(v)}
 

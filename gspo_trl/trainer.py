@@ -126,17 +126,22 @@ class GSPOTrainer(GRPOTrainer):
         """Turn the rows recorded since the last log into `gspo/*` metrics and clear them."""
         eps = (self.epsilon_low, self.epsilon_high, self.diagnostics.length_buckets)
         out: dict[str, float] = {}
-        offpolicy = []
+        offpolicy: list[tuple[torch.Tensor, dict[str, float]]] = []
         for mb in sorted(self._gspo_rows):
-            rows = torch.cat(self._gspo_rows[mb])
+            rows = torch.cat(self._gspo_rows[mb]).cpu()
             if self.gspo_row_sink is not None:
-                self.gspo_row_sink.append((mb, rows.cpu()))
-            out.update({f"gspo/mb{mb}/{k}": v for k, v in summarize_rows(rows, *eps).items()})
+                self.gspo_row_sink.append((mb, rows))
+            stats = summarize_rows(rows, *eps)
+            out.update({f"gspo/mb{mb}/{k}": v for k, v in stats.items()})
             if mb >= 2:
-                offpolicy.append(rows)
+                offpolicy.append((rows, stats))
         self._gspo_rows.clear()
-        if offpolicy:
-            pooled = summarize_rows(torch.cat(offpolicy), *eps)
+        if offpolicy:  # usually one off-policy minibatch per logging step: reuse its numbers
+            pooled = (
+                offpolicy[0][1]
+                if len(offpolicy) == 1
+                else summarize_rows(torch.cat([r for r, _ in offpolicy]), *eps)
+            )
             out.update({f"gspo/offpolicy/{k}": v for k, v in pooled.items()})
             if self.accelerator.is_main_process:
                 self._gspo_alarm.update(pooled, self.epsilon_low, self.epsilon_high)
