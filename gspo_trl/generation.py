@@ -64,6 +64,19 @@ def resolve_model_dir(model_or_run: str) -> str:
     return model_or_run  # a hub id; loading says whether it exists
 
 
+def _checkpoint_dtype(path: str) -> str:
+    """The checkpoint's own dtype on CPU: vLLM-CPU's `auto` turns float32 into bfloat16, so its
+    greedy answers would drift from HF generate's (see gspo_trl.vllm_cpu). `auto` on GPUs."""
+    import torch
+
+    if torch.cuda.is_available():
+        return "auto"
+    from transformers import AutoConfig
+
+    dtype = getattr(AutoConfig.from_pretrained(path), "dtype", None)
+    return str(dtype).removeprefix("torch.") if dtype is not None else "auto"
+
+
 class Sampler:
     """A loaded model (HF) or engine (vLLM) that samples completions for chat prompts."""
 
@@ -88,7 +101,12 @@ class Sampler:
         if self.engine == "vllm":
             from vllm import LLM
 
-            return LLM(model=self.path, revision=config.revision, trust_remote_code=config.trust_remote_code)
+            return LLM(
+                model=self.path,
+                revision=config.revision,
+                trust_remote_code=config.trust_remote_code,
+                dtype=config.dtype or _checkpoint_dtype(self.path),
+            )
         from transformers import AutoModelForCausalLM
 
         from gspo_trl.model import model_init_kwargs

@@ -93,6 +93,7 @@ def test_eval_reproduces_the_training_time_heldout_accuracy(
         "--data",
         str(checkpoint["heldout"]),
     ]
+    args += ["--engine", "hf"]  # the generate path training used, even where vLLM is installed
     result = _eval(args, out, capsys)
     assert result["reward"] == "exact_match" and result["max_new_tokens"] == 12
     assert result["results"]["greedy"]["pass@1"] == checkpoint["exact_match_after"]
@@ -111,7 +112,18 @@ def test_eval_greedy_score_equals_in_memory_score_and_pass_at_k_recounts(
         "--reward",
         checkpoint["spread_spec"],
     ]
-    args += ["--max-new-tokens", "12", "--k", "1,3", "--num-samples", "4", "--pass-threshold", "0.01"]
+    args += [
+        "--max-new-tokens",
+        "12",
+        "--k",
+        "1,3",
+        "--num-samples",
+        "4",
+        "--pass-threshold",
+        "0.01",
+        "--engine",
+        "hf",
+    ]
     result = _eval([*args, "--save-samples"], out, capsys)
     assert result["results"]["greedy"]["mean_reward"] == pytest.approx(
         checkpoint["spread_score_after"], abs=1e-12
@@ -141,7 +153,7 @@ DEMO = REPO / "runs" / "demo"
 @pytest.mark.skipif(not (DEMO / "results.json").is_file(), reason="run `make demo` first")
 def test_eval_reproduces_the_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     expected = json.loads((DEMO / "results.json").read_text())["heldout_accuracy_after"]
-    args = [str(DEMO / "gspo"), "--recipe", str(REPO / "recipes/tiny/reversal.yaml")]
+    args = [str(DEMO / "gspo"), "--recipe", str(REPO / "recipes/tiny/reversal.yaml"), "--engine", "hf"]
     result = _eval([*args, "--data", str(DEMO / "heldout.jsonl")], tmp_path / "demo.json", capsys)
     assert result["results"]["greedy"]["pass@1"] == pytest.approx(expected, abs=1e-9)
 
@@ -290,3 +302,19 @@ def test_option_errors_come_before_any_model_loads(
     code = eval_main([*args, *options, "--output", str(tmp_path / "o.json")])
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert code == 2 and re.search(message, last), last
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is None, reason="vLLM not installed")
+def test_eval_with_vllm_engine(checkpoint: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    args = [
+        str(checkpoint["model"]),
+        "--data",
+        str(checkpoint["heldout"]),
+        "--reward",
+        checkpoint["spread_spec"],
+    ]
+    args += ["--max-new-tokens", "12", "--k", "1,2", "--engine", "vllm"]
+    result = _eval(args, checkpoint["root"] / "vllm.json", capsys)
+    sampled = result["results"]["sampled"]
+    assert sampled["samples"] == 2 and 0 <= sampled["pass@1"] <= sampled["pass@2"] <= 1

@@ -55,7 +55,7 @@ def filtered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     recipe = _recipe(root, str(tiny_model_dir(root)))
     output = root / "out" / "kept.jsonl"
     args = [str(recipe), "--min", str(LOW), "--max", str(HIGH), "--pass-threshold", str(THRESHOLD)]
-    args += ["--chunk-size", str(CHUNK), "--output", str(output)]
+    args += ["--chunk-size", str(CHUNK), "--output", str(output), "--engine", "hf"]
     assert filter_main(args) == 0
     return {"root": root, "recipe": recipe, "output": output, "args": args}
 
