@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import inspect
 import json
 import logging
@@ -235,12 +236,15 @@ def run(args: argparse.Namespace, overrides: Sequence[str]) -> dict[str, Any]:
     if shape["temperature"] <= 0:
         raise FilterError(f"temperature {shape['temperature']}: G samples per prompt need a temperature > 0")
     model_path = resolve_model_path(recipe.model, recipe.training.get("output_dir") or "runs/filter")
+    sampler = Sampler(model_path, args.engine, recipe.model)
     settings = {
         **shape,
         "model": model_path,
         "data": config.path,
         "split": config.split,
         "rows": len(raw),
+        "prompts_sha256": hashlib.sha256(json.dumps(prepared["prompt"]).encode()).hexdigest(),
+        "engine": sampler.engine,
         "reward": args.reward or [(e.spec, e.weight, e.params) for e in recipe.rewards],
         "pass_threshold": args.pass_threshold,
         "seed": args.seed,
@@ -248,7 +252,6 @@ def run(args: argparse.Namespace, overrides: Sequence[str]) -> dict[str, Any]:
     }
     work = _work_dir(args.output)
     _start_work(work, json.loads(json.dumps(settings)), args.resume)
-    sampler = Sampler(model_path, args.engine, recipe.model)
     rates = score_chunks(sampler, prepared, grader, work, args, shape)
     kept = write_rows(raw, rates, args)
 
