@@ -243,7 +243,7 @@ def run(args: argparse.Namespace, overrides: Sequence[str]) -> dict[str, Any]:
         "data": config.path,
         "split": config.split,
         "rows": len(raw),
-        "prompts_sha256": hashlib.sha256(json.dumps(prepared["prompt"]).encode()).hexdigest(),
+        "prompts_sha256": hashlib.sha256(json.dumps(list(prepared["prompt"])).encode()).hexdigest(),
         "engine": sampler.engine,
         "reward": args.reward or [(e.spec, e.weight, e.params) for e in recipe.rewards],
         "pass_threshold": args.pass_threshold,
