@@ -159,3 +159,56 @@ def test_bad_input_is_a_one_line_error_naming_it(
     last = err.strip().splitlines()[-1]
     assert code == 2 and last.startswith("error: ") and "Traceback" not in err
     assert re.search(message, last), err
+
+
+def _constant(values: list[float | None]) -> Any:
+    return lambda completions, **_: list(values)
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "expected"),
+    [
+        ([1.0, 0.0], [0.5, 0.5], [2.0, 1.0]),  # 1 x first + 2 x second
+        ([None, 1.0], [0.5, None], [1.0, 1.0]),  # a None reward is skipped, as TRL does
+        ([float("nan"), None], [0.25, None], [0.5, None]),  # NaN too; all-None stays None
+    ],
+)
+def test_combined_reward_is_the_weighted_sum(first: list, second: list, expected: list) -> None:
+    from gspo_trl.filter import combined_reward
+
+    assert combined_reward([_constant(first), _constant(second)], [1.0, 2.0])(["a", "b"]) == expected
+
+
+@pytest.mark.parametrize(
+    ("rate", "low", "high", "kept"),
+    [(0.1, 0.1, 0.9, True), (1 / 10 * 9, 0.1, 0.9, True), (0.0, 0.1, 0.9, False), (1.0, 0.1, 0.9, False)],
+)
+def test_range_edges_are_inclusive(rate: float, low: float, high: float, kept: bool) -> None:
+    from gspo_trl.histogram import counts_by_rate, in_range
+
+    assert in_range(rate, low, high) is kept
+    assert counts_by_rate([0.0, 0.1, 0.1, 1.0], 10)[1] == (0.1, 2)
+
+
+def test_filter_by_one_named_reward(filtered: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    """`--reward` grades with that reward alone: here partial-credit digit reversal at 0.1."""
+    output = filtered["root"] / "one" / "kept.jsonl"
+    args = [
+        str(filtered["recipe"]),
+        "--reward",
+        REVERSAL,
+        "--pass-threshold",
+        "0.1",
+        "--min",
+        "0",
+        "--max",
+        "1",
+    ]
+    code, _, err = _filter([*args, "--output", str(output), "--engine", "hf", "--data.num_rows", "4"], capsys)
+    assert code == 0, err
+    source = make_rl_rows(4, 0)
+    for record, row in zip(_chunks(output), source, strict=True):
+        scores = digit_reversal_reward(record["completions"], [row["solution"]] * G)
+        assert record["rewards"] == scores
+        assert record["pass_rate"] == sum(score >= 0.1 for score in scores) / G
+    assert len(output.read_text().splitlines()) == 4  # [0, 1] keeps everything
