@@ -62,6 +62,12 @@ def test_recipe_header_and_validation(path: Path) -> None:
     assert "gspo_trl.train" in text or "gspo-trl train" in text or "train.slurm" in text
     recipe = load_recipe(path)
     validate(recipe, processes=1)
+    if recipe.training.get("save_strategy") == "steps":
+        generate_every = recipe.training["steps_per_generation"] * recipe.training.get("num_iterations", 1)
+        assert recipe.training["save_steps"] % generate_every == 0, (
+            f"{path}: save_steps must be a multiple of {generate_every} (a rollout batch) for an "
+            "exact --resume: the half-used rollout buffer is not checkpointed"
+        )
     if recipe.data.path.startswith(("synthetic:", "/", ".")):
         return
     documented = [recipe.data.prompt_column, recipe.data.solution_column, *recipe.data.columns]
