@@ -1,7 +1,8 @@
 """`gspo-trl report RUN_DIR`: PNG plots of a finished or running GSPO run, no GUI needed.
 
 Reads the HF Trainer `log_history` from `RUN_DIR/trainer_state.json` (written at the end of
-a run) or, for a run still going, from the newest `RUN_DIR/checkpoint-*/trainer_state.json`.
+a run) or, for a run still going, from the newest `RUN_DIR/checkpoint-*/trainer_state.json`
+(or the same one folder down: `gspo-trl report runs/demo` finds runs/demo/gspo).
 Writes, by default to `RUN_DIR/report/`, one 1000 x 560 px PNG per question:
 
     reward.png             training reward (+- its std) and held-out scores (`heldout/*`)
@@ -33,17 +34,23 @@ FIGSIZE_IN, DPI = (10.0, 5.6), 100
 
 
 def find_trainer_state(run_dir: Path) -> Path:
-    """RUN_DIR/trainer_state.json, else the one in the highest-step checkpoint-* folder."""
-    direct = run_dir / "trainer_state.json"
-    if direct.is_file():
-        return direct
-    checkpoints = [p for p in run_dir.glob("checkpoint-*/trainer_state.json") if p.parent.name[11:].isdigit()]
-    if not checkpoints:
-        raise FileNotFoundError(
-            f"no trainer_state.json in {run_dir} or its checkpoint-*/ folders: point at the run's "
-            "output_dir, and let the run save a checkpoint (save_steps) or finish first"
-        )
-    return max(checkpoints, key=lambda p: int(p.parent.name[11:]))
+    """RUN_DIR/trainer_state.json, else the highest-step checkpoint-*'s, else a sub-run's.
+
+    The last case serves `gspo-trl report runs/demo`, whose GSPO run lives in runs/demo/gspo.
+    """
+    for folder in (run_dir, *sorted(p for p in run_dir.iterdir() if p.is_dir())) if run_dir.is_dir() else ():
+        direct = folder / "trainer_state.json"
+        if direct.is_file():
+            return direct
+        checkpoints = [
+            p for p in folder.glob("checkpoint-*/trainer_state.json") if p.parent.name[11:].isdigit()
+        ]
+        if checkpoints:
+            return max(checkpoints, key=lambda p: int(p.parent.name[11:]))
+    raise FileNotFoundError(
+        f"no trainer_state.json in {run_dir}, its checkpoint-*/ folders or its sub-folders: point at the "
+        "run's output_dir, and let the run save a checkpoint (save_steps) or finish first"
+    )
 
 
 def load_log_history(run_dir: str | Path) -> list[dict]:
@@ -111,7 +118,10 @@ def plot_reward(history: list[dict], path: Path) -> bool:
             high = [m + s for m, s in zip(mean, std, strict=True)]
             ax.fill_between(steps, low, high, color="C0", alpha=0.15, label="train reward +- std")
         plotted = True
-    for i, key in enumerate(keys_matching(history, r"(eval_)?heldout/.+")):
+    scores = [  # held-out scores; heldout/judged is coverage (share of rows graded), not a score
+        k for k in keys_matching(history, r"(eval_)?heldout/.+") if not k.endswith("/judged")
+    ]
+    for i, key in enumerate(scores):
         steps, values = series(history, key)
         ax.plot(steps, values, marker="o", label=key, color=f"C{i + 1}")
         plotted = True

@@ -7,11 +7,12 @@ import shutil
 
 import numpy as np
 import pytest
-from _gspo_helpers import make_trainer, tiny_model_dir
 from PIL import Image
 
 from gspo_trl import report
-from gspo_trl.diagnostics import DiagnosticsConfig
+from gspo_trl.demo import DEFAULT_RECIPE as DEMO_RECIPE
+from gspo_trl.recipe import load_recipe
+from gspo_trl.train import run
 
 EXPECTED = [
     "reward.png",
@@ -26,20 +27,23 @@ SIZE = (int(report.FIGSIZE_IN[0] * report.DPI), int(report.FIGSIZE_IN[1] * repor
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("report")
-    out = root / "run"
-    trainer = make_trainer(
-        tiny_model_dir(root),
-        out,
-        max_steps=8,
-        learning_rate=1e-2,
-        epsilon=3e-3,
-        epsilon_high=4e-3,
-        trainer_kwargs={"diagnostics": DiagnosticsConfig(length_buckets=(6, 10))},
-    )
-    trainer.train()
-    trainer.save_state()
-    return out
+    """A run laid out like `make demo`'s (DEMO/gspo/trainer_state.json), made by the same code
+    path (`gspo_trl.train.run` on the demo recipe), shortened: no warm start, 8 steps."""
+    demo = tmp_path_factory.mktemp("demo")
+    overrides = {
+        "output_dir": str(demo / "gspo"),
+        "max_steps": 8,
+        "logging_steps": 1,
+        "per_device_train_batch_size": 8,
+        "num_generations": 4,
+        "learning_rate": 1e-3,
+        "data.num_rows": 200,
+        "data.eval_size": 8,
+        "heldout.max_rows": 8,
+        "diagnostics": {"length_buckets": [6, 10]},
+    }
+    run(load_recipe(DEMO_RECIPE, overrides))
+    return demo
 
 
 def assert_real_image(path):
@@ -54,12 +58,14 @@ def assert_real_image(path):
 
 
 @pytest.mark.slow
-def test_report_on_a_real_run_writes_all_plots_with_data(run_dir, capsys):
-    assert report.main([str(run_dir)]) == 0
+def test_report_on_a_demo_run_writes_all_plots_with_data(run_dir, capsys):
+    assert report.main([str(run_dir)]) == 0  # `gspo-trl report runs/demo` finds runs/demo/gspo
     printed = capsys.readouterr().out
     assert "no data" not in printed
     for name in EXPECTED:
         assert_real_image(run_dir / "report" / name)
+    history = report.load_log_history(run_dir)
+    assert any("heldout/score" in e for e in history), "the demo recipe logs a held-out score"
 
 
 def test_report_reads_the_latest_checkpoint_and_plots_heldout(tmp_path):
