@@ -19,21 +19,16 @@ from __future__ import annotations
 
 import difflib
 import functools
-import importlib
-import importlib.metadata
-import importlib.util
 import inspect
-import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from rewards import loading
 from rewards.errors import RewardParameterError, UnknownRewardError
 from rewards.params import REQUIRED, RewardParam, check_type
 
-ENTRY_POINT_GROUP = "gspo_trl.rewards"
+ENTRY_POINT_GROUP = loading.ENTRY_POINT_GROUP
 
 # Keyword arguments TRL passes to every reward function itself; they are not dataset columns.
 TRL_PROVIDED = frozenset(
@@ -64,7 +59,6 @@ class _Entry:
 
 
 _REGISTRY: dict[str, _Entry] = {}
-_FILE_MODULES: dict[Path, Any] = {}
 
 
 def register(
@@ -101,7 +95,7 @@ def describe(spec: str) -> RewardInfo:
 
 def available() -> list[RewardInfo]:
     """Every registered reward plus every ``gspo_trl.rewards`` entry point, sorted by name."""
-    names = set(_REGISTRY) | set(_entry_points())
+    names = set(_REGISTRY) | set(loading.entry_points())
     infos = []
     for name in sorted(names):
         try:
@@ -267,8 +261,9 @@ def _resolve(spec: str) -> _Entry:
     if spec in _REGISTRY:
         return _REGISTRY[spec]
     if ":" in spec:
-        return _resolve_path(spec)
-    eps = _entry_points()
+        attr, obj = loading.load_object(spec)
+        return _entry_from_object(attr, obj, spec)
+    eps = loading.entry_points()
     if spec in eps:
         try:
             obj = eps[spec].load()
@@ -284,49 +279,3 @@ def _resolve(spec: str) -> _Entry:
         f"unknown reward {spec!r}: {hint}known rewards: {', '.join(candidates)}; "
         "or give a path 'pkg.module:function' or 'path/to/file.py:function'"
     )
-
-
-def _resolve_path(spec: str) -> _Entry:
-    where, _, attr = spec.rpartition(":")
-    if not where or not attr:
-        raise UnknownRewardError(
-            f"reward spec {spec!r} must look like 'pkg.module:function' or 'file.py:function'"
-        )
-    if where.endswith(".py") or "/" in where or os.sep in where:
-        module = _load_file(spec, Path(where))
-    else:
-        try:
-            module = importlib.import_module(where)
-        except ImportError as err:
-            raise UnknownRewardError(f"reward {spec!r}: cannot import module {where!r}: {err}") from err
-    if not hasattr(module, attr):
-        names = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]
-        close = difflib.get_close_matches(attr, names, n=3, cutoff=0.5)
-        hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise UnknownRewardError(f"reward {spec!r}: {where!r} has no attribute {attr!r}{hint}")
-    return _entry_from_object(attr, getattr(module, attr), spec)
-
-
-def _load_file(spec: str, path: Path) -> Any:
-    path = path.expanduser().resolve()
-    if path in _FILE_MODULES:
-        return _FILE_MODULES[path]
-    if not path.is_file():
-        raise UnknownRewardError(f"reward {spec!r}: file {str(path)!r} does not exist")
-    module_name = f"gspo_trl_user_rewards.{path.stem}_{abs(hash(str(path))):x}"
-    module_spec = importlib.util.spec_from_file_location(module_name, path)
-    if module_spec is None or module_spec.loader is None:
-        raise UnknownRewardError(f"reward {spec!r}: cannot load {str(path)!r} as a Python module")
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[module_name] = module  # lets pickle find the functions again in this process
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as err:
-        del sys.modules[module_name]
-        raise UnknownRewardError(f"reward {spec!r}: importing {str(path)!r} failed: {err!r}") from err
-    _FILE_MODULES[path] = module
-    return module
-
-
-def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
-    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import atexit
 import base64
+import contextlib
 import functools
 import json
 import logging
 import os
 import secrets
-import selectors
 import shutil
 import signal
 import subprocess
@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from rewards import sandbox_identity as ident
+from rewards import sandbox_pipes as pipes
 
 log = logging.getLogger(__name__)
 IN_SANDBOX_FILES = ("_sandbox_harness.py", "_sandbox_server.py")
@@ -208,19 +209,19 @@ def _launch(
     finally:
         os.close(config_r)
         os.close(result_w)
-    feeder = threading.Thread(target=_feed, args=(config_w, data), daemon=True)
+    feeder = threading.Thread(target=pipes.feed, args=(config_w, data), daemon=True)
     if not small:
         feeder.start()
     try:
-        outputs, timed_out, capped = _collect(proc, stdin, result_r, limits, start)
+        outputs, timed_out, capped = pipes.collect(proc, stdin, result_r, limits, start)
     finally:
-        with _suppress():
+        with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         os.close(result_r)
         if not small:
             feeder.join(timeout=5)
-    verdict = _verdict(outputs[result_r], nonce)
+    verdict = pipes.verdict_of(outputs[result_r], nonce)
     stdout, stderr = outputs[proc.stdout.fileno()], outputs[proc.stderr.fileno()]
     for pipe in (proc.stdout, proc.stderr):
         pipe.close()
@@ -244,94 +245,12 @@ def _run_in_server(job: dict[str, Any], stdin: bytes, limits: Limits, nonce: str
         reply["returncode"],
         out["stdout"],
         out["stderr"],
-        _verdict(out["result"], nonce),
+        pipes.verdict_of(out["result"], nonce),
         reply["timed_out"],
         reply["capped"],
         time.monotonic() - start,
         "bwrap",
     )
-
-
-def _feed(fd: int, data: bytes) -> None:
-    with _suppress(), os.fdopen(fd, "wb") as f:
-        f.write(data)
-
-
-def _collect(
-    proc: subprocess.Popen, stdin: bytes, result_r: int, limits: Limits, start: float
-) -> tuple[dict[int, bytes], bool, bool]:
-    """Feed stdin and read stdout, stderr and the result pipe until EOF, the cap or the deadline."""
-    cap = limits.output_kb << 10
-    readers = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray(), result_r: bytearray()}
-    pending = memoryview(stdin)
-    timed_out = capped = False
-    with selectors.DefaultSelector() as sel:
-        for fd in readers:
-            sel.register(fd, selectors.EVENT_READ)
-        stdin_fd = proc.stdin.fileno()
-        os.set_blocking(stdin_fd, False)
-        if pending:
-            sel.register(stdin_fd, selectors.EVENT_WRITE)
-        else:
-            proc.stdin.close()
-        open_readers = len(readers)
-        while open_readers:
-            remaining = limits.wall_s - (time.monotonic() - start)
-            if remaining <= 0:
-                timed_out = True
-                break
-            for key, _ in sel.select(timeout=remaining):
-                if key.fd == stdin_fd:
-                    try:
-                        pending = pending[os.write(stdin_fd, pending[: 1 << 16]) :]
-                    except (BrokenPipeError, OSError):
-                        pending = pending[:0]
-                    if not pending:
-                        sel.unregister(stdin_fd)
-                        proc.stdin.close()
-                    continue
-                data = os.read(key.fd, 1 << 16)
-                if not data:
-                    sel.unregister(key.fd)
-                    open_readers -= 1
-                    continue
-                readers[key.fd] += data
-                if len(readers[key.fd]) > cap:
-                    capped = True
-                    del readers[key.fd][cap:]
-                    open_readers = 0
-                    break
-    if not proc.stdin.closed:
-        with _suppress():
-            proc.stdin.close()
-    if not timed_out and not capped:
-        try:
-            proc.wait(timeout=max(0.0, limits.wall_s - (time.monotonic() - start)))
-        except subprocess.TimeoutExpired:
-            timed_out = True
-    return {fd: bytes(buf) for fd, buf in readers.items()}, timed_out, capped
-
-
-def _verdict(record: bytes, nonce: str) -> dict[str, Any] | None:
-    """The harness's line, recognised by the nonce; anything else on the pipe is ignored."""
-    for line in record.decode(errors="replace").splitlines():
-        head, _, body = line.partition(" ")
-        if secrets.compare_digest(head, nonce):
-            try:
-                return json.loads(body)
-            except json.JSONDecodeError:
-                return None
-    return None
-
-
-class _suppress:
-    """Swallow process-cleanup races (already dead, pipe already closed)."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type | None, *_: object) -> bool:
-        return kind is not None and issubclass(kind, ProcessLookupError | OSError)
 
 
 def shutdown() -> None:

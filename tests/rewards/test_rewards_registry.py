@@ -35,6 +35,8 @@ def test_every_builtin_is_listed_with_its_columns():
         ("cosine", {"max_len": 1024}, "cosine_max_len1024"),
         ("repetition", {"ngram_size": 2, "max_penalty": -0.5}, "repetition_max_penalty-0.5_ngram_size2"),
         ("soft_overlong", {"max_completion_len": 256, "soft_punish_cache": 64}, None),
+        ("math", {"timeout": 3.0}, "math_timeout3.0"),
+        ("code", {"scoring": "binary"}, "code_scoringbinary"),
     ],
 )
 def test_get_builds_a_named_callable(spec, params, expected_name):
