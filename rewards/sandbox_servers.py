@@ -54,15 +54,19 @@ class _Server:
             *("--ro-bind", shared_code_dir(), "/opt/gspo", "--setenv", ident.MARKER, self.run_id),
             *("--", python, "-I", "-S", "/opt/gspo/_sandbox_server.py"),
         ]
-        self.proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            cwd="/",
-            env={"PATH": "/usr/bin:/bin", ident.MARKER: self.run_id},
-            start_new_session=True,
-            **_identity(self.uid),
-        )
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                cwd="/",
+                env={"PATH": "/usr/bin:/bin", ident.MARKER: self.run_id},
+                start_new_session=True,
+                **_identity(self.uid),
+            )
+        except BaseException:
+            self._uid_hold.__exit__(None, None, None)
+            raise
         self.jobs = 0
 
     def run(self, job: dict[str, Any], stdin: bytes, wall_s: float) -> dict[str, Any]:
