@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -193,3 +195,99 @@ def test_two_process_gspo_run_saves_a_loadable_checkpoint(
         torch.testing.assert_close(tensor, final[name], msg=f"{name}: checkpoint-2 != final model")
     moved = sum(not torch.equal(saved[name], initial[name]) for name in saved)
     assert moved > len(saved) // 2, f"only {moved}/{len(saved)} tensors changed: did training happen?"
+
+
+SLURM_SCRIPT = ROOT / "scripts" / "slurm" / "train.slurm"
+
+
+def slurm_dry_run(*args: str) -> subprocess.CompletedProcess:
+    """The slurm launcher's --dry-run outside slurm (no SLURM_* variables), bounded."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SLURM_")}
+    return subprocess.run(
+        ["bash", str(SLURM_SCRIPT), "--dry-run", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.distributed
+def test_slurm_dry_run_prints_one_vllm_server_and_one_launch_per_training_node() -> None:
+    """4 nodes: the last serves vLLM (TP 4 x DP 2), 3 train with c10d; every launch parses."""
+    from accelerate.commands.launch import launch_command_parser
+
+    from gspo_trl.recipe import load_recipe
+    from gspo_trl.train import split_argv
+    from gspo_trl.validation import validate
+
+    result = slurm_dry_run(
+        *("--num-nodes", "4", "--model", "Qwen/Qwen3-30B-A3B", "--config", "configs/zero3.yaml"),
+        *("--recipe", "recipes/qwen3-30b-a3b/math.yaml", "--vllm-tp", "4", "--vllm-dp", "2"),
+        *("--", "--learning_rate", "3e-7", "--resume"),
+    )
+    assert result.returncode == 0, result.stderr
+    commands = [shlex.split(line.rstrip("&")) for line in result.stdout.splitlines() if line.strip()]
+    servers = [c for c in commands if "vllm-serve" in c]
+    launches = [c for c in commands if "accelerate" in c]
+    assert len(servers) == 1 and len(launches) == 3 and len(commands) == 4, result.stdout
+
+    server = servers[0]
+    assert "--nodelist=node4" in server
+    assert server[server.index("--model") + 1] == "Qwen/Qwen3-30B-A3B"
+    assert server[server.index("--tensor_parallel_size") + 1] == "4"
+    assert server[server.index("--data_parallel_size") + 1] == "2"
+
+    parser = launch_command_parser()
+    for rank, command in enumerate(launches):
+        assert f"--nodelist=node{rank + 1}" in command
+        args = parser.parse_args(command[command.index("launch") + 1 :])
+        assert (args.config_file, args.num_machines, args.num_processes) == ("configs/zero3.yaml", 3, 24)
+        assert (args.machine_rank, args.main_process_ip, args.rdzv_backend) == (rank, "node1", "c10d")
+        assert args.module and args.training_script == "gspo_trl.train"
+        path, resume, overrides = split_argv(args.training_script_args)
+        assert resume and path == "recipes/qwen3-30b-a3b/math.yaml"
+        recipe = load_recipe(ROOT / path, overrides)
+        validate(recipe, processes=24)
+        assert recipe.model.name_or_path == "Qwen/Qwen3-30B-A3B"
+        training = recipe.training
+        assert (training["vllm_mode"], training["vllm_server_host"], training["learning_rate"]) == (
+            "server",
+            "node4",
+            3e-7,
+        )
+
+
+SLURM_GOOD_ARGS = ("--model", "m", "--recipe", "recipes/qwen3-8b/math.yaml", "--config", "configs/zero3.yaml")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--recipe", "recipes/qwen3-8b/math.yaml", "--config", "configs/zero3.yaml"], "--model is required"),
+        (["--model", "m", "--recipe", "nope.yaml", "--config", "configs/zero3.yaml"], "no such file"),
+        (
+            [*SLURM_GOOD_ARGS, "--vllm-tp", "3"],
+            "must use the vLLM node's 8 GPUs",
+        ),
+        (
+            [*SLURM_GOOD_ARGS, "--num-nodes", "1"],
+            "at least 2 nodes",
+        ),
+    ],
+    ids=["no-model", "missing-recipe", "tp-dp-mismatch", "one-node"],
+)
+def test_slurm_refuses_bad_arguments(args: list[str], message: str) -> None:
+    result = slurm_dry_run(*args)
+    assert result.returncode == 2 and message in result.stderr, (result.returncode, result.stderr)
+    assert not result.stdout, "printed commands despite refusing"
+
+
+def test_slurm_script_passes_shellcheck() -> None:
+    """CI installs shellcheck (apt-get install -y shellcheck); skipped only where it is absent."""
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck not installed (apt-get install -y shellcheck)")
+    result = subprocess.run([shellcheck, str(SLURM_SCRIPT)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
