@@ -291,3 +291,37 @@ def test_slurm_script_passes_shellcheck() -> None:
         pytest.skip("shellcheck not installed (apt-get install -y shellcheck)")
     result = subprocess.run([shellcheck, str(SLURM_SCRIPT)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+RANK_SCRIPT = """\
+from accelerate import PartialState
+
+state = PartialState(cpu=True)  # what gspo_trl.train asks for on a machine without CUDA
+print(f"rank {state.process_index}/{state.num_processes} backend {state.backend}", flush=True)
+"""
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize(
+    ("launch_args", "expected"),
+    [
+        (
+            ["--config_file", str(ROOT / "configs" / "cpu_2proc.yaml")],
+            ["rank 0/2 backend gloo", "rank 1/2 backend gloo"],
+        ),
+        (["--cpu", "--num_processes", "2"], ["rank 0/1 backend None"]),
+    ],
+    ids=["cpu_2proc.yaml", "cpu-flag-starts-one"],
+)
+def test_which_launch_flags_start_two_cpu_ranks(
+    launch_args: list[str], expected: list[str], tmp_path: Path
+) -> None:
+    """configs/cpu_2proc.yaml starts 2 gloo ranks; `--cpu --num_processes 2` silently starts 1."""
+    script = tmp_path / "ranks.py"
+    script.write_text(RANK_SCRIPT)
+    log = tmp_path / "ranks.log"
+    command = [*ACCELERATE, *launch_args, "--main_process_port", str(free_port()), str(script)]
+    status = wait_or_kill(start(command, log), log, 120)
+    assert status == 0, tail(log)
+    ranks = sorted(line for line in log.read_text().splitlines() if line.startswith("rank "))
+    assert ranks == expected, tail(log)
