@@ -109,7 +109,10 @@ def sample_and_recompute(trainer: Any, prompts: Sequence[Any], num_generations: 
     )
     prompt_ids = [list(p) for p in prompt_ids]
     completion_ids = [list(c) for c in completion_ids]
-    engine = [torch.tensor([tok[0] for tok in seq], dtype=torch.float64) for seq in logprobs]
+    engine = [  # vLLM reports an unavailable log-prob as None: NaN here, skipped in the report
+        torch.tensor([math.nan if tok[0] is None else tok[0] for tok in seq], dtype=torch.float64)
+        for seq in logprobs
+    ]
     return LogprobPairs(
         engine, trainer_logprobs(trainer, prompt_ids, completion_ids), completion_ids, prompt_ids
     )
@@ -127,9 +130,11 @@ def agreement_report(
 
     token: every completion token pooled. sequence: delta_i, one per response (what log s_i
     would be on the on-policy minibatch if pi_old came from the engine). clipped_fraction:
-    responses with delta_i outside [log(1 - eps_low), log(1 + eps_high)].
+    responses with delta_i outside [log(1 - eps_low), log(1 + eps_high)]. Tokens without a
+    log-prob (NaN) and responses without tokens are left out.
     """
-    kept = [(e, t) for e, t in zip(pairs.engine, pairs.trainer, strict=True) if e.numel() > 0]
+    valid = [(e, t, ~(e.isnan() | t.isnan())) for e, t in zip(pairs.engine, pairs.trainer, strict=True)]
+    kept = [(e[ok], t[ok]) for e, t, ok in valid if ok.any()]
     if not kept:
         raise ValueError("no completion tokens to compare: every sampled completion was empty")
     token = torch.cat([t - e for e, t in kept])

@@ -87,9 +87,10 @@ def test_by_length_buckets_split_responses():
     assert report["by_length"]["len_16-inf"]["clipped_fraction"] == 0.0
 
 
-def test_empty_completions_are_skipped_and_all_empty_is_an_error():
-    report = agreement_report(pairs([[], [-1.0]], [[], [0.0]]), EPS_LOW, EPS_HIGH)
-    assert report["sequence"]["n"] == 1
+def test_empty_completions_and_missing_logprobs_are_skipped_and_all_empty_is_an_error():
+    report = agreement_report(pairs([[], [-1.0, math.nan]], [[], [0.0, 0.0]]), EPS_LOW, EPS_HIGH)
+    assert report["sequence"]["n"] == 1 and report["token"]["n"] == 1
+    assert report["sequence"]["mean"] == 0.0
     with pytest.raises(ValueError, match="every sampled completion was empty"):
         agreement_report(pairs([[]], [[]]), EPS_LOW, EPS_HIGH)
 
