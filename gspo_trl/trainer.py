@@ -119,8 +119,9 @@ class GSPOTrainer(GRPOTrainer):
             dim=1,
         )
         assert rows.shape[1] == len(ROW_COLUMNS)
-        rows = self.accelerator.pad_across_processes(rows, dim=0, pad_index=0)
-        self._gspo_rows[self._minibatch_index()].append(self.accelerator.gather(rows).detach())
+        if self.accelerator.num_processes > 1:  # ranks may hold different batch sizes: pad, then gather
+            rows = self.accelerator.gather(self.accelerator.pad_across_processes(rows, dim=0, pad_index=0))
+        self._gspo_rows[self._minibatch_index()].append(rows.detach())
 
     def gspo_statistics(self) -> dict[str, float]:
         """Turn the rows recorded since the last log into `gspo/*` metrics and clear them."""

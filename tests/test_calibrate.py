@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _gspo_helpers import single_torch_thread  # noqa: F401
 
 from gspo_trl import calibrate
 from gspo_trl.diagnostics import clip_fractions

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from _gspo_helpers import make_trainer, tiny_model_dir
+from _gspo_helpers import make_trainer, single_torch_thread, tiny_model_dir  # noqa: F401
 
 from gspo_trl.diagnostics import DiagnosticsConfig
 

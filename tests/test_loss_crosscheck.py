@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _gspo_helpers import make_trainer, tiny_model_dir
+from _gspo_helpers import make_trainer, single_torch_thread, tiny_model_dir  # noqa: F401
 from trl import GRPOTrainer
 
 from gspo_trl.reference_loss import grpo_loss, gspo_clipped, gspo_loss, gspo_token_loss

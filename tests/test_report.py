@@ -7,6 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
+from _gspo_helpers import single_torch_thread  # noqa: F401
 from PIL import Image
 
 from gspo_trl import report

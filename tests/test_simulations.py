@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
-import torch
+from _gspo_helpers import single_torch_thread  # noqa: F401
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
@@ -41,7 +41,6 @@ def test_concentration_script_prints_a_table(capsys):
 
 @pytest.fixture(scope="module")
 def toy():
-    torch.set_num_threads(1)
     return load_script("bench_toy")
 
 
