@@ -9,11 +9,11 @@ that overruns, records the item as timed out and starts a replacement.
 
 Work comes in *chunks*: a ``head`` (e.g. a gold answer) and the ``items`` that share it
 (the completions of one prompt). A worker processes a chunk's head once and keeps the
-result, then takes that chunk's items one by one; an idle worker prefers a chunk nobody
-works on, and only when none is left helps with (and re-processes the head of) a busy
-one. So a head is processed once per prompt in the usual case (more prompts than
-workers), and never more than once per worker, while one slow item cannot hold back the
-rest of its chunk.
+result, then takes that chunk's items one by one (two requests queued, so it never waits
+for the parent to be scheduled); an idle worker prefers a chunk nobody works on, and only
+when none is left helps with (and re-processes the head of) a chunk with 2+ items to go.
+So a head is processed once per prompt except in a batch's tail, and never more than once
+per worker, while one slow item cannot hold back the rest of its chunk.
 
 The worker side is :func:`serve`, given ``handle_head(head) -> (state, reply)`` and
 ``handle_item(state, item) -> reply``.
@@ -39,7 +39,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-STEAL_MIN_ITEMS = 4
+STEAL_MIN_ITEMS = 2
+PIPELINE_DEPTH = 2  # requests queued per worker, so it never waits for the parent to be scheduled
 TIMED_OUT = "__timed_out__"
 """Reply recorded for a head or item whose worker overran its limit (or died on it)."""
 
@@ -66,8 +67,9 @@ class _Worker:
         )
         self.buffer = b""
         self.ready = False  # set by the worker's first line, once its imports are done
-        self.chunk: Chunk | None = None  # whose head this worker holds
-        self.task: tuple[Chunk, int | None] | None = None  # (chunk, item index or None for the head)
+        self.chunk: Chunk | None = None  # whose head this worker holds once its queue is done
+        # requests sent and not answered yet, in order: (chunk, item index, or None for the head)
+        self.tasks: deque[tuple[Chunk, int | None]] = deque()
         self.since = time.monotonic()  # start of the current request (or of the worker)
 
     def send(self, message: dict[str, Any]) -> None:
@@ -141,10 +143,10 @@ class WorkerPool:
         with selectors.DefaultSelector() as sel:
             for w in self._workers:
                 sel.register(w.proc.stdout, selectors.EVENT_READ, w)
-            while any(c.todo for c in chunks) or any(w.task for w in self._workers) or not chunks:
+            while any(c.todo for c in chunks) or any(w.tasks for w in self._workers) or not chunks:
                 for w in self._workers:
-                    if w.ready and w.task is None:
-                        self._assign(w, chunks, sel)
+                    while w.ready and len(w.tasks) < PIPELINE_DEPTH and self._assign(w, chunks, sel):
+                        pass
                 if not chunks and all(w.ready for w in self._workers):
                     return
                 for key, _ in sel.select(timeout=max(0.0, self._next_deadline() - time.monotonic())):
@@ -155,43 +157,46 @@ class WorkerPool:
                         raise RuntimeError(
                             f"{self.module} worker not ready after {self.startup_limit_s:.0f}s"
                         )
-                    if w.task is not None and now - w.since > self.item_limit_s + self.grace_s:
+                    if w.tasks and now - w.since > self.item_limit_s + self.grace_s:
                         log.warning(
                             "worker %s overran %.1fs on one item; killing it", w.proc.pid, self.item_limit_s
                         )
                         self._fail(w, sel)
 
     def _next_deadline(self) -> float:
-        deadlines = [w.since + self.item_limit_s + self.grace_s for w in self._workers if w.task is not None]
+        deadlines = [w.since + self.item_limit_s + self.grace_s for w in self._workers if w.tasks]
         deadlines += [w.since + self.startup_limit_s for w in self._workers if not w.ready]
         return min(deadlines, default=time.monotonic() + 1.0)
 
-    def _assign(self, w: _Worker, chunks: list[Chunk], sel: selectors.BaseSelector) -> None:
+    def _assign(self, w: _Worker, chunks: list[Chunk], sel: selectors.BaseSelector) -> bool:
+        """Queue one more request on ``w``; False when there is nothing for it to do."""
         if w.chunk is not None and w.chunk.todo and w.chunk.head_reply != TIMED_OUT:
             chunk, index = w.chunk, w.chunk.todo.popleft()
-            self._send(w, {"item": chunk.items[index]}, (chunk, index), sel)
-            return
+            return self._send(w, {"item": chunk.items[index]}, (chunk, index), sel)
         held = {id(other.chunk) for other in self._workers if other is not w}
         unowned = [c for c in chunks if c.todo and id(c) not in held]
         # Helping with a chunk another worker holds costs one more head; worth it for a long tail only.
         shared = [c for c in chunks if len(c.todo) >= STEAL_MIN_ITEMS]
         if not unowned and not shared:
-            return
+            return False
         chunk = max(unowned or shared, key=lambda c: len(c.todo))
         w.chunk = chunk  # claimed now, so no other idle worker picks the same chunk meanwhile
-        self._send(w, {"head": chunk.head}, (chunk, None), sel)
+        return self._send(w, {"head": chunk.head}, (chunk, None), sel)
 
-    def _send(self, w: _Worker, message: dict[str, Any], task: tuple[Chunk, int | None], sel) -> None:
+    def _send(
+        self, w: _Worker, message: dict[str, Any], task: tuple[Chunk, int | None], sel: selectors.BaseSelector
+    ) -> bool:
         try:
             w.send(message)
         except OSError:
-            chunk, index = task
-            if index is not None:
-                chunk.todo.appendleft(index)
-            w.chunk = None
+            self._requeue([*w.tasks, task])
+            w.tasks.clear()
             self._replace(w, sel)
-            return
-        w.task, w.since = task, time.monotonic()
+            return False
+        if not w.tasks:
+            w.since = time.monotonic()  # the clock runs for the oldest unanswered request only
+        w.tasks.append(task)
+        return True
 
     def _read(self, w: _Worker, sel: selectors.BaseSelector) -> None:
         data = os.read(w.proc.stdout.fileno(), 1 << 16)
@@ -209,29 +214,35 @@ class WorkerPool:
             if not w.ready:
                 w.ready = True
                 continue
-            assert w.task is not None, "reply from an idle worker"
-            chunk, index = w.task
-            w.task = None
+            assert w.tasks, "reply from an idle worker"
+            chunk, index = w.tasks.popleft()
             if index is None:
                 chunk.head_replies.append(reply)
                 if chunk.head_reply is None:
                     chunk.head_reply = reply
-                w.chunk = chunk
             else:
                 chunk.item_replies[index] = reply
 
+    @staticmethod
+    def _requeue(tasks: list[tuple[Chunk, int | None]]) -> None:
+        for chunk, index in reversed(tasks):
+            if index is not None and chunk.head_reply != TIMED_OUT:
+                chunk.todo.appendleft(index)
+
     def _fail(self, w: _Worker, sel: selectors.BaseSelector) -> None:
-        """Record the current head (its whole chunk) or item as TIMED_OUT and replace the worker."""
-        task = w.task
+        """The oldest request is TIMED_OUT (a head: its whole chunk); requeue the rest, replace ``w``."""
+        tasks = list(w.tasks)
+        w.tasks.clear()
         self._replace(w, sel)
-        if task is None:
+        if not tasks:
             return
-        chunk, index = task
+        (chunk, index), rest = tasks[0], tasks[1:]
         if index is None:
             chunk.head_reply = TIMED_OUT
             chunk.todo.clear()
         else:
             chunk.item_replies[index] = TIMED_OUT
+        self._requeue(rest)
 
     def _replace(self, w: _Worker, sel: selectors.BaseSelector) -> None:
         sel.unregister(w.proc.stdout)
