@@ -177,6 +177,28 @@ def _section(content: dict[str, Any], name: str) -> dict[str, Any]:
     return value
 
 
+def recipe_as_yaml(recipe: Recipe) -> str:
+    """The recipe fully resolved (defaults and overrides applied), in the recipe file format.
+
+    Saved next to every trained model, so a run says exactly what produced it and can be
+    rerun or evaluated with `load_recipe` on this file.
+    """
+    from dataclasses import asdict
+
+    content: dict[str, Any] = {
+        "algorithm": recipe.algorithm,
+        "allow_on_policy": recipe.allow_on_policy,
+        "model": asdict(recipe.model),
+        "data": asdict(recipe.data),
+        "rewards": [{"name": entry.spec, "weight": entry.weight, **entry.params} for entry in recipe.rewards],
+        "diagnostics": dict(recipe.diagnostics),
+        **({"heldout": asdict(recipe.heldout)} if recipe.heldout is not None else {}),
+        **recipe.training,
+    }
+    header = f"# Resolved by gspo-trl from {recipe.source} (defaults and overrides applied).\n"
+    return header + yaml.safe_dump(content, sort_keys=False)
+
+
 def load_recipe(path: str | Path | None, overrides: Sequence[str] | dict[str, Any] = ()) -> Recipe:
     """Read, merge and type-check a recipe; unknown keys are refused with a suggestion.
 

@@ -25,11 +25,14 @@ from gspo_trl.model import (
     model_init_kwargs,
     resolve_model_path,
 )
-from gspo_trl.recipe import Recipe, RecipeError, load_recipe
+from gspo_trl.recipe import Recipe, RecipeError, load_recipe, recipe_as_yaml
 from gspo_trl.typed_fields import build_dataclass
 from gspo_trl.validation import check_columns, required_columns, validate
 
 logger = logging.getLogger("gspo_trl")
+
+RESOLVED_RECIPE = "recipe.yaml"
+"""Written into output_dir before training: the recipe with defaults and overrides applied."""
 
 USER_ERRORS = (
     RecipeError,
@@ -142,6 +145,9 @@ def run(recipe: Recipe, resume: bool = False) -> Any:
     checkpoint = last_checkpoint(trainer.args.output_dir) if resume else None
     if resume and checkpoint is None:
         logger.warning("--resume: no checkpoint in %s; starting from scratch", trainer.args.output_dir)
+    if trainer.accelerator.is_main_process:
+        Path(trainer.args.output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(trainer.args.output_dir) / RESOLVED_RECIPE).write_text(recipe_as_yaml(recipe), encoding="utf-8")
     trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_model(trainer.args.output_dir)
     trainer.save_state()

@@ -89,6 +89,9 @@ def test_gspo_trl_train_runs_real_steps_and_saves(tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     AutoModelForCausalLM.from_pretrained(out)  # the saved model loads
+    resolved = load_recipe(out / "recipe.yaml")  # the run records what produced it, loadably
+    assert resolved.training["max_steps"] == 4 and resolved.training["epsilon"] == 0.02
+    assert resolved.model.name_or_path == "tiny"
 
 
 @pytest.mark.slow
