@@ -6,6 +6,7 @@ import logging
 
 import pytest
 from _gspo_helpers import make_trainer, single_torch_thread, tiny_model_dir  # noqa: F401
+from transformers import TrainerCallback
 
 from gspo_trl.diagnostics import DiagnosticsConfig
 
@@ -38,8 +39,36 @@ def gspo_run(model_dir, tmp_path_factory):
         epsilon_high=4e-3,
         trainer_kwargs={"diagnostics": DiagnosticsConfig(length_buckets=(8,))},
     )
+    recorder = LogRecorder()
+    trainer.add_callback(recorder)
     trainer.train()
-    return [entry for entry in trainer.state.log_history if "loss" in entry]
+    history = History(entry for entry in trainer.state.log_history if "loss" in entry)
+    history.callback_logs = recorder.logs
+    return history
+
+
+class History(list):
+    """The run's training log entries, plus what a logging callback received."""
+
+    callback_logs: list[dict]
+
+
+class LogRecorder(TrainerCallback):
+    """Receives logs exactly as report_to integrations (trackio, wandb, tensorboard) do: on_log."""
+
+    def __init__(self) -> None:
+        self.logs: list[dict] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.logs.append(dict(logs or {}))
+
+
+def test_metrics_reach_logging_callbacks(gspo_run):
+    seen = [log for log in gspo_run.callback_logs if "loss" in log]
+    assert len(seen) == 8
+    for log, entry in zip(seen, gspo_run, strict=True):
+        gspo = {k: v for k, v in entry.items() if k.startswith("gspo/")}
+        assert gspo and {k: log[k] for k in gspo} == gspo
 
 
 def test_every_step_logs_its_minibatch(gspo_run):
