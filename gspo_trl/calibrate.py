@@ -88,7 +88,15 @@ def text_histogram(values: torch.Tensor, bins: int = 16, width: int = 48) -> str
     )
 
 
-def length_table(log_s, adv, lengths, buckets, current: tuple[float, float], rec: Recommendation) -> str:
+def length_table(
+    log_s: torch.Tensor,
+    adv: torch.Tensor,
+    lengths: torch.Tensor,
+    buckets: tuple[int, ...],
+    current: tuple[float, float],
+    rec: Recommendation,
+) -> str:
+    """Per length bucket: count, spread of log s_i and clip rate now / with the recommendation."""
     lines = [f"  {'bucket':>14} {'n':>6} {'std':>10} {'p5':>11} {'p95':>11} {'clip now':>9} {'clip rec':>9}"]
     edges = [0, *buckets, math.inf]
     now = clip_fraction_by_length(log_s, adv, lengths, *current, buckets)
@@ -171,7 +179,9 @@ def _clip_line(name: str, eps: tuple[float, float], stats: dict[str, float]) -> 
     )
 
 
-def _verdict(log_s, adv, current: tuple[float, float], target_range: tuple[float, float]) -> str:
+def _verdict(
+    log_s: torch.Tensor, adv: torch.Tensor, current: tuple[float, float], target_range: tuple[float, float]
+) -> str:
     """Judge the current range on responses with a learning signal (A != 0)."""
     signed = adv != 0
     n_signed, n_pos = int(signed.sum()), int((adv > 0).sum())

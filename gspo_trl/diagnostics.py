@@ -99,7 +99,7 @@ def bucket_labels(length_buckets: tuple[int, ...]) -> list[str]:
     return [*labels, f"len_{edges[-1]}-inf"]
 
 
-ArrayLike = "torch.Tensor | np.ndarray"
+ArrayLike = torch.Tensor | np.ndarray
 """The statistics take CPU tensors or arrays; they run in numpy because a logging step
 summarises a few hundred numbers, where torch's per-op overhead would dominate."""
 
