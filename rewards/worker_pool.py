@@ -40,6 +40,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 STEAL_MIN_ITEMS = 2
+MAX_QUEUED_BYTES = 16_384
 PIPELINE_DEPTH = 2  # requests queued per worker, so it never waits for the parent to be scheduled
 TIMED_OUT = "__timed_out__"
 """Reply recorded for a head or item whose worker overran its limit (or died on it)."""
@@ -171,8 +172,12 @@ class WorkerPool:
     def _assign(self, w: _Worker, chunks: list[Chunk], sel: selectors.BaseSelector) -> bool:
         """Queue one more request on ``w``; False when there is nothing for it to do."""
         if w.chunk is not None and w.chunk.todo and w.chunk.head_reply != TIMED_OUT:
+            if w.tasks and _too_big_to_queue(w.chunk.items[w.chunk.todo[0]]):
+                return False
             chunk, index = w.chunk, w.chunk.todo.popleft()
             return self._send(w, {"item": chunk.items[index]}, (chunk, index), sel)
+        if w.tasks:
+            return False  # a new chunk starts only on an idle worker: its head may be slow
         held = {id(other.chunk) for other in self._workers if other is not w}
         unowned = [c for c in chunks if c.todo and id(c) not in held]
         # Helping with a chunk another worker holds costs one more head; worth it for a long tail only.
@@ -251,6 +256,12 @@ class WorkerPool:
         fresh = _Worker(self.module, self._env)
         self._workers[self._workers.index(w)] = fresh
         sel.register(fresh.proc.stdout, selectors.EVENT_READ, fresh)
+
+
+def _too_big_to_queue(item: Any) -> bool:
+    """A request that may not fit in the pipe buffer is sent to idle workers only: writing it
+    to a busy one would block this loop, and with it every other worker, until that one reads."""
+    return len(json.dumps(item)) > MAX_QUEUED_BYTES
 
 
 def _kill_all(workers: list[_Worker]) -> None:

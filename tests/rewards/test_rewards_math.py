@@ -239,3 +239,16 @@ def test_integer_fast_path_agrees_with_math_verify(gold, answer):
     assert quick is None or quick == full
     assert (quick is None) == (answer == "10.0")
     assert parse("$1$")  # math-verify itself is importable in the test process
+
+
+@pytest.mark.slow
+def test_slow_items_of_one_prompt_spread_over_workers(tight_math_reward):
+    """Four 1 s items of one prompt (100 KB each) on two workers: ~2 s, not the 4 s of one
+    worker doing them all (a big request queued on a busy worker once blocked the pool)."""
+    nested = r"\boxed{" + NESTED + "}"
+    texts = [r"\boxed{3}"] * 8 + [nested] * 4
+    tight_math_reward.pool.start()  # worker start-up is not what is measured
+    start = time.monotonic()
+    scores = tight_math_reward(texts, solution=["3"] * 8 + ["1"] * 4)
+    assert scores == [1.0] * 8 + [0.0] * 4
+    assert time.monotonic() - start < 3.6 * LIMIT_S
