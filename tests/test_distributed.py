@@ -25,8 +25,10 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 from _gspo_helpers import tiny_model_dir
@@ -100,10 +102,14 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     return env
 
 
+_LAUNCHED: list[subprocess.Popen] = []
+"""Every group started by a test, so teardown can kill what a failing test left running."""
+
+
 def start(command: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     """Start `command` in a new process group (so it can be killed whole), output to `log`."""
     with log.open("wb") as out:
-        return subprocess.Popen(
+        process = subprocess.Popen(
             command,
             cwd=ROOT,
             env=env or subprocess_env(),
@@ -111,12 +117,38 @@ def start(command: list[str], log: Path, env: dict[str, str] | None = None) -> s
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    _LAUNCHED.append(process)
+    return process
+
+
+@pytest.fixture(autouse=True)
+def kill_leftover_launches() -> Iterator[None]:
+    """After each test, SIGKILL any launch still running (e.g. the test hit pytest's timeout
+    while waiting on it): a hung gloo rank must not outlive its test."""
+    yield
+    while _LAUNCHED:
+        process = _LAUNCHED.pop()
+        if process.poll() is None:
+            kill_group(process)
+            process.wait(timeout=30)
 
 
 def kill_group(process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
-    """Send `sig` to the launched process group (launcher and every rank)."""
+    """Send `sig` to the launched process group and to every descendant.
+
+    torchrun starts each rank in a session of its own, so killing the launcher's group
+    alone would orphan the ranks; they are collected (psutil, an accelerate dependency)
+    before anything is killed.
+    """
+    try:
+        descendants = psutil.Process(process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        descendants = []
     with contextlib.suppress(ProcessLookupError):  # the group already exited
         os.killpg(process.pid, sig)
+    for child in descendants:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.send_signal(sig)
 
 
 def wait_or_kill(process: subprocess.Popen, log: Path, timeout: float) -> int:
@@ -200,6 +232,7 @@ def test_two_process_gspo_run_saves_a_loadable_checkpoint(
 
 @pytest.mark.distributed
 @pytest.mark.slow
+@pytest.mark.timeout(2 * LAUNCH_TIMEOUT_S + 60)
 def test_zero3_run_resumes_from_its_sharded_checkpoint(model_dir: Path, tmp_path: Path) -> None:
     """--resume loads ZeRO-3's sharded engine state (weights, Adam, scheduler) and goes on.
 

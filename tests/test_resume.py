@@ -27,6 +27,7 @@ import torch
 from _gspo_helpers import tiny_model_dir
 from test_distributed import (
     kill_group,
+    kill_leftover_launches,  # noqa: F401 - autouse fixture: kills launches a failed test left
     load_weights,
     start,
     subprocess_env,
@@ -86,6 +87,7 @@ def reward_calls(path: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3 * RUN_TIMEOUT_S + 60)
 def test_sigkilled_run_resumes_to_the_uninterrupted_result(tmp_path: Path) -> None:
     model = tiny_model_dir(tmp_path)
     recipe = write_mini_recipe(tmp_path, model)
