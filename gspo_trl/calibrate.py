@@ -289,7 +289,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("recipe", nargs="?", help="recipe YAML; extra --key value pairs override it")
     parser.add_argument("--from-run", metavar="RUN_DIR", help="analyse an existing run's logged statistics")
     parser.add_argument("--batches", type=int, default=3, help="rollout batches to measure (default 3)")
-    parser.add_argument("--target-range", type=float, nargs=2, default=(0.15, 0.25), metavar=("LOW", "HIGH"))
+    parser.add_argument(
+        "--target-range",
+        type=float,
+        nargs=2,
+        default=(0.15, 0.25),
+        metavar=("LOW", "HIGH"),
+        help="share of off-policy responses to clip per advantage sign (default 0.15 0.25; aims mid-range)",
+    )
     parser.add_argument("--output-dir", help="where the throw-away run writes (default: a temp dir)")
     args, overrides = parser.parse_known_args(argv)
     low, high = args.target_range
