@@ -49,10 +49,13 @@ def resolve_model_path(config: ModelConfig, output_dir: str | Path) -> str:
     """The path or hub id TRL should load; builds the tiny model once when asked for `tiny`."""
     if config.name_or_path != TINY:
         return config.name_or_path
+    from accelerate import PartialState
+
     tiny_dir = Path(output_dir) / "tiny-model"
-    if not (tiny_dir / "config.json").exists():
-        logger.info("Building the tiny CPU model in %s", tiny_dir)
-        save_tiny_model(tiny_dir)
+    with PartialState().main_process_first():  # one rank builds it; the others then read it
+        if not (tiny_dir / "config.json").exists():
+            logger.info("Building the tiny CPU model in %s", tiny_dir)
+            save_tiny_model(tiny_dir)
     return str(tiny_dir)
 
 

@@ -116,8 +116,22 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     return content
 
 
+def _override_value(text: str) -> Any:
+    """A command-line value: YAML for lists and mappings, else the text itself.
+
+    Scalars stay text and are converted by the field's declared type later, so that
+    `--save_strategy no` stays "no" (YAML 1.1 would read no/off/yes/on as booleans).
+    """
+    if text.lstrip().startswith(("[", "{")):
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            raise RecipeError(f"override value {text!r}: YAML error: {error}") from None
+    return text
+
+
 def parse_overrides(tokens: Sequence[str]) -> dict[str, Any]:
-    """`--key value`, `--key=value`, `--flag` (true) -> {key: YAML-parsed value}."""
+    """`--key value`, `--key=value`, `--flag` (true) -> {key: value} (see `_override_value`)."""
     overrides: dict[str, Any] = {}
     index = 0
     while index < len(tokens):
@@ -130,10 +144,7 @@ def parse_overrides(tokens: Sequence[str]) -> dict[str, Any]:
                 value, index = tokens[index + 1], index + 1
             else:
                 value = "true"
-        try:
-            overrides[key.replace("-", "_")] = yaml.safe_load(value) if value.strip() else value
-        except yaml.YAMLError:
-            overrides[key.replace("-", "_")] = value
+        overrides[key.replace("-", "_")] = _override_value(value)
         index += 1
     return overrides
 

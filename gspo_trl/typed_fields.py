@@ -92,8 +92,14 @@ def coerce(value: Any, annotation: Any, where: str) -> Any:
         if type(None) in members:
             return None
         raise FieldTypeError(f"{where}: may not be null")
-    if isinstance(value, bool) and bool not in members and (int in members or float in members):
-        raise FieldTypeError(f"{where}: expected a number, got {value!r}")
+    if isinstance(value, bool) and bool not in members:
+        if str in members or any(isinstance(t, type) and issubclass(t, str) for t in members):
+            raise FieldTypeError(
+                f"{where}: got the boolean {value!r}; YAML reads unquoted no/off/yes/on as booleans, "
+                'so quote the word (e.g. save_strategy: "no")'
+            )
+        if int in members or float in members:
+            raise FieldTypeError(f"{where}: expected a number, got {value!r}")
     if isinstance(value, int) and float in members and int not in members:
         return float(value)
     return value

@@ -64,6 +64,14 @@ def test_yaml_strings_and_overrides_are_converted_to_field_types(tmp_path: Path)
     assert {"learning_rate", "max_steps", "epsilon_high", "bf16"} <= recipe.explicit_keys
 
 
+@pytest.mark.parametrize("word", ["no", "off", "yes"])
+def test_yaml_booleans_for_text_fields(tmp_path: Path, word: str) -> None:
+    # On the command line the word stays text; unquoted in YAML it is a boolean: say so.
+    assert load_recipe(write(tmp_path, GOOD), ["--save_strategy", word]).training["save_strategy"] == word
+    with pytest.raises(RecipeError, match="quote the word"):
+        load_recipe(write(tmp_path, GOOD + f"save_strategy: {word}\n"))
+
+
 def test_reward_list_with_weights_and_params(tmp_path: Path) -> None:
     path = write(
         tmp_path,
@@ -84,8 +92,9 @@ def test_reward_list_with_weights_and_params(tmp_path: Path) -> None:
     ("tokens", "expected"),
     [
         (["--learning_rate", "5e-7"], {"learning_rate": "5e-7"}),  # typed later, by field
-        (["--bf16"], {"bf16": True}),
-        (["--bf16", "--seed", "3"], {"bf16": True, "seed": 3}),
+        (["--bf16"], {"bf16": "true"}),  # a bare flag means true
+        (["--bf16", "--seed", "3"], {"bf16": "true", "seed": "3"}),
+        (["--save_strategy", "no"], {"save_strategy": "no"}),  # not YAML's boolean False
         (["--model.name_or_path=Qwen/Qwen3-4B"], {"model.name_or_path": "Qwen/Qwen3-4B"}),
         (["--rewards", "[math, format]"], {"rewards": ["math", "format"]}),
         (["--report-to", "none"], {"report_to": "none"}),
