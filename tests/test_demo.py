@@ -14,6 +14,7 @@ MIN_GAIN = 0.25
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # includes the session's one demo run (demo_run fixture)
 def test_demo_learns(demo_run: Path) -> None:
     results = json.loads((demo_run / "results.json").read_text())
     assert results["heldout_accuracy_after"] - results["heldout_accuracy_before"] >= MIN_GAIN, results
@@ -26,6 +27,7 @@ def test_demo_learns(demo_run: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # includes the session's one demo run (demo_run fixture)
 def test_report_on_the_demo_run(demo_run: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "gspo_trl.cli", "report", str(demo_run / "gspo")],
@@ -41,6 +43,7 @@ def test_report_on_the_demo_run(demo_run: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # includes the session's one demo run (demo_run fixture)
 def test_eval_reproduces_the_demo_accuracy(demo_run: Path, tmp_path: Path) -> None:
     results = json.loads((demo_run / "results.json").read_text())
     output = tmp_path / "eval.json"

@@ -102,6 +102,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory, demo_run: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # the first one includes the session's demo run (demo_run fixture)
 @pytest.mark.parametrize("command", [c for c in COMMANDS if kind(c) == "run"])
 def test_readme_command_runs(command: str, workdir: Path) -> None:
     words = shlex.split(command)
