@@ -233,11 +233,39 @@ def process_group_gone(pgid: int, timeout: float) -> bool:
     return False
 
 
+def server_mode_trainer(model_dir: Path, output_dir: Path, base_url: str):
+    """A GSPO trainer in TRL server mode: it connects, then joins the NCCL weight-sync group."""
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    from gspo_trl.check_logprobs import length_reward
+    from gspo_trl.trainer import GSPOTrainer
+
+    config = GRPOConfig(
+        output_dir=str(output_dir),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        use_vllm=True,
+        vllm_mode="server",
+        vllm_server_base_url=base_url,
+        vllm_server_timeout=30,
+        importance_sampling_level="sequence",
+        num_generations=2,
+        per_device_train_batch_size=2,
+        max_completion_length=8,
+        max_steps=1,
+    )
+    dataset = Dataset.from_list([{"prompt": "reverse 1234"}])
+    return GSPOTrainer(model=str(model_dir), reward_funcs=length_reward, args=config, train_dataset=dataset)
+
+
 def test_server_mode_generation_through_trl_vllm_serve(model_dir, tmp_path):
     """`trl vllm-serve` on 127.0.0.1 serves TRL's VLLMClient; its log-probs are the model's.
 
-    Weight sync into a server goes over NCCL and needs CUDA, so on CPU only generation is
-    tested. The server needs the `vllm` metadata alias (see gspo_trl.vllm_cpu).
+    Weight sync into a server goes over NCCL and needs CUDA: on CPU a server-mode trainer
+    stops at TRL's own "needs a CUDA device" error, and only generation is tested. The server
+    needs the `vllm` metadata alias (see gspo_trl.vllm_cpu).
     """
     import torch
     from transformers import AutoModelForCausalLM
@@ -272,6 +300,8 @@ def test_server_mode_generation_through_trl_vllm_serve(model_dir, tmp_path):
         prompts = [[1, 40, 50, 60], [1, 70, 80, 90, 100]]
         out = client.generate(prompts=prompts, n=2, max_tokens=8, temperature=1.0, logprobs=0)
         assert client.get_server_info()["model_config"]["logprobs_mode"] == "processed_logprobs"
+        with pytest.raises(NotImplementedError, match="needs a CUDA device"):
+            server_mode_trainer(model_dir, tmp_path / "trainer", f"http://127.0.0.1:{port}")
     finally:
         stop_process_group(server)
         log.close()
