@@ -146,7 +146,8 @@ def test_heldout_callback_logs_pass_at_k_next_to_the_score(checkpoint: dict[str,
         assert 0 <= entry["heldout/pass@1"] <= entry["heldout/pass@2"] <= 1
 
 
-DEMO = REPO / "runs" / "demo"
+DEMO = Path(os.environ.get("GSPO_DEMO_DIR", REPO / "runs" / "demo"))
+"""Where `make demo` wrote its model, held-out rows and results (GSPO_DEMO_DIR to point elsewhere)."""
 
 
 @pytest.mark.slow
