@@ -59,7 +59,7 @@ class DataConfig:
     seed: int = 0
 
 
-def _load_split(config: DataConfig, split: str) -> Dataset:
+def load_split(config: DataConfig, split: str) -> Dataset:
     """One split of the configured source, with no rows changed."""
     if config.path in SYNTHETIC_TASKS:
         rows = SYNTHETIC_TASKS[config.path](config.num_rows, config.seed + (split != "train"))
@@ -167,12 +167,12 @@ def prepare(dataset: Dataset, config: DataConfig, source: str, required: Sequenc
 def load_data(config: DataConfig, required_columns: Sequence[str] = ()) -> tuple[Dataset, Dataset | None]:
     """(train, eval or None) for the recipe; `required_columns` are those the rewards read."""
     config = presets.apply_preset(config)
-    train = _load_split(config, config.split)
+    train = load_split(config, config.split)
     if config.max_rows is not None:
         train = train.select(range(min(config.max_rows, len(train))))
     evaluation = None
     if config.eval_split:
-        evaluation = _load_split(config, config.eval_split)
+        evaluation = load_split(config, config.eval_split)
     elif config.eval_size:
         size = int(config.eval_size) if config.eval_size >= 1 else config.eval_size
         split = train.train_test_split(test_size=size, seed=config.seed)

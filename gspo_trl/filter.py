@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import rewards
-from gspo_trl.data import DataError, _load_split, prepare
+from gspo_trl.data import DataError, load_split, prepare
 from gspo_trl.histogram import in_range, plot_histogram, text_histogram
 from gspo_trl.pass_at_k import grade_samples
 from gspo_trl.presets import apply_preset
@@ -207,7 +207,7 @@ def run(args: argparse.Namespace, overrides: Sequence[str]) -> dict[str, Any]:
     recipe = load_recipe(args.recipe, overrides)
     config = replace(apply_preset(recipe.data), eval_split=None, eval_size=0)
     config.split = args.split or config.split
-    raw = _load_split(config, config.split)
+    raw = load_split(config, config.split)
     if config.max_rows is not None:
         raw = raw.select(range(min(config.max_rows, len(raw))))
     source = f"data {config.path!r} split {config.split!r}"

@@ -59,6 +59,13 @@ class HeldoutConfig:
     max_rows: int = 256
     temperature: float = 0.0
     """0 = greedy decoding."""
+    k: list[int] = field(default_factory=list)
+    """Also log unbiased heldout/pass@k for these k (e.g. [1, 8]), from sampled completions."""
+    num_samples: int | None = None
+    """Samples per row for pass@k (default: the largest k)."""
+    sample_temperature: float = 1.0
+    pass_threshold: float = 1.0
+    """A sample passes when its grade is at least this."""
 
 
 @dataclass

@@ -115,6 +115,10 @@ def build_trainer(recipe: Recipe) -> Any:
                 max_rows=recipe.heldout.max_rows,
                 temperature=recipe.heldout.temperature,
                 max_new_tokens=args.max_completion_length,
+                ks=recipe.heldout.k,
+                num_samples=recipe.heldout.num_samples,
+                sample_temperature=recipe.heldout.sample_temperature,
+                pass_threshold=recipe.heldout.pass_threshold,
             )
         )
     return trainer

@@ -81,11 +81,23 @@ def test_gspo_defaults_reach_the_trl_trainer(
 @pytest.mark.slow
 def test_gspo_trl_train_runs_real_steps_and_saves(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    run_cli([*gspo_trl_command(), "train", str(TINY_RECIPE), *FAST, "--output_dir", str(out)], cwd=tmp_path)
+    run_cli(
+        [
+            *gspo_trl_command(),
+            "train",
+            str(TINY_RECIPE),
+            *FAST,
+            "--heldout.k",
+            "[1, 2]",
+            "--output_dir",
+            str(out),
+        ],
+        cwd=tmp_path,
+    )
     state = json.loads((out / "trainer_state.json").read_text())
     assert state["global_step"] == 4
     logged = {key for entry in state["log_history"] for key in entry}
-    assert {"reward", "heldout/score", "gspo/offpolicy/log_ratio/p50"} <= logged
+    assert {"reward", "heldout/score", "heldout/pass@2", "gspo/offpolicy/log_ratio/p50"} <= logged
     from transformers import AutoModelForCausalLM
 
     AutoModelForCausalLM.from_pretrained(out)  # the saved model loads
