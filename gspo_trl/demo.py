@@ -85,11 +85,21 @@ def run_demo(
             handle.write(json.dumps(row) + "\n")
 
     rewards_logged = [entry["reward"] for entry in trainer.state.log_history if "reward" in entry]
+    sampled = {
+        key: [entry[key] for entry in trainer.state.log_history if key in entry]
+        for key in ("heldout/pass@1", "heldout/pass@4")
+    }
     results = {
         "heldout_accuracy_before": before,
         "heldout_accuracy_after": after,
         "heldout_gain": after - before,
         "heldout_rows": len(eval_dataset),
+        **{
+            f"sampled_{key.split('/')[1]}_{when}": values[index]
+            for key, values in sampled.items()
+            if values
+            for when, index in (("before", 0), ("after", -1))
+        },
         "train_reward_first": rewards_logged[0] if rewards_logged else None,
         "train_reward_last": rewards_logged[-1] if rewards_logged else None,
         "gspo_steps": step_after - step_before,
@@ -112,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gspo-trl demo", description=__doc__)
     parser.add_argument("--output-dir", type=Path, default=Path("runs/demo"))
     parser.add_argument("--recipe", type=Path, default=DEFAULT_RECIPE)
-    parser.add_argument("--sft-steps", type=int, default=300, help="warm-start SFT steps")
+    parser.add_argument("--sft-steps", type=int, default=1000, help="warm-start SFT steps")
     args, overrides = parser.parse_known_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args.output_dir.mkdir(parents=True, exist_ok=True)
@@ -122,6 +132,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"  held-out exact-match accuracy before GSPO: {results['heldout_accuracy_before']:.3f}")
     print(f"  held-out exact-match accuracy after GSPO:  {results['heldout_accuracy_after']:.3f}")
     print(f"  gain: {results['heldout_gain']:+.3f} over {results['heldout_rows']} held-out prompts")
+    if "sampled_pass@4_before" in results:
+        print(
+            "  sampled (temperature 1): pass@1 {:.3f} -> {:.3f}, pass@4 {:.3f} -> {:.3f}".format(
+                results["sampled_pass@1_before"],
+                results["sampled_pass@1_after"],
+                results["sampled_pass@4_before"],
+                results["sampled_pass@4_after"],
+            )
+        )
     print(f"  model: {results['model_dir']}   reward curve: {results['reward_curve']}")
     print(f"  time: {results['total_seconds']:.0f} s (warm start {results['warm_start_seconds']:.0f} s)")
     return 0
