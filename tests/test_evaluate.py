@@ -146,16 +146,12 @@ def test_heldout_callback_logs_pass_at_k_next_to_the_score(checkpoint: dict[str,
         assert 0 <= entry["heldout/pass@1"] <= entry["heldout/pass@2"] <= 1
 
 
-DEMO = Path(os.environ.get("GSPO_DEMO_DIR", REPO / "runs" / "demo"))
-"""Where `make demo` wrote its model, held-out rows and results (GSPO_DEMO_DIR to point elsewhere)."""
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(not (DEMO / "results.json").is_file(), reason="run `make demo` first")
-def test_eval_reproduces_the_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    expected = json.loads((DEMO / "results.json").read_text())["heldout_accuracy_after"]
-    args = [str(DEMO / "gspo"), "--recipe", str(REPO / "recipes/tiny/reversal.yaml"), "--engine", "hf"]
-    result = _eval([*args, "--data", str(DEMO / "heldout.jsonl")], tmp_path / "demo.json", capsys)
+@pytest.mark.timeout(1800)  # may include the session's one demo run (demo_run fixture, conftest.py)
+def test_eval_reproduces_the_demo(demo_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    expected = json.loads((demo_run / "results.json").read_text())["heldout_accuracy_after"]
+    args = [str(demo_run / "gspo"), "--recipe", str(REPO / "recipes/tiny/reversal.yaml"), "--engine", "hf"]
+    result = _eval([*args, "--data", str(demo_run / "heldout.jsonl")], tmp_path / "demo.json", capsys)
     assert result["results"]["greedy"]["pass@1"] == pytest.approx(expected, abs=1e-9)
 
 
