@@ -1,3 +1,75 @@
-"""gspo-trl: GSPO training recipes on top of Hugging Face TRL."""
+"""gspo-trl: GSPO training recipes on top of Hugging Face TRL.
+
+The Python API mirrors TRL's trainer/config pair, with GSPO's settings as the defaults:
+
+    import rewards
+    from gspo_trl import GSPOConfig, GSPOTrainer
+
+    trainer = GSPOTrainer(
+        model="Qwen/Qwen3-0.6B",
+        args=GSPOConfig(output_dir="runs/qwen3-gspo"),
+        reward_funcs=[rewards.get("math")],
+        train_dataset=dataset,            # a `prompt` column and the columns the rewards read
+    )
+    trainer.train()
+
+Recipes (YAML) go through `load_recipe`, `preflight` (every check before a model loads) and
+`run`. Names are imported on first use, so `import gspo_trl` stays cheap (no torch, no TRL).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "GSPOConfig": "gspo_trl.training.config",
+    "GSPOTrainer": "gspo_trl.training.trainer",
+    "DiagnosticsConfig": "gspo_trl.config.sections",
+    "GSPO_DEFAULTS": "gspo_trl.config.defaults",
+    "Recipe": "gspo_trl.config.recipe",
+    "load_recipe": "gspo_trl.config.recipe",
+    "validate": "gspo_trl.config.validation",
+    "preflight": "gspo_trl.training.preflight",
+    "build_trainer": "gspo_trl.training.build",
+    "run": "gspo_trl.training.build",
+    "UserError": "gspo_trl.errors",
+    "RecipeError": "gspo_trl.errors",
+    "DataError": "gspo_trl.errors",
+}
+__all__ = [
+    "GSPO_DEFAULTS",
+    "DataError",
+    "DiagnosticsConfig",
+    "GSPOConfig",
+    "GSPOTrainer",
+    "Recipe",
+    "RecipeError",
+    "UserError",
+    "build_trainer",
+    "load_recipe",
+    "preflight",
+    "run",
+    "validate",
+]
+
+if TYPE_CHECKING:
+    from gspo_trl.config.defaults import GSPO_DEFAULTS
+    from gspo_trl.config.recipe import Recipe, load_recipe
+    from gspo_trl.config.sections import DiagnosticsConfig
+    from gspo_trl.config.validation import validate
+    from gspo_trl.errors import DataError, RecipeError, UserError
+    from gspo_trl.training.build import build_trainer, run
+    from gspo_trl.training.config import GSPOConfig
+    from gspo_trl.training.preflight import preflight
+    from gspo_trl.training.trainer import GSPOTrainer
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'gspo_trl' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value

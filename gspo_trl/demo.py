@@ -1,7 +1,7 @@
 """`gspo-trl demo` (what `make demo` runs): GSPO that visibly learns, on 2 CPU cores, no hub.
 
-1. build the tiny Qwen3 model and tokenizer locally (gspo_trl.tiny);
-2. warm-start it with a short SFT on imperfect data (gspo_trl.warm_start);
+1. build the tiny Qwen3 model and tokenizer locally (gspo_trl.model.tiny);
+2. warm-start it with a short SFT on imperfect data (gspo_trl.training.warm_start);
 3. train it with GSPO through the same path as `gspo-trl train recipes/tiny/reversal.yaml`,
    scoring held-out exact-match accuracy (greedy) before and after;
 4. save the model, `results.json`, the held-out rows, and a PNG of the reward curve.
@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import time
@@ -17,41 +16,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gspo_trl.heldout import HeldoutCallback
-from gspo_trl.recipe import load_recipe
-from gspo_trl.synthetic import ReversalTask
-from gspo_trl.tiny import save_tiny_model
-from gspo_trl.train import run
-from gspo_trl.warm_start import warm_start
+from gspo_trl.config.recipe import load_recipe, parse_overrides
+from gspo_trl.config.shipped import RECIPES_DIR
+from gspo_trl.data.synthetic import ReversalTask
+from gspo_trl.model.tiny import save_tiny_model
+from gspo_trl.training.build import run
+from gspo_trl.training.heldout import HeldoutCallback
+from gspo_trl.training.warm_start import warm_start
 
-DEFAULT_RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "reversal.yaml"
+DEFAULT_RECIPE = RECIPES_DIR / "tiny" / "reversal.yaml"
 logger = logging.getLogger(__name__)
-
-
-def plot_reward_curve(log_history: list[dict[str, Any]], path: Path) -> Path:
-    """PNG of the mean training reward per logging step, with the held-out scores marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    reward = [(entry["step"], entry["reward"]) for entry in log_history if "reward" in entry]
-    heldout = [(entry["step"], entry["heldout/score"]) for entry in log_history if "heldout/score" in entry]
-    figure, axis = plt.subplots(figsize=(7, 4), dpi=110)
-    if reward:
-        axis.plot(*zip(*reward, strict=True), marker=".", label="training reward (partial credit)")
-    if heldout:
-        axis.plot(*zip(*heldout, strict=True), "s--", label="held-out exact match (greedy)")
-    axis.set_xlabel("optimizer step")
-    axis.set_ylabel("score (0-1)")
-    axis.set_ylim(0, 1)
-    axis.set_title("GSPO on the tiny CPU model: digit reversal")
-    axis.grid(alpha=0.3)
-    axis.legend(loc="lower right")
-    figure.tight_layout()
-    figure.savefig(path)
-    plt.close(figure)
-    return path
 
 
 def _heldout_callback(trainer: Any) -> HeldoutCallback:
@@ -106,41 +80,19 @@ def run_demo(
         "warm_start_seconds": round(warm_seconds, 1),
         "total_seconds": round(time.time() - started, 1),
         "model_dir": str(output_dir / "gspo"),
-        "reward_curve": str(plot_reward_curve(trainer.state.log_history, output_dir / "reward_curve.png")),
+        "reward_curve": str(_plot_reward_curve(trainer.state.log_history, output_dir / "reward_curve.png")),
     }
     (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     return results
 
 
+def _plot_reward_curve(log_history: list[dict[str, Any]], path: Path) -> Path:
+    """The report's reward plot (training reward, held-out scores), saved as the demo's curve."""
+    from gspo_trl.diagnose.report import plot_reward
+
+    plot_reward([entry for entry in log_history if "step" in entry], path)
+    return path
+
+
 def _as_dict(overrides: Sequence[str]) -> dict[str, Any]:
-    from gspo_trl.recipe import parse_overrides
-
     return parse_overrides(list(overrides))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gspo-trl demo", description=__doc__)
-    parser.add_argument("--output-dir", type=Path, default=Path("runs/demo"))
-    parser.add_argument("--recipe", type=Path, default=DEFAULT_RECIPE)
-    parser.add_argument("--sft-steps", type=int, default=1000, help="warm-start SFT steps")
-    args, overrides = parser.parse_known_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    results = run_demo(args.output_dir, args.recipe, args.sft_steps, overrides)
-    print()
-    print("GSPO demo (tiny Qwen3, digit reversal, CPU)")
-    print(f"  held-out exact-match accuracy before GSPO: {results['heldout_accuracy_before']:.3f}")
-    print(f"  held-out exact-match accuracy after GSPO:  {results['heldout_accuracy_after']:.3f}")
-    print(f"  gain: {results['heldout_gain']:+.3f} over {results['heldout_rows']} held-out prompts")
-    if "sampled_pass@4_before" in results:
-        print(
-            "  sampled (temperature 1): pass@1 {:.3f} -> {:.3f}, pass@4 {:.3f} -> {:.3f}".format(
-                results["sampled_pass@1_before"],
-                results["sampled_pass@1_after"],
-                results["sampled_pass@4_before"],
-                results["sampled_pass@4_after"],
-            )
-        )
-    print(f"  model: {results['model_dir']}   reward curve: {results['reward_curve']}")
-    print(f"  time: {results['total_seconds']:.0f} s (warm start {results['warm_start_seconds']:.0f} s)")
-    return 0

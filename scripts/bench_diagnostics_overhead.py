@@ -26,9 +26,9 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from trl import GRPOTrainer
 
-from gspo_trl.recipe import load_recipe
-from gspo_trl.train import build_trainer
-from gspo_trl.trainer import GSPOTrainer
+from gspo_trl.config.recipe import load_recipe
+from gspo_trl.training.build import build_trainer
+from gspo_trl.training.trainer import GSPOTrainer
 
 
 class StepClock(TrainerCallback):

@@ -32,7 +32,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import torch
 
-from gspo_trl.reference_loss import grpo_loss, gspo_clipped, gspo_loss
+from gspo_trl.training.reference_loss import grpo_loss, gspo_clipped, gspo_loss
 
 CLIP = {"grpo": (0.2, 0.27), "gspo": (0.0225, 0.03)}
 LOSS = {"grpo": grpo_loss, "gspo": gspo_loss}

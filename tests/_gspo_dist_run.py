@@ -75,14 +75,14 @@ def main() -> int:
     import trl.trainer.grpo_trainer as grpo_module
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig
 
-    from gspo_trl.diagnostics import DiagnosticsConfig
-    from gspo_trl.trainer import GSPOTrainer
+    from gspo_trl.training.config import GSPOConfig
+    from gspo_trl.training.trainer import GSPOTrainer
 
     world = int(os.environ.get("WORLD_SIZE", "1"))  # PartialState() is not set up before the config
     grpo_module.shuffle_sequence_dict = interleave(args.emulate_world, STEPS_PER_GENERATION)
-    config = GRPOConfig(
+    config = GSPOConfig(
+        diagnostics={"length_buckets": [6]},
         output_dir=str(Path(args.out).parent / f"run-w{world}"),
         use_cpu=True,
         report_to="none",
@@ -113,7 +113,6 @@ def main() -> int:
         args=config,
         train_dataset=Dataset.from_list([{"prompt": f"add {i} and {i + 3}"} for i in range(64)]),
         rollout_func=deterministic_rollout,
-        diagnostics=DiagnosticsConfig(length_buckets=(6,)),
     )
     trainer.gspo_row_sink = []
     trainer.train()

@@ -12,17 +12,11 @@ from datasets import Dataset
 from transformers import AutoTokenizer
 from trl import GRPOConfig
 
-from gspo_trl.tiny import save_tiny_model
+from gspo_trl.config.defaults import GSPO_DEFAULTS
+from gspo_trl.model.tiny import save_tiny_model
 
-GSPO_ARGS: dict[str, Any] = dict(
-    importance_sampling_level="sequence",
-    loss_type="grpo",
-    beta=0.0,
-    epsilon=3e-4,
-    epsilon_high=4e-4,
-    steps_per_generation=4,
-    gradient_accumulation_steps=1,
-)
+GSPO_ARGS: dict[str, Any] = dict(GSPO_DEFAULTS)
+"""GSPO's settings as GRPOConfig keywords, from the package's one source of them."""
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -61,7 +55,8 @@ def make_trainer(
     **config: Any,
 ):
     """A real (GSPO)Trainer on the tiny model: CPU, no reporting, GSPO settings by default."""
-    from gspo_trl.trainer import GSPOTrainer
+    from gspo_trl.training.config import GSPOConfig
+    from gspo_trl.training.trainer import GSPOTrainer
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = dict(
@@ -83,11 +78,16 @@ def make_trainer(
     args.update(config)
     prompts = [{"prompt": f"add {i} and {i + 3}"} for i in range(n_prompts)]
     cls = trainer_cls or GSPOTrainer
+    if issubclass(cls, GSPOTrainer):  # GSPO's own settings (gspo_token, diagnostics) live in the config
+        config_cls, gspo_fields = GSPOConfig, dict(trainer_kwargs or {})
+        trainer_kwargs = {}
+    else:
+        config_cls, gspo_fields = GRPOConfig, {}
     return cls(
         model=str(model_dir),
         processing_class=AutoTokenizer.from_pretrained(model_dir),
         reward_funcs=[length_reward],
-        args=GRPOConfig(**args),
+        args=config_cls(**args, **gspo_fields),
         train_dataset=Dataset.from_list(prompts),
         **(trainer_kwargs or {}),
     )

@@ -10,8 +10,9 @@ import pytest
 import torch
 from _gspo_helpers import single_torch_thread  # noqa: F401
 
-from gspo_trl import calibrate
-from gspo_trl.diagnostics import clip_fractions
+from gspo_trl.cli.main import main as gspo_trl_main
+from gspo_trl.diagnose import calibrate
+from gspo_trl.training.diagnostics import clip_fractions
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "reversal.yaml"
 
@@ -71,20 +72,20 @@ def test_from_run_fits_the_logged_spread(tmp_path, capsys):
         for s in range(2, 20)
     ]
     (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": history}))
-    assert calibrate.main(["--from-run", str(tmp_path), "--target-range", "0.1", "0.1"]) == 0
+    assert gspo_trl_main(["calibrate", "--from-run", str(tmp_path), "--target-range", "0.1", "0.1"]) == 0
     out = capsys.readouterr().out
     z = 1.2815515655446004  # standard normal 90% quantile
     expected_high, expected_low = math.exp(z * sigma) - 1, 1 - math.exp(-z * sigma)
     line = next(line for line in out.splitlines() if line.startswith("Recommended"))
     assert f"eps_high {expected_high:.3g}" in line and f"eps_low {expected_low:.3g}" in line
-    assert calibrate.main(["--from-run", str(tmp_path / "missing")]) == 2
+    assert gspo_trl_main(["calibrate", "--from-run", str(tmp_path / "missing")]) == 2
 
 
 @pytest.mark.slow
 def test_calibrate_a_real_recipe(tmp_path, capsys):
     argv = [str(RECIPE), "--batches", "2", "--output-dir", str(tmp_path)]
     argv += ["--per_device_train_batch_size", "8", "--num_generations", "4", "--learning_rate", "1e-3"]
-    assert calibrate.main(argv) == 0
+    assert gspo_trl_main(["calibrate", *argv]) == 0
     out = capsys.readouterr().out
     assert "log s_i on 48 off-policy responses" in out  # 2 batches x 3 off-policy updates x 8
     assert "recommended" in out and "Reasoning:" in out

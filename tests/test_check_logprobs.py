@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from gspo_trl.check_logprobs import LogprobPairs, _read_prompts, agreement_report, format_report, main
+from gspo_trl.cli.check_logprobs import main
+from gspo_trl.diagnose.check_logprobs import (
+    LogprobPairs,
+    _read_prompts,
+    agreement_report,
+    format_report,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 EPS_LOW, EPS_HIGH = 3e-4, 4e-4
@@ -128,7 +134,7 @@ def test_check_logprobs_on_a_recipe_with_vllm_on_cpu(tmp_path):
     command = [
         sys.executable,
         "-m",
-        "gspo_trl.cli",
+        "gspo_trl.cli.main",
         "check-logprobs",
         "recipes/tiny/reversal.yaml",
         "--num-prompts",

@@ -31,7 +31,7 @@ def test_demo_learns(demo_run: Path) -> None:
 @pytest.mark.timeout(1800)  # includes the session's one demo run (demo_run fixture)
 def test_report_on_the_demo_run(demo_run: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "gspo_trl.cli", "report", str(demo_run / "gspo")],
+        [sys.executable, "-m", "gspo_trl.cli.main", "report", str(demo_run / "gspo")],
         capture_output=True,
         text=True,
         timeout=300,

@@ -8,7 +8,7 @@ import pytest
 from _gspo_helpers import make_trainer, single_torch_thread, tiny_model_dir  # noqa: F401
 from transformers import TrainerCallback
 
-from gspo_trl.diagnostics import DiagnosticsConfig
+from gspo_trl.training.diagnostics import DiagnosticsConfig
 
 pytestmark = pytest.mark.slow
 
@@ -116,7 +116,7 @@ def test_everything_clipped_warning_fires_once_with_numbers(model_dir, tmp_path,
         epsilon_high=1e-7,
         trainer_kwargs={"diagnostics": DiagnosticsConfig(warn_clip_fraction=0.25, warn_after_steps=2)},
     )
-    with caplog.at_level(logging.WARNING, logger="gspo_trl.diagnostics"):
+    with caplog.at_level(logging.WARNING, logger="gspo_trl.training.diagnostics"):
         trainer.train()
     warnings = [r.getMessage() for r in caplog.records if "positive-advantage" in r.getMessage()]
     assert len(warnings) == 1, warnings

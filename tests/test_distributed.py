@@ -297,9 +297,9 @@ def test_slurm_dry_run_prints_one_vllm_server_and_one_launch_per_training_node()
     """4 nodes: the last serves vLLM (TP 4 x DP 2), 3 train with c10d; every launch parses."""
     from accelerate.commands.launch import launch_command_parser
 
-    from gspo_trl.recipe import load_recipe
-    from gspo_trl.train import split_argv
-    from gspo_trl.validation import validate
+    from gspo_trl.cli.recipe_args import split_argv
+    from gspo_trl.config.recipe import load_recipe
+    from gspo_trl.config.validation import validate
 
     result = slurm_dry_run(
         *("--num-nodes", "4", "--model", "Qwen/Qwen3-30B-A3B", "--config", "configs/zero3.yaml"),

@@ -13,15 +13,15 @@ from typing import Any
 import pytest
 
 import rewards
-from gspo_trl.evaluate import main as eval_main
-from gspo_trl.heldout import HeldoutCallback, heldout_score
+from gspo_trl.cli.main import main as gspo_trl_main
+from gspo_trl.training.heldout import HeldoutCallback, heldout_score
 from tests._gspo_helpers import tiny_model_dir
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO = Path(__file__).resolve().parents[1]
-EXACT_MATCH = "gspo_trl.synthetic:exact_match"
+EXACT_MATCH = "gspo_trl.data.synthetic:exact_match"
 SPREAD_REWARD = '''
 def odd_length(completions, **_):
     """len/40 (capped at 1) for odd-length text, 0 for even: a spread in the mean and in the passes."""
@@ -34,9 +34,9 @@ def odd_length(completions, **_):
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The demo's path in small: train the tiny recipe a step with the held-out callback (pass@k
     on), save the model and the held-out rows, and score them in memory with a second grader."""
-    from gspo_trl.data import load_data
-    from gspo_trl.recipe import load_recipe
-    from gspo_trl.train import build_trainer
+    from gspo_trl.config.recipe import load_recipe
+    from gspo_trl.data.loading import load_data
+    from gspo_trl.training.build import build_trainer
 
     root = tmp_path_factory.mktemp("eval")
     overrides = {
@@ -74,7 +74,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def _eval(args: list[str], output: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
-    code = eval_main([*args, "--output", str(output)])
+    code = gspo_trl_main(["eval", *args, "--output", str(output)])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "decoding" in captured.out  # the printed table
@@ -219,7 +219,7 @@ def test_bad_input_is_a_one_line_error_naming_it(
         "no_model": ["/nonexistent/gspo-model", "--data", data, "--reward", EXACT_MATCH],
         "run_without_model": [str(checkpoint["model"].parent), "--data", data, "--reward", EXACT_MATCH],
     }[case]
-    code = eval_main([*args, "--output", str(tmp_path / "out.json")])
+    code = gspo_trl_main(["eval", *args, "--output", str(tmp_path / "out.json")])
     err = capsys.readouterr().err
     assert code == 2
     last = err.strip().splitlines()[-1]  # progress bars may come first
@@ -228,7 +228,7 @@ def test_bad_input_is_a_one_line_error_naming_it(
 
 
 def _recipe(overrides: dict[str, Any]) -> Any:
-    from gspo_trl.recipe import load_recipe
+    from gspo_trl.config.recipe import load_recipe
 
     return load_recipe(None, overrides)
 
@@ -249,8 +249,9 @@ def _recipe(overrides: dict[str, Any]) -> Any:
 def test_grader_precedence(
     reward: str | None, recipe: dict | None, data: dict, columns: list[str], expected: tuple | None
 ) -> None:
-    from gspo_trl.data import DataConfig, DataError
-    from gspo_trl.evaluate import resolve_grader
+    from gspo_trl.config.sections import DataConfig
+    from gspo_trl.errors import DataError
+    from gspo_trl.eval.evaluate import resolve_grader
 
     parsed = _recipe(recipe) if recipe is not None else None
     if expected is None:
@@ -271,7 +272,7 @@ def test_grader_precedence(
     ],
 )
 def test_model_or_run_resolution(layout: list[str], argument: str, expected: str, tmp_path: Path) -> None:
-    from gspo_trl.generation import resolve_model_dir
+    from gspo_trl.eval.generation import resolve_model_dir
 
     for relative in layout:
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
@@ -296,7 +297,7 @@ def test_option_errors_come_before_any_model_loads(
 ) -> None:
     options = [o.replace("{missing}", str(tmp_path / "missing.jsonl")) for o in options]
     args = ["not-a-model-we-load", "--data", "synthetic:reversal", "--reward", EXACT_MATCH, "--max-rows", "4"]
-    code = eval_main([*args, *options, "--output", str(tmp_path / "o.json")])
+    code = gspo_trl_main(["eval", *args, *options, "--output", str(tmp_path / "o.json")])
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert code == 2 and re.search(message, last), last
 

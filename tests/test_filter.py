@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from datasets import Dataset
 
-from gspo_trl.filter import main as filter_main
-from gspo_trl.filter import parse_args, write_rows
-from gspo_trl.synthetic import digit_reversal_reward, make_rl_rows
+from gspo_trl.cli.main import main as gspo_trl_main
+from gspo_trl.data.synthetic import digit_reversal_reward, make_rl_rows
+from gspo_trl.eval.filter import parse_args, write_rows
 from tests._gspo_helpers import tiny_model_dir
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -25,7 +25,7 @@ def odd_length(completions, **_):
     """1.0 for odd-length text: on an untrained model's output, about half the samples pass."""
     return [float(len(c) % 2) for c in completions]
 '''
-REVERSAL = "gspo_trl.synthetic:digit_reversal_reward"
+REVERSAL = "gspo_trl.data.synthetic:digit_reversal_reward"
 ROWS, G, CHUNK = 10, 4, 4
 LOW, HIGH, THRESHOLD = 0.25, 0.75, 0.5
 
@@ -44,7 +44,7 @@ def _recipe(root: Path, model: str, data: str = "synthetic:reversal", extra: str
 
 
 def _filter(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = filter_main(args)
+    code = gspo_trl_main(["filter", *args])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -56,7 +56,7 @@ def filtered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     output = root / "out" / "kept.jsonl"
     args = [str(recipe), "--min", str(LOW), "--max", str(HIGH), "--pass-threshold", str(THRESHOLD)]
     args += ["--chunk-size", str(CHUNK), "--output", str(output), "--engine", "hf"]
-    assert filter_main(args) == 0
+    assert gspo_trl_main(["filter", *args]) == 0
     return {"root": root, "recipe": recipe, "output": output, "args": args}
 
 
@@ -174,7 +174,7 @@ def _constant(values: list[float | None]) -> Any:
     ],
 )
 def test_combined_reward_is_the_weighted_sum(first: list, second: list, expected: list) -> None:
-    from gspo_trl.filter import combined_reward
+    from gspo_trl.eval.filter import combined_reward
 
     assert combined_reward([_constant(first), _constant(second)], [1.0, 2.0])(["a", "b"]) == expected
 
@@ -184,7 +184,7 @@ def test_combined_reward_is_the_weighted_sum(first: list, second: list, expected
     [(0.1, 0.1, 0.9, True), (1 / 10 * 9, 0.1, 0.9, True), (0.0, 0.1, 0.9, False), (1.0, 0.1, 0.9, False)],
 )
 def test_range_edges_are_inclusive(rate: float, low: float, high: float, kept: bool) -> None:
-    from gspo_trl.histogram import counts_by_rate, in_range
+    from gspo_trl.eval.histogram import counts_by_rate, in_range
 
     assert in_range(rate, low, high) is kept
     assert counts_by_rate([0.0, 0.1, 0.1, 1.0], 10)[1] == (0.1, 2)

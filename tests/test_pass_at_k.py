@@ -9,8 +9,8 @@ from fractions import Fraction
 import pytest
 from datasets import Dataset
 
-from gspo_trl.pass_at_k import grade_samples, is_pass, mean_pass_at_k, pass_at_k
-from gspo_trl.synthetic import digit_reversal_reward, exact_match
+from gspo_trl.data.synthetic import digit_reversal_reward, exact_match
+from gspo_trl.eval.pass_at_k import grade_samples, is_pass, mean_pass_at_k, pass_at_k
 
 # (n, c, k, expected): expected worked out by hand as 1 - C(n-c, k) / C(n, k).
 HAND_TABLE = [

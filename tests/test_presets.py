@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 
 import rewards
-from gspo_trl.data import DataConfig, DataError, load_data
-from gspo_trl.presets import PRESETS, apply_preset, gsm8k_final_answer
-from gspo_trl.recipe import load_recipe
+from gspo_trl.config.recipe import load_recipe
+from gspo_trl.config.sections import DataConfig
+from gspo_trl.data.loading import load_data
+from gspo_trl.data.presets import PRESETS, apply_preset, gsm8k_final_answer
+from gspo_trl.errors import DataError
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 

@@ -9,16 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from gspo_trl.defaults import GSPO_DEFAULTS
-from gspo_trl.recipe import RecipeError, load_recipe, parse_overrides
-from gspo_trl.validation import updates_per_rollout_batch, validate
+from gspo_trl.config.defaults import GSPO_DEFAULTS
+from gspo_trl.config.recipe import load_recipe, parse_overrides
+from gspo_trl.config.validation import updates_per_rollout_batch, validate
+from gspo_trl.errors import RecipeError
 
 TINY_RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "reversal.yaml"
 
 GOOD = """\
 model: {name_or_path: tiny}
 data: {path: synthetic:reversal, solution_column: solution}
-rewards: [gspo_trl.synthetic:digit_reversal_reward]
+rewards: [gspo_trl.data.synthetic:digit_reversal_reward]
 per_device_train_batch_size: 8
 num_generations: 4
 """
@@ -76,13 +77,14 @@ def test_reward_list_with_weights_and_params(tmp_path: Path) -> None:
     path = write(
         tmp_path,
         GOOD.replace(
-            "rewards: [gspo_trl.synthetic:digit_reversal_reward]",
-            "rewards:\n  - gspo_trl.synthetic:digit_reversal_reward\n  - {name: repetition, weight: 0.5}",
+            "rewards: [gspo_trl.data.synthetic:digit_reversal_reward]",
+            "rewards:\n  - gspo_trl.data.synthetic:digit_reversal_reward\n"
+            "  - {name: repetition, weight: 0.5}",
         ),
     )
     recipe = load_recipe(path)
     assert [(r.spec, r.weight) for r in recipe.rewards] == [
-        ("gspo_trl.synthetic:digit_reversal_reward", 1.0),
+        ("gspo_trl.data.synthetic:digit_reversal_reward", 1.0),
         ("repetition", 0.5),
     ]
     validate(recipe, processes=1)
@@ -203,7 +205,7 @@ def test_cli_user_errors_exit_nonzero_without_traceback(
     tmp_path: Path, args: list[str], message: str
 ) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "gspo_trl.cli", *args],
+        [sys.executable, "-m", "gspo_trl.cli.main", *args],
         capture_output=True,
         text=True,
         cwd=tmp_path,

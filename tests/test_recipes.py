@@ -19,8 +19,8 @@ import pytest
 import yaml
 from _gspo_helpers import tiny_model_dir
 
-from gspo_trl.recipe import load_recipe
-from gspo_trl.validation import validate
+from gspo_trl.config.recipe import load_recipe
+from gspo_trl.config.validation import validate
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted((ROOT / "recipes").glob("**/*.yaml"))
@@ -89,7 +89,7 @@ def _write_local_data(recipe_path: Path, directory: Path, rows: int = 24) -> Pat
     """A JSONL file with the recipe's source columns plus the reward columns it reads as is."""
     recipe = load_recipe(recipe_path)
     row = _column_values(recipe.data)
-    from gspo_trl.validation import required_columns
+    from gspo_trl.config.validation import required_columns
 
     mapped = {recipe.data.columns.get(c, c) for c in row} | {"prompt", "solution"}
     for column in required_columns(recipe) - mapped:
@@ -140,7 +140,7 @@ def test_recipe_trains_two_steps_on_cpu(
     path: Path, tmp_path: Path, model_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """2 GSPO steps through gspo_trl.train.run with the recipe's data mapping and rewards."""
-    from gspo_trl.train import run
+    from gspo_trl.training.build import run
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")

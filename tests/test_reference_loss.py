@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from gspo_trl.reference_loss import (
+from gspo_trl.training.reference_loss import (
     grpo_loss,
     gspo_clipped,
     gspo_loss,

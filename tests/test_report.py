@@ -10,10 +10,11 @@ import pytest
 from _gspo_helpers import single_torch_thread  # noqa: F401
 from PIL import Image
 
-from gspo_trl import report
+from gspo_trl.cli.main import main as gspo_trl_main
+from gspo_trl.config.recipe import load_recipe
 from gspo_trl.demo import DEFAULT_RECIPE as DEMO_RECIPE
-from gspo_trl.recipe import load_recipe
-from gspo_trl.train import run
+from gspo_trl.diagnose import report
+from gspo_trl.training.build import run
 
 EXPECTED = [
     "reward.png",
@@ -60,7 +61,7 @@ def assert_real_image(path):
 
 @pytest.mark.slow
 def test_report_on_a_demo_run_writes_all_plots_with_data(run_dir, capsys):
-    assert report.main([str(run_dir)]) == 0  # `gspo-trl report runs/demo` finds runs/demo/gspo
+    assert gspo_trl_main(["report", str(run_dir)]) == 0  # `gspo-trl report runs/demo` finds runs/demo/gspo
     printed = capsys.readouterr().out
     assert "no data" not in printed
     for name in EXPECTED:
@@ -98,10 +99,10 @@ def test_report_reads_the_latest_checkpoint_and_plots_heldout(tmp_path):
 
 def test_missing_metrics_give_a_no_data_card_and_missing_state_an_error(tmp_path, capsys):
     (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": [{"step": 1, "loss": 0.5}]}))
-    assert report.main([str(tmp_path), "--out", str(tmp_path / "png")]) == 0
+    assert gspo_trl_main(["report", str(tmp_path), "--out", str(tmp_path / "png")]) == 0
     assert "no data" in capsys.readouterr().out
     assert sorted(p.name for p in (tmp_path / "png").iterdir()) == sorted(EXPECTED)
     shutil.rmtree(tmp_path / "png")
     (tmp_path / "trainer_state.json").unlink()
-    assert report.main([str(tmp_path)]) == 2
+    assert gspo_trl_main(["report", str(tmp_path)]) == 2
     assert "trainer_state.json" in capsys.readouterr().err

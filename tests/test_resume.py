@@ -36,7 +36,7 @@ from test_distributed import (
     write_mini_recipe,
 )
 
-from gspo_trl.train import last_checkpoint
+from gspo_trl.model.checkpoints import latest_checkpoint
 
 MAX_STEPS = 8
 SAVE_STEPS = 4  # a multiple of steps_per_generation (4, the GSPO default)
@@ -97,7 +97,7 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_result(tmp_path: Path) -> No
     kill_after_first_checkpoint(
         train_command(recipe, crashed), tmp_path / "crash.log", tmp_path / "crash.jsonl"
     )
-    resumed_from = last_checkpoint(str(crashed))
+    resumed_from = latest_checkpoint(crashed)
     assert resumed_from is not None
     resume_step = int(Path(resumed_from).name.split("-")[1])
     run_to_end(
@@ -143,5 +143,5 @@ def test_resume_skips_a_checkpoint_left_half_written(tmp_path: Path) -> None:
         if complete:
             (checkpoint / "trainer_state.json").write_text("{}")
     (tmp_path / "checkpoint-old").mkdir()
-    assert last_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-8")
-    assert last_checkpoint(str(tmp_path / "missing")) is None
+    assert latest_checkpoint(tmp_path) == tmp_path / "checkpoint-8"
+    assert latest_checkpoint(tmp_path / "missing") is None

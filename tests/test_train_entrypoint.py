@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gspo_trl.recipe import load_recipe
-from gspo_trl.train import build_trainer
+from gspo_trl.config.recipe import load_recipe
+from gspo_trl.training.build import build_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_RECIPE = ROOT / "recipes" / "tiny" / "reversal.yaml"
@@ -56,7 +56,7 @@ def test_gspo_defaults_reach_the_trl_trainer(
         None,
         {
             "algorithm": algorithm,
-            "rewards": ["gspo_trl.synthetic:digit_reversal_reward"],
+            "rewards": ["gspo_trl.data.synthetic:digit_reversal_reward"],
             "data": {"num_rows": 32, "solution_column": "solution"},
             "output_dir": str(tmp_path),
             "per_device_train_batch_size": 8,
@@ -139,7 +139,9 @@ def test_accelerate_launch_entry_point(tmp_path: Path) -> None:
 
 
 def test_tiny_model_cli_writes_a_loadable_model(tmp_path: Path) -> None:
-    result = run_cli([sys.executable, "-m", "gspo_trl.cli", "tiny-model", str(tmp_path / "m")], cwd=tmp_path)
+    result = run_cli(
+        [sys.executable, "-m", "gspo_trl.cli.main", "tiny-model", str(tmp_path / "m")], cwd=tmp_path
+    )
     assert "written" in result.stdout
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -153,4 +155,4 @@ def test_tiny_model_cli_writes_a_loadable_model(tmp_path: Path) -> None:
 def gspo_trl_command() -> list[str]:
     """The installed console script, as a user runs it (python -m when not installed)."""
     script = Path(sys.executable).parent / "gspo-trl"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "gspo_trl.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "gspo_trl.cli.main"]

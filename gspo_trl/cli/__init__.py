@@ -1,0 +1,1 @@
+"""The `gspo-trl` command: one module per subcommand (arguments and printing only)."""

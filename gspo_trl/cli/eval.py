@@ -1,0 +1,50 @@
+"""`gspo-trl eval MODEL_OR_RUN --data ... --k 1,8`: pass@1 and unbiased pass@k on a held-out set.
+
+Arguments and printing only; the work is done by gspo_trl.eval.evaluate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from gspo_trl.eval.evaluate import format_table, run
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="gspo-trl eval", description=__doc__.split("\n\n")[0])
+    parser.add_argument("model", nargs="?", help="model directory, run directory, or hub id")
+    parser.add_argument("--data", help="local json/jsonl/parquet/csv, hub id, or synthetic:reversal")
+    parser.add_argument("--preset", help="a dataset preset (docs/data.md); with --data: its column mapping")
+    parser.add_argument(
+        "--split", help="split to evaluate (default: the preset's eval split, or train for files)"
+    )
+    parser.add_argument("--recipe", help="take data mapping, grader, max_new_tokens and temperature from it")
+    parser.add_argument("--reward", help="grader: a reward name or path (see gspo-trl rewards list)")
+    parser.add_argument("--k", default="1", help="comma-separated k values, e.g. 1,8")
+    parser.add_argument("--num-samples", type=int, help="samples per prompt for pass@k (default: max k)")
+    parser.add_argument("--temperature", type=float, help="sampling temperature (default: recipe's, or 1.0)")
+    parser.add_argument("--max-new-tokens", type=int, help="default: recipe's max_completion_length, or 1024")
+    parser.add_argument(
+        "--pass-threshold", type=float, default=1.0, help="a sample passes when reward >= this"
+    )
+    parser.add_argument("--max-rows", type=int)
+    parser.add_argument("--no-greedy", action="store_true", help="skip the greedy pass")
+    parser.add_argument("--engine", default="auto", choices=("auto", "hf", "vllm"))
+    parser.add_argument(
+        "--completions", help="grade these completions (jsonl, a line per row) instead of a model"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", default="eval_results.json", help="JSON result file")
+    parser.add_argument("--save-samples", action="store_true", help="also write OUTPUT.samples.jsonl")
+    return parser.parse_args(list(argv))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    output = run(args)
+    print(f"{output['rows']} rows of {output['data']}, graded by {output['reward']}")
+    print(format_table(output["results"]))
+    print(f"results: {args.output}")
+    return 0

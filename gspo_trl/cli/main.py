@@ -1,0 +1,85 @@
+"""The `gspo-trl` command: one subcommand per module, errors and logging handled here once.
+
+Subcommands are imported lazily, so `gspo-trl rewards list` does not import torch and a
+subcommand whose optional dependency is missing fails alone, with its own message. Every
+subcommand's `main(argv)` raises a `UserError` (gspo_trl.errors) for bad input; this module
+prints it on one line and returns 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("gspo_trl.train", "train a recipe: gspo-trl train RECIPE.yaml [--resume] [--key value ...]"),
+    "validate": (
+        "gspo_trl.cli.validate",
+        "check a recipe (keys, GSPO settings, rewards, data) without training",
+    ),
+    "recipes": (
+        "gspo_trl.cli.recipes",
+        "the shipped recipes and configs: gspo-trl recipes list | copy NAME DEST",
+    ),
+    "demo": ("gspo_trl.cli.demo", "the CPU demo: tiny model, warm start, GSPO, held-out accuracy, plot"),
+    "tiny-model": (
+        "gspo_trl.cli.tiny_model",
+        "build the tiny CPU model and tokenizer: gspo-trl tiny-model OUT_DIR",
+    ),
+    "rewards": ("rewards.cli", "list the reward functions: gspo-trl rewards list"),
+    "calibrate": ("gspo_trl.cli.calibrate", "measure log s_i on a recipe's first batches and suggest eps"),
+    "report": ("gspo_trl.cli.report", "PNG plots of a run: gspo-trl report RUN_DIR"),
+    "check-logprobs": ("gspo_trl.cli.check_logprobs", "compare vLLM's log-probs with the trainer's"),
+    "filter": ("gspo_trl.cli.filter", "keep prompts whose pass rate lies in a range"),
+    "eval": ("gspo_trl.cli.eval", "pass@k of a model or run on a held-out set"),
+}
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def usage() -> str:
+    width = max(map(len, SUBCOMMANDS))
+    lines = ["usage: gspo-trl COMMAND [ARGS ...]", "", "commands:"]
+    lines += [f"  {name:<{width}}  {summary}" for name, (_, summary) in SUBCOMMANDS.items()]
+    lines += ["", "`gspo-trl COMMAND --help` for a command's options."]
+    return "\n".join(lines)
+
+
+def run_command(name: str, main: Callable[[list[str]], int | None], argv: Sequence[str]) -> int:
+    """Run one subcommand's `main`: logging set up once, user errors as one line and exit 2."""
+    from gspo_trl.errors import USER_ERRORS
+
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    try:
+        return int(main(list(argv)) or 0)
+    except USER_ERRORS as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"gspo-trl {name}: interrupted", file=sys.stderr)
+        return 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command not in SUBCOMMANDS:
+        print(f"error: unknown command {command!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module_name = SUBCOMMANDS[command][0]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name and module_name.startswith(error.name):
+            print(f"error: `gspo-trl {command}` is not available in this version", file=sys.stderr)
+            return 2
+        raise
+    return run_command(command, module.main, rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

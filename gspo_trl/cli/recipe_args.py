@@ -1,0 +1,30 @@
+"""The argument shape the recipe commands share: `[RECIPE | --config RECIPE] [--resume] [--key ...]`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gspo_trl.errors import RecipeError
+
+
+def split_argv(argv: Sequence[str]) -> tuple[str | None, bool, list[str]]:
+    """(recipe, resume flag, overrides) from `[RECIPE | --config RECIPE] [--resume] [--key value ...]`."""
+    args = list(argv)
+    path, resume = None, False
+    if "--resume" in args:
+        args.remove("--resume")
+        resume = True
+    for index, token in enumerate(args):
+        if token == "--config" or token.startswith("--config="):
+            if token == "--config":
+                if index + 1 >= len(args):
+                    raise RecipeError("--config: missing the recipe path")
+                path = args[index + 1]
+                del args[index : index + 2]
+            else:
+                path = token.split("=", 1)[1]
+                del args[index]
+            break
+    if path is None and args and not args[0].startswith("--"):
+        path = args.pop(0)
+    return path, resume, args

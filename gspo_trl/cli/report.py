@@ -1,0 +1,28 @@
+"""`gspo-trl report RUN_DIR`: PNG plots of a finished or running GSPO run, no GUI needed.
+
+Arguments and printing only; the work is done by gspo_trl.diagnose.report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from gspo_trl.diagnose.report import write_report
+from gspo_trl.errors import UserError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gspo-trl report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", help="a run's output_dir (trainer_state.json or checkpoint-*/)")
+    parser.add_argument("--out", default=None, help="folder for the PNGs (default: RUN_DIR/report)")
+    args = parser.parse_args(argv)
+    try:
+        written = write_report(args.run_dir, args.out)
+    except (FileNotFoundError, json.JSONDecodeError) as err:
+        raise UserError(f"gspo-trl report: {err}") from None
+    out = Path(args.out) if args.out else Path(args.run_dir) / "report"
+    for name, has_data in written.items():
+        print(f"{out / name}{'' if has_data else '  (no data logged for it)'}")
+    return 0

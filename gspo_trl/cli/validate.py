@@ -1,0 +1,36 @@
+"""`gspo-trl validate RECIPE [--key value ...]`: every check `train` makes before loading a model.
+
+It runs the very function `train` runs first (gspo_trl.training.preflight): recipe keys and
+GSPO settings, rewards and their parameters, the data with every row and the columns the
+rewards read, the held-out split, the output directory. A recipe that passes here fails in
+`train` only for reasons that need the model or the hardware.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gspo_trl.cli.recipe_args import split_argv
+from gspo_trl.errors import RecipeError
+
+USAGE = "gspo-trl validate RECIPE.yaml [--key value ...]"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(argv or [])
+    if args and args[0] in ("-h", "--help"):
+        print(f"usage: {USAGE}\n\n{__doc__}")
+        return 0
+    path, _, overrides = split_argv(args)
+    if path is None:
+        raise RecipeError(f"no recipe given: {USAGE}")
+    from gspo_trl.config.recipe import load_recipe
+
+    recipe = load_recipe(path, overrides)
+    from gspo_trl.training.preflight import preflight
+
+    data = preflight(recipe)
+    evaluation = f", {len(data.eval)} eval rows" if data.eval is not None else ""
+    rows = f"{len(data.train)} training rows{evaluation}"
+    print(f"{path}: ok ({recipe.algorithm}, {len(recipe.rewards)} reward(s), {rows})")
+    return 0

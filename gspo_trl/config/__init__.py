@@ -1,0 +1,1 @@
+"""Recipes: GSPO's defaults, the typed sections, loading YAML with overrides, and validation."""

@@ -1,0 +1,47 @@
+"""The one place where GSPO's defaults live, and the algorithm presets built on them.
+
+TRL's own defaults (`loss_type="dapo"`, `epsilon=0.2`, on-policy updates) silently turn a
+"GSPO" run into something else, so a recipe starts from these instead. Values are the GSPO
+paper's (Zheng et al. 2025, arXiv 2507.18071): one sequence-level ratio per response,
+clipped to [1 - 3e-4, 1 + 4e-4], averaged per response then over responses, no KL term,
+and each rollout batch split into 4 minibatch updates of which the last 3 are off-policy.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any
+
+GSPO_DEFAULTS: MappingProxyType[str, Any] = MappingProxyType(
+    {
+        "importance_sampling_level": "sequence",
+        "loss_type": "grpo",  # mean over tokens within a response, then over responses
+        "beta": 0.0,
+        "epsilon": 3e-4,
+        "epsilon_high": 4e-4,
+        "steps_per_generation": 4,  # 4 minibatch updates per rollout batch...
+        "gradient_accumulation_steps": 1,  # ...each one optimizer step
+    }
+)
+
+ALGORITHMS: MappingProxyType[str, MappingProxyType[str, Any]] = MappingProxyType(
+    {
+        # GSPO as in the paper.
+        "gspo": GSPO_DEFAULTS,
+        # GSPO-token: the same sequence ratio's value and clip decision on every token, with the
+        # gradient flowing per token so advantages can differ per token. TRL computes it on the
+        # token path; GSPOTrainer supplies the stop-gradient trick (see gspo_trl.training.trainer).
+        "gspo_token": MappingProxyType({**GSPO_DEFAULTS, "importance_sampling_level": "token"}),
+        # Token-level GRPO with the paper's comparison clip range, for side-by-side runs.
+        "grpo": MappingProxyType(
+            {**GSPO_DEFAULTS, "importance_sampling_level": "token", "epsilon": 0.2, "epsilon_high": 0.27}
+        ),
+    }
+)
+
+TOKEN_SUM_LOSSES = frozenset({"dapo", "bnpo", "dr_grpo", "cispo"})
+"""Loss aggregations that sum over tokens: they weight responses by length, which is wrong for
+a sequence-level ratio (GSPO_NOTES.md, "Loss aggregation")."""
+
+EPSILON_CLIP_LOSSES = frozenset({"grpo", "bnpo", "dr_grpo", "dapo", "luspo"})
+"""Loss types where `epsilon` / `epsilon_high` are clip half-widths around a ratio of 1."""

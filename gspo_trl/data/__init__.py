@@ -1,0 +1,1 @@
+"""Prompts and gold answers: sources, dataset presets, column mapping and row checks."""

@@ -1,0 +1,112 @@
+"""The recipe's `data:` section: load prompts, map columns, add the system prompt, split.
+
+Sources: a local json/jsonl/parquet/csv file or directory, a hub dataset id, or a built-in
+synthetic task (`synthetic:reversal`). Rows are never dropped silently: a malformed row
+stops the run with its index and what is wrong with it. Prompts come out conversational
+(a list of chat messages), so the tokenizer's chat template - or the recipe's override -
+decides how the model sees them, as in TRL.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from datasets import Dataset
+
+from gspo_trl.config.sections import DataConfig
+from gspo_trl.data import presets
+from gspo_trl.data.sources import load_split
+from gspo_trl.errors import DataError
+
+logger = logging.getLogger(__name__)
+
+MAX_ROWS_REPORTED = 5
+
+
+def _rename_columns(dataset: Dataset, config: DataConfig) -> Dataset:
+    renames = dict(config.columns)
+    if config.prompt_column != "prompt":
+        renames[config.prompt_column] = "prompt"
+    if config.solution_column and config.solution_column != "solution":
+        renames[config.solution_column] = "solution"
+    missing = [source for source in renames if source not in dataset.column_names]
+    if "prompt" not in renames.values() and "prompt" not in dataset.column_names:
+        missing.append(config.prompt_column)
+    if missing:
+        raise DataError(
+            f"data: column(s) {missing} not in {config.path!r}; its columns are {dataset.column_names}. "
+            "Set data.prompt_column / data.solution_column / data.columns to match."
+        )
+    return dataset.rename_columns(renames) if renames else dataset
+
+
+def _prompt_problem(prompt: Any) -> str | None:
+    """Why `prompt` cannot be used, or None when it is a usable prompt."""
+    if isinstance(prompt, str):
+        return None if prompt.strip() else "prompt is empty"
+    if isinstance(prompt, list) and prompt:
+        for message in prompt:
+            if not isinstance(message, dict) or not {"role", "content"} <= message.keys():
+                return "prompt messages must be dicts with 'role' and 'content'"
+        return None
+    return f"prompt must be a non-empty string or list of chat messages, got {type(prompt).__name__}"
+
+
+def check_rows(dataset: Dataset, source: str, required: Sequence[str] = ()) -> None:
+    """Raise DataError naming the first bad rows: unusable prompts, or nulls in `required` columns."""
+    problems = []
+    for index, prompt in enumerate(dataset["prompt"]):
+        problem = _prompt_problem(prompt)
+        if problem:
+            problems.append(f"row {index}: {problem}")
+    for column in required:
+        if column not in dataset.column_names:
+            continue  # reported by name once the columns are checked against the rewards
+        for index, value in enumerate(dataset[column]):
+            if value is None:
+                problems.append(f"row {index}: column {column!r} is null")
+    if problems:
+        shown = "; ".join(problems[:MAX_ROWS_REPORTED])
+        more = f" (and {len(problems) - MAX_ROWS_REPORTED} more)" if len(problems) > MAX_ROWS_REPORTED else ""
+        raise DataError(f"{source}: {shown}{more}. Fix or remove these rows; none were dropped.")
+
+
+def _to_conversation(example: dict[str, Any], system_prompt: str | None) -> dict[str, Any]:
+    prompt = example["prompt"]
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    if system_prompt and messages[0]["role"] != "system":
+        messages.insert(0, {"role": "system", "content": system_prompt})
+    return {"prompt": messages}
+
+
+def prepare(dataset: Dataset, config: DataConfig, source: str, required: Sequence[str] = ()) -> Dataset:
+    """Renamed, checked, conversational copy of one split."""
+    if len(dataset) == 0:
+        raise DataError(f"{source}: the dataset is empty")
+    dataset = presets.transform_rows(dataset, config, source)
+    dataset = _rename_columns(dataset, config)
+    check_rows(dataset, source, required)
+    return dataset.map(_to_conversation, fn_kwargs={"system_prompt": config.system_prompt})
+
+
+def load_data(config: DataConfig, required_columns: Sequence[str] = ()) -> tuple[Dataset, Dataset | None]:
+    """(train, eval or None) for the recipe; `required_columns` are those the rewards read."""
+    config = presets.apply_preset(config)
+    train = load_split(config, config.split)
+    if config.max_rows is not None:
+        train = train.select(range(min(config.max_rows, len(train))))
+    evaluation = None
+    if config.eval_split:
+        evaluation = load_split(config, config.eval_split)
+    elif config.eval_size:
+        size = int(config.eval_size) if config.eval_size >= 1 else config.eval_size
+        split = train.train_test_split(test_size=size, seed=config.seed)
+        train, evaluation = split["train"], split["test"]
+    source = f"data {config.path!r}"
+    train = prepare(train, config, f"{source} split {config.split!r}", required_columns)
+    if evaluation is not None:
+        evaluation = prepare(evaluation, config, f"{source} (eval)", required_columns)
+    logger.info("Training on %d rows, evaluating on %d", len(train), len(evaluation or []))
+    return train, evaluation

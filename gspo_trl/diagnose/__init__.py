@@ -1,0 +1,1 @@
+"""Looking at GSPO runs: clip-range calibration, engine/trainer log-prob checks, PNG reports."""

@@ -1,0 +1,303 @@
+"""`gspo-trl check-logprobs`: does the generation engine score tokens the way the trainer does?
+
+Using the inference engine's log-probs as pi_old saves a forward pass, but any systematic
+difference between engine and trainer shifts every log s_i by
+delta_i = mean_t [log pi_trainer(y_it) - log pi_engine(y_it)]. GSPO's clip range is tiny
+(paper: s_i in [1 - 3e-4, 1 + 4e-4]), so a bias of a few 1e-4 nats per token clips one side of
+the advantage distribution wholesale on the on-policy minibatch, where nothing should be clipped
+(GSPO_NOTES.md, last failure mode). This command measures delta on real samples:
+
+1. build the recipe's trainer with vLLM in colocate mode (the CPU shim applied where needed),
+   optionally train `--train-steps` GSPO steps and push the weights to the engine;
+2. sample completions with vLLM, keeping the engine's per-token log-probs;
+3. recompute the same tokens' log-probs with the trainer's model (same temperature, autocast);
+4. report token log-ratio statistics (mean = bias, std = noise), the per-response delta_i by
+   length bucket, and the fraction of responses delta alone would push outside
+   [1 - eps_low, 1 + eps_high].
+
+Verdict: engine log-probs are "safe" for pi_old when at most `--max-clipped-fraction` of
+responses leave the clip range from the mismatch alone AND |mean delta| is at most
+`--max-bias-fraction` of the narrower half-range (a bias that small cannot tilt which side gets
+clipped). Exit status: 0 safe, 1 unsafe, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gspo_trl.training.diagnostics import bucket_labels
+
+
+@dataclass
+class LogprobPairs:
+    """Per-response token log-probs (nats) of the same sampled tokens, engine vs trainer."""
+
+    engine: list[torch.Tensor]
+    trainer: list[torch.Tensor]
+    completion_ids: list[list[int]]
+    prompt_ids: list[list[int]]
+
+
+def _stats(x: torch.Tensor) -> dict[str, float]:
+    x = x.double().flatten()
+    if x.numel() == 0:
+        return {"n": 0}
+    return {
+        "n": int(x.numel()),
+        "mean": x.mean().item(),
+        "std": x.std().item() if x.numel() > 1 else 0.0,
+        "abs_max": x.abs().max().item(),
+    }
+
+
+def trainer_logprobs(
+    trainer: Any, prompt_ids: list[list[int]], completion_ids: list[list[int]], batch_size: int = 8
+) -> list[torch.Tensor]:
+    """Log-probs the trainer's model gives each completion token, as TRL computes them.
+
+    Right-padded batches of prompt+completion (positions stay exact), logits divided by the
+    trainer's temperature, under the trainer's autocast, in eval mode (no dropout).
+    """
+    model = trainer.model
+    device = trainer.accelerator.device
+    pad_id = trainer.processing_class.pad_token_id or 0
+    was_training = model.training
+    model.eval()
+    out: list[torch.Tensor] = []
+    try:
+        for start in range(0, len(prompt_ids), batch_size):
+            prompts = prompt_ids[start : start + batch_size]
+            completions = completion_ids[start : start + batch_size]
+            rows = [p + c for p, c in zip(prompts, completions, strict=True)]
+            ids = torch.full((len(rows), max(map(len, rows))), pad_id, dtype=torch.long, device=device)
+            mask = torch.zeros_like(ids)
+            for i, row in enumerate(rows):
+                ids[i, : len(row)] = torch.tensor(row, device=device)
+                mask[i, : len(row)] = 1
+            with torch.no_grad(), trainer.accelerator.autocast():
+                logits = model(input_ids=ids, attention_mask=mask).logits.float() / trainer.temperature
+            logps = torch.log_softmax(logits, dim=-1)
+            for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
+                positions = torch.arange(len(p) - 1, len(p) + len(c) - 1, device=device)
+                out.append(logps[i, positions, torch.tensor(c, device=device)].double().cpu())
+    finally:
+        model.train(was_training)
+    return out
+
+
+def sample_and_recompute(trainer: Any, prompts: Sequence[Any], num_generations: int) -> LogprobPairs:
+    """Sample `num_generations` completions per prompt with the trainer's vLLM engine and score
+    them with the trainer's model. Prompts are dataset `prompt` values (text or messages)."""
+    from trl.data_utils import maybe_apply_chat_template
+
+    tokenizer = trainer.processing_class
+    prompt_ids = []
+    for prompt in prompts:
+        text = maybe_apply_chat_template({"prompt": prompt}, tokenizer)["prompt"]
+        prompt_ids += [tokenizer(text, add_special_tokens=False)["input_ids"]] * num_generations
+    prompt_ids, completion_ids, logprobs, _ = trainer.vllm_generation.generate(
+        prompts=prompt_ids, images=None, num_generations=num_generations
+    )
+    prompt_ids = [list(p) for p in prompt_ids]
+    completion_ids = [list(c) for c in completion_ids]
+    engine = [  # vLLM reports an unavailable log-prob as None: NaN here, skipped in the report
+        torch.tensor([math.nan if tok[0] is None else tok[0] for tok in seq], dtype=torch.float64)
+        for seq in logprobs
+    ]
+    return LogprobPairs(
+        engine, trainer_logprobs(trainer, prompt_ids, completion_ids), completion_ids, prompt_ids
+    )
+
+
+def agreement_report(
+    pairs: LogprobPairs,
+    eps_low: float,
+    eps_high: float,
+    length_buckets: tuple[int, ...] = (16, 64, 256, 1024),
+    max_clipped_fraction: float = 0.01,
+    max_bias_fraction: float = 0.1,
+) -> dict[str, Any]:
+    """Token and sequence log-ratio statistics (log pi_trainer - log pi_engine, nats) and verdict.
+
+    token: every completion token pooled. sequence: delta_i, one per response (what log s_i
+    would be on the on-policy minibatch if pi_old came from the engine). clipped_fraction:
+    responses with delta_i outside [log(1 - eps_low), log(1 + eps_high)]. Tokens without a
+    log-prob (NaN) and responses without tokens are left out.
+    """
+    valid = [(e, t, ~(e.isnan() | t.isnan())) for e, t in zip(pairs.engine, pairs.trainer, strict=True)]
+    kept = [(e[ok], t[ok]) for e, t, ok in valid if ok.any()]
+    if not kept:
+        raise ValueError("no completion tokens to compare: every sampled completion was empty")
+    token = torch.cat([t - e for e, t in kept])
+    delta = torch.stack([(t - e).mean() for e, t in kept])
+    lengths = torch.tensor([e.numel() for e, _ in kept])
+    lo, hi = math.log1p(-eps_low), math.log1p(eps_high)
+    outside = (delta < lo) | (delta > hi)
+    by_length = {}
+    edges = [0, *length_buckets, math.inf]
+    for label, a, b in zip(bucket_labels(length_buckets), edges[:-1], edges[1:], strict=True):
+        sel = (lengths >= a) & (lengths < b)
+        if sel.any():
+            by_length[label] = {**_stats(delta[sel]), "clipped_fraction": outside[sel].double().mean().item()}
+    seq = _stats(delta)
+    clipped = outside.double().mean().item()
+    bias_limit = max_bias_fraction * min(-lo, hi)
+    safe = clipped <= max_clipped_fraction and abs(seq["mean"]) <= bias_limit
+    return {
+        "eps_low": eps_low,
+        "eps_high": eps_high,
+        "token": _stats(token),
+        "sequence": seq,
+        "by_length": by_length,
+        "clipped_fraction": clipped,
+        "bias_limit": bias_limit,
+        "max_clipped_fraction": max_clipped_fraction,
+        "safe": bool(safe),
+    }
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """Human-readable summary of `agreement_report` (plus `policy_change` when present)."""
+    tok, seq = report["token"], report["sequence"]
+    lines = [
+        f"token log-ratio (trainer - engine), {tok['n']} tokens: bias {tok['mean']:+.3e}  "
+        f"noise {tok['std']:.3e}  max|.| {tok['abs_max']:.3e}",
+        f"sequence delta_i, {seq['n']} responses: bias {seq['mean']:+.3e}  noise {seq['std']:.3e}  "
+        f"max|.| {seq['abs_max']:.3e}",
+        "by completion length:",
+    ]
+    for label, s in report["by_length"].items():
+        lines.append(
+            f"  {label:>14}: n={s['n']:<5} bias {s['mean']:+.3e}  noise {s.get('std', 0.0):.3e}  "
+            f"outside clip range {s['clipped_fraction']:.1%}"
+        )
+    if "policy_change" in report:
+        pc = report["policy_change"]
+        lines.append(
+            f"policy moved by the update: token |dlogp| mean {pc['token_abs_mean']:.3e}, "
+            f"max {pc['token_abs_max']:.3e}"
+        )
+    verdict = "SAFE" if report["safe"] else "UNSAFE"
+    lines.append(
+        f"{verdict}: engine log-probs as pi_old under eps_low={report['eps_low']:g}, "
+        f"eps_high={report['eps_high']:g}: mismatch alone puts {report['clipped_fraction']:.1%} of responses "
+        f"outside the clip range (limit {report['max_clipped_fraction']:.1%}); |bias| "
+        f"{abs(seq['mean']):.2e} vs limit {report['bias_limit']:.2e}."
+    )
+    if not report["safe"]:
+        lines.append("Keep recomputing pi_old with the trainer (TRL's default), or fix the engine mismatch.")
+    return "\n".join(lines)
+
+
+def run_check(
+    trainer: Any, prompts: Sequence[Any], num_generations: int, train_steps: int = 0, **report_kwargs: Any
+) -> dict[str, Any]:
+    """Measure engine/trainer agreement; with `train_steps` > 0, before and after that many
+    GSPO steps (trainer.train()), so the weight sync into the engine is what gets tested.
+
+    The engine always gets the trainer's current weights first (TRL's own `sync_weights`), so
+    what is measured is the engine's numerics, not staleness. `policy_change` (after training)
+    is how far the update moved the trainer's log-probs on the pre-update samples: an
+    agreement much tighter than it proves the sync carried the update.
+    """
+    eps = (trainer.epsilon_low, trainer.epsilon_high)
+    before = None
+    if train_steps > 0:
+        trainer.vllm_generation.sync_weights()
+        before = sample_and_recompute(trainer, prompts, num_generations)
+        trainer.args.max_steps = train_steps
+        trainer.train()
+    trainer.vllm_generation.sync_weights()
+    report = agreement_report(sample_and_recompute(trainer, prompts, num_generations), *eps, **report_kwargs)
+    report["train_steps"] = train_steps
+    if before is not None:
+        report["before_update"] = agreement_report(before, *eps, **report_kwargs)
+        moved = torch.cat(
+            [
+                new - old
+                for new, old in zip(
+                    trainer_logprobs(trainer, before.prompt_ids, before.completion_ids),
+                    before.trainer,
+                    strict=True,
+                )
+            ]
+        ).abs()
+        report["policy_change"] = {"token_abs_mean": moved.mean().item(), "token_abs_max": moved.max().item()}
+        report["global_step"] = int(trainer.state.global_step)
+    return report
+
+
+def length_reward(completions: list, **_: Any) -> list[float]:
+    """Diagnostic reward for `--model` mode: longer completions score higher (0-1). It has
+    spread on any untrained model, so a `--train-steps` update is never a no-op."""
+    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+    return [min(len(t), 40) / 40.0 for t in texts]
+
+
+def _read_prompts(path: Path | None, n: int) -> list[Any]:
+    """`prompt` values from a .jsonl file (text or chat messages) or a text file (one per line);
+    without a file, the synthetic digit-reversal questions."""
+    if path is None:
+        from gspo_trl.data.synthetic import make_rl_rows
+
+        return [row["prompt"] for row in make_rl_rows(n, seed=0)]
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    if path.suffix == ".jsonl":
+        prompts = []
+        for number, line in enumerate(lines, 1):
+            row = json.loads(line)
+            if "prompt" not in row:
+                raise ValueError(f"{path}:{number}: row has no 'prompt' key (keys: {sorted(row)})")
+            prompts.append(row["prompt"])
+        lines = prompts
+    return lines[:n]
+
+
+def _trainer_from_model(args: argparse.Namespace, prompts: list[Any]) -> Any:
+    """A GSPO trainer (paper settings, vLLM colocate) on `--model`, with `length_reward`."""
+    from datasets import Dataset
+
+    from gspo_trl.training.config import GSPOConfig
+    from gspo_trl.training.trainer import GSPOTrainer
+
+    generations = args.num_generations or 4
+    config = GSPOConfig(  # GSPO's defaults (clip range, loss, beta 0), 2 updates per rollout batch
+        output_dir=str(args.output_dir),
+        use_cpu=not torch.cuda.is_available(),
+        bf16=torch.cuda.is_available(),  # fp32 on CPU: TRL's bf16=True default would autocast there too
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        use_vllm=True,
+        vllm_mode="colocate",
+        vllm_max_model_length=args.max_model_length,
+        vllm_gpu_memory_utilization=0.3,
+        num_generations=generations,
+        per_device_train_batch_size=2 * generations,
+        steps_per_generation=2,
+        max_completion_length=args.max_completion_length,
+        max_steps=max(args.train_steps, 1),
+        learning_rate=args.learning_rate,
+        seed=0,
+    )
+    dataset = Dataset.from_list([{"prompt": p} for p in prompts])
+    return GSPOTrainer(model=str(args.model), reward_funcs=length_reward, args=config, train_dataset=dataset)
+
+
+def _trainer_from_recipe(path: Path, overrides: list[str], num_prompts: int) -> tuple[Any, list[Any]]:
+    """The recipe's own trainer, forced to vLLM colocate, and the first prompts of its data."""
+    from gspo_trl.config.recipe import load_recipe
+    from gspo_trl.training.build import build_trainer
+
+    recipe = load_recipe(path, overrides=(*overrides, "--use_vllm", "true", "--vllm_mode", "colocate"))
+    trainer = build_trainer(recipe)
+    dataset = trainer.train_dataset
+    return trainer, [dataset[i]["prompt"] for i in range(min(num_prompts, len(dataset)))]

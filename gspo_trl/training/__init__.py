@@ -1,0 +1,1 @@
+"""Training: GSPOConfig and GSPOTrainer, diagnostics, held-out scoring, and the run itself."""

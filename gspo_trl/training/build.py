@@ -1,0 +1,114 @@
+"""From a recipe to a trained model: the GSPO config, the trainer, and the run.
+
+`build_trainer` is everything `gspo-trl train` does before `trainer.train()`: the same
+preflight checks `gspo-trl validate` runs (gspo_trl.training.preflight), then the rewards,
+the data, `GSPOConfig` and `GSPOTrainer`. `run` trains, resuming from the newest complete
+checkpoint when asked, and saves the model, the trainer state and the resolved recipe.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import rewards
+from gspo_trl.config.recipe import Recipe, recipe_as_yaml
+from gspo_trl.model.checkpoints import latest_checkpoint
+from gspo_trl.model.loading import load_tokenizer, lora_config, model_init_kwargs, resolve_model_path
+from gspo_trl.training.heldout import HeldoutCallback
+from gspo_trl.training.preflight import output_dir_of, preflight
+
+logger = logging.getLogger("gspo_trl")
+
+RESOLVED_RECIPE = "recipe.yaml"
+"""Written into output_dir before training: the recipe with defaults and overrides applied."""
+
+
+def _on_cpu_only() -> bool:
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def gspo_config(recipe: Recipe) -> Any:
+    """The GSPOConfig for the recipe: its algorithm's defaults, its keys, the rewards' weights."""
+    from gspo_trl.training.config import GSPOConfig
+
+    training = dict(recipe.training)
+    training["output_dir"] = output_dir_of(recipe)
+    training["reward_weights"] = [entry.weight for entry in recipe.rewards]
+    training["model_init_kwargs"] = {
+        **model_init_kwargs(recipe.model),
+        **(training.get("model_init_kwargs") or {}),
+    }
+    if _on_cpu_only() and "use_cpu" not in recipe.explicit_keys:
+        training["use_cpu"] = True
+        if "bf16" not in recipe.explicit_keys:
+            training["bf16"] = False  # bf16 autocast on CPU is slow and not what a CPU run wants
+    return GSPOConfig(
+        **training,
+        gspo_token=recipe.algorithm == "gspo_token",
+        diagnostics=dict(recipe.diagnostics),
+        allow_on_policy=recipe.allow_on_policy,
+    )
+
+
+def build_trainer(recipe: Recipe) -> Any:
+    """A ready GSPOTrainer for `recipe`; raises a UserError (gspo_trl.errors) for bad input."""
+    from gspo_trl.training.trainer import GSPOTrainer
+
+    data = preflight(recipe)
+    train_dataset, eval_dataset = data.train, data.eval
+    reward_funcs = [rewards.get(entry.spec, **entry.params) for entry in recipe.rewards]
+    args = gspo_config(recipe)
+    model_path = resolve_model_path(recipe.model, args.output_dir)
+    tokenizer = load_tokenizer(recipe.model, model_path)
+    if args.use_vllm:
+        from gspo_trl.model.vllm_cpu import patch_trl_for_vllm_cpu
+
+        patch_trl_for_vllm_cpu()
+
+    trainer = GSPOTrainer(
+        model=model_path,
+        reward_funcs=reward_funcs,
+        args=args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset if args.eval_strategy != "no" else None,
+        processing_class=tokenizer,
+        peft_config=lora_config(recipe.model),
+    )
+    if recipe.heldout is not None:
+        grader_spec = recipe.heldout.reward or recipe.rewards[0].spec
+        grader_params = {} if recipe.heldout.reward else recipe.rewards[0].params
+        trainer.add_callback(
+            HeldoutCallback(
+                trainer,
+                eval_dataset,
+                rewards.get(grader_spec, **grader_params),
+                every_steps=recipe.heldout.every_steps,
+                max_rows=recipe.heldout.max_rows,
+                temperature=recipe.heldout.temperature,
+                max_new_tokens=args.max_completion_length,
+                ks=recipe.heldout.k,
+                num_samples=recipe.heldout.num_samples,
+                sample_temperature=recipe.heldout.sample_temperature,
+                pass_threshold=recipe.heldout.pass_threshold,
+            )
+        )
+    return trainer
+
+
+def run(recipe: Recipe, resume: bool = False) -> Any:
+    """Train `recipe` to the end and save; returns the trainer (its state holds the logs)."""
+    trainer = build_trainer(recipe)
+    checkpoint = latest_checkpoint(trainer.args.output_dir, purpose="--resume") if resume else None
+    if resume and checkpoint is None:
+        logger.warning("--resume: no checkpoint in %s; starting from scratch", trainer.args.output_dir)
+    if trainer.accelerator.is_main_process:
+        Path(trainer.args.output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(trainer.args.output_dir) / RESOLVED_RECIPE).write_text(recipe_as_yaml(recipe), encoding="utf-8")
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    trainer.save_model(trainer.args.output_dir)
+    trainer.save_state()
+    return trainer

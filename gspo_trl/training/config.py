@@ -1,0 +1,108 @@
+"""`GSPOConfig`: TRL's `GRPOConfig` with GSPO's settings as its defaults, and GSPO's own fields.
+
+TRL pairs each trainer with a config dataclass; a subclass adds fields to the config rather
+than keyword arguments to the trainer. So `GSPOConfig()` is the paper's GSPO (sequence-level
+ratio, `loss_type="grpo"`, beta 0, clip range 3e-4 / 4e-4, 4 minibatch updates per rollout
+batch) where `GRPOConfig()` is TRL's defaults, and it refuses what would silently not be GSPO
+(token-sum losses with sequence ratios, clip ranges outside (0, 1), all-on-policy updates)
+with the same checks a recipe gets (gspo_trl.config.validation).
+
+    from gspo_trl import GSPOConfig, GSPOTrainer
+    trainer = GSPOTrainer(model="Qwen/Qwen3-0.6B", args=GSPOConfig(output_dir="runs/x"),
+                          reward_funcs=[rewards.get("math")], train_dataset=dataset)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from trl import GRPOConfig
+
+from gspo_trl.config.defaults import GSPO_DEFAULTS
+from gspo_trl.config.fields import build_dataclass
+from gspo_trl.config.sections import DiagnosticsConfig
+from gspo_trl.config.validation import check_gspo_settings, updates_per_rollout_batch
+from gspo_trl.errors import FieldTypeError, RecipeError
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass
+class GSPOConfig(GRPOConfig):
+    """GRPOConfig whose defaults are GSPO's (gspo_trl.config.defaults), plus:
+
+    gspo_token: GSPO-token, per-token advantages with the sequence ratio's value and clip
+        decision on every token (needs importance_sampling_level="token"); see docs/gspo.md.
+    diagnostics: DiagnosticsConfig fields as a dict (length_buckets, warn thresholds, ...).
+    allow_on_policy: run even when every update is on-policy (then GSPO is exactly GRPO).
+    """
+
+    importance_sampling_level: str = field(
+        default=GSPO_DEFAULTS["importance_sampling_level"], metadata=_help("'sequence': GSPO's ratio")
+    )
+    loss_type: str = field(
+        default=GSPO_DEFAULTS["loss_type"], metadata=_help("mean over a response's tokens, then responses")
+    )
+    beta: float = field(default=GSPO_DEFAULTS["beta"], metadata=_help("KL coefficient; GSPO uses none"))
+    epsilon: float = field(default=GSPO_DEFAULTS["epsilon"], metadata=_help("lower clip half-width"))
+    epsilon_high: float | None = field(
+        default=GSPO_DEFAULTS["epsilon_high"], metadata=_help("upper clip half-width")
+    )
+    steps_per_generation: int | None = field(
+        default=None,
+        metadata=_help(
+            f"minibatch updates per rollout batch (default {GSPO_DEFAULTS['steps_per_generation']})"
+        ),
+    )
+    gradient_accumulation_steps: int = field(
+        default=GSPO_DEFAULTS["gradient_accumulation_steps"],
+        metadata=_help("one optimizer step per minibatch"),
+    )
+    gspo_token: bool = field(default=False, metadata=_help("GSPO-token: per-token advantages"))
+    diagnostics: dict[str, Any] | None = field(default=None, metadata=_help("DiagnosticsConfig fields"))
+    allow_on_policy: bool = field(
+        default=False, metadata=_help("allow a run whose updates are all on-policy")
+    )
+
+    def __post_init__(self) -> None:
+        if self.steps_per_generation is None and self.generation_batch_size is None:
+            self.steps_per_generation = GSPO_DEFAULTS["steps_per_generation"]
+        if isinstance(self.diagnostics, DiagnosticsConfig):
+            self.diagnostics = dataclasses.asdict(self.diagnostics)
+        self.diagnostics_config()  # refuse bad diagnostics settings now, not at the first log
+        super().__post_init__()
+        settings = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        check_gspo_settings(self.algorithm, settings)
+        if self.gspo_token and self.importance_sampling_level != "token":
+            raise RecipeError(
+                "gspo_token: needs importance_sampling_level='token' (it builds the sequence ratio per "
+                f"token itself); got {self.importance_sampling_level!r}"
+            )
+        if (
+            self.algorithm != "grpo"
+            and not self.allow_on_policy
+            and updates_per_rollout_batch(settings, self.world_size) <= 1
+        ):
+            raise RecipeError(
+                "steps_per_generation / gradient_accumulation_steps / num_iterations: every update is "
+                "on-policy, so s_i = 1 and GSPO is exactly GRPO; use several updates per rollout batch "
+                "or allow_on_policy=True"
+            )
+
+    @property
+    def algorithm(self) -> str:
+        """'gspo', 'gspo_token' or 'grpo' (token-level ratios without GSPO-token)."""
+        if self.gspo_token:
+            return "gspo_token"
+        return "gspo" if self.importance_sampling_level == "sequence" else "grpo"
+
+    def diagnostics_config(self) -> DiagnosticsConfig:
+        """The `diagnostics` dict as a checked DiagnosticsConfig."""
+        try:
+            return build_dataclass(DiagnosticsConfig, dict(self.diagnostics or {}), "diagnostics")
+        except (FieldTypeError, ValueError, TypeError) as error:
+            raise RecipeError(str(error)) from None

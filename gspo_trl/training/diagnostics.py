@@ -1,0 +1,218 @@
+"""GSPO diagnostics: configuration, pure statistics over log s_i, and the clip-rate alarm.
+
+GSPO clips whole responses on the sequence ratio s_i = exp(mean_t log(pi_new / pi_old)).
+What goes wrong in practice (GSPO_NOTES.md, "What to watch") is visible only in the
+distribution of log s_i on the off-policy minibatches, so `GSPOTrainer` records one row per
+response per update (see `ROW_COLUMNS`), gathers rows across ranks, and at every logging
+step turns them into the metrics below with the functions of this module.
+
+Metric keys (all under the normal Trainer logging path, so trackio / wandb / tensorboard
+and `trainer_state.json` see them). `mb{k}` is the update index within a rollout batch:
+mb1 is on-policy (s_i = 1 up to float noise), mb2..mbK are off-policy; `offpolicy` pools
+mb2..mbK.
+
+    gspo/mb{k}/log_ratio/{mean,std,p5,p50,p95,min,max}   log s_i over responses (nats/token)
+    gspo/mb{k}/clip/{low,high,region}     fraction of ALL responses whose clip is active
+                                           (gradient dropped): low = s < 1-eps_low & A < 0,
+                                           high = s > 1+eps_high & A > 0; same rule as TRL's
+                                           clip_ratio/*, counted per response
+    gspo/mb{k}/clip/pos_adv               fraction of A > 0 responses clipped (high side)
+    gspo/mb{k}/clip/neg_adv               fraction of A < 0 responses clipped (low side)
+    gspo/mb{k}/outside/{low,high}         fraction of responses outside [1-eps_low, 1+eps_high]
+                                           whatever their advantage sign
+    gspo/mb{k}/clip/len_{a}-{b}           clip/region within responses of a <= tokens < b
+                                           (last bucket `len_{a}-inf`); absent when empty
+    gspo/mb{k}/entropy                    mean token entropy (nats), TRL's own entropies
+    gspo/mb{k}/responses                  number of responses the stats cover (all ranks)
+    gspo/offpolicy/...                    the same keys, pooled over mb2..mbK
+    gspo/zero_variance_groups             fraction of groups whose rewards all tie (TRL's
+                                           frac_reward_zero_std, averaged over the step)
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+
+import numpy as np
+import torch
+
+from gspo_trl.config.sections import DiagnosticsConfig
+
+logger = logging.getLogger(__name__)
+
+ROW_COLUMNS = ("log_ratio", "advantage", "length", "entropy_sum", "tokens", "valid")
+"""One row per response: log s_i, its (mean) advantage, completion length in tokens, sum of
+token entropies (nats) and number of scored tokens, and 1 for a real row (0 = padding added
+to even out ranks before a gather)."""
+
+
+def sequence_log_ratio(
+    per_token_logps: torch.Tensor, old_per_token_logps: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """log s_i, shape (B,): masked mean of token log-ratios, the exact expression TRL uses."""
+    log_ratio = per_token_logps - old_per_token_logps
+    return (log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+
+
+def bucket_labels(length_buckets: tuple[int, ...]) -> list[str]:
+    """Metric suffixes for the length buckets: ('len_0-64', 'len_64-256', ..., 'len_1024-inf')."""
+    edges = [0, *length_buckets]
+    labels = [f"len_{lo}-{hi}" for lo, hi in itertools.pairwise(edges)]
+    return [*labels, f"len_{edges[-1]}-inf"]
+
+
+ArrayLike = torch.Tensor | np.ndarray
+"""The statistics take CPU tensors or arrays; they run in numpy because a logging step
+summarises a few hundred numbers, where torch's per-op overhead would dominate."""
+
+
+def _np(x) -> np.ndarray:
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+def log_ratio_quantiles(log_s: ArrayLike) -> dict[str, float]:
+    """mean, std, p5, p50, p95, min, max of log s_i (nats per token); empty dict if no data."""
+    x = _np(log_s).astype(np.float64).ravel()
+    if x.size == 0:
+        return {}
+    p5, p50, p95 = np.quantile(x, [0.05, 0.5, 0.95])  # linear interpolation, as torch.quantile
+    return {
+        "mean": float(x.mean()),
+        "std": float(x.std(ddof=1)) if x.size > 1 else 0.0,
+        "p5": float(p5),
+        "p50": float(p50),
+        "p95": float(p95),
+        "min": float(x.min()),
+        "max": float(x.max()),
+    }
+
+
+def clip_masks(
+    log_s: ArrayLike, advantages: ArrayLike, eps_low: float, eps_high: float
+) -> dict[str, np.ndarray]:
+    """Boolean masks per response, with TRL's rule applied to s_i = exp(log s_i) in float32.
+
+    'low'/'high' are active clips (the min() picks the clipped term, zero gradient);
+    'outside_low'/'outside_high' only say s_i left the range, whatever the advantage sign.
+    """
+    s = np.exp(_np(log_s).astype(np.float32))
+    adv = _np(advantages)
+    outside_low = s < np.float32(1 - eps_low)
+    outside_high = s > np.float32(1 + eps_high)
+    return {
+        "low": outside_low & (adv < 0),
+        "high": outside_high & (adv > 0),
+        "outside_low": outside_low,
+        "outside_high": outside_high,
+    }
+
+
+def _fraction(flags: np.ndarray) -> float:
+    return float(flags.mean()) if flags.size else math.nan
+
+
+def clip_fractions(
+    log_s: ArrayLike, advantages: ArrayLike, eps_low: float, eps_high: float
+) -> dict[str, float]:
+    """Clip fractions overall and by advantage sign (0-1); NaN where a group is empty."""
+    m = clip_masks(log_s, advantages, eps_low, eps_high)
+    adv = _np(advantages)
+    return {
+        "clip/low": _fraction(m["low"]),
+        "clip/high": _fraction(m["high"]),
+        "clip/region": _fraction(m["low"] | m["high"]),
+        "clip/pos_adv": _fraction(m["high"][adv > 0]),
+        "clip/neg_adv": _fraction(m["low"][adv < 0]),
+        "outside/low": _fraction(m["outside_low"]),
+        "outside/high": _fraction(m["outside_high"]),
+    }
+
+
+def clip_fraction_by_length(
+    log_s: ArrayLike,
+    advantages: ArrayLike,
+    lengths: ArrayLike,
+    eps_low: float,
+    eps_high: float,
+    length_buckets: tuple[int, ...],
+) -> dict[str, float]:
+    """Active-clip fraction per completion-length bucket; empty buckets are left out."""
+    m = clip_masks(log_s, advantages, eps_low, eps_high)
+    region, lengths = m["low"] | m["high"], _np(lengths)
+    edges = [0, *length_buckets, math.inf]
+    out = {}
+    for label, lo, hi in zip(bucket_labels(length_buckets), edges[:-1], edges[1:], strict=True):
+        in_bucket = (lengths >= lo) & (lengths < hi)
+        if in_bucket.any():
+            out[f"clip/{label}"] = _fraction(region[in_bucket])
+    return out
+
+
+def summarize_rows(
+    rows: ArrayLike, eps_low: float, eps_high: float, length_buckets: tuple[int, ...]
+) -> dict[str, float]:
+    """All per-minibatch statistics from gathered rows (columns: ROW_COLUMNS), unprefixed."""
+    rows = _np(rows).astype(np.float64)
+    rows = rows[rows[:, ROW_COLUMNS.index("valid")] > 0]
+    if rows.size == 0:
+        return {}
+    log_s, adv, length, ent, tok, _ = rows.T
+    stats = {f"log_ratio/{k}": v for k, v in log_ratio_quantiles(log_s).items()}
+    stats.update(clip_fractions(log_s, adv, eps_low, eps_high))
+    stats.update(clip_fraction_by_length(log_s, adv, length, eps_low, eps_high, length_buckets))
+    stats["entropy"] = float(ent.sum() / max(tok.sum(), 1.0))
+    stats["responses"] = float(rows.shape[0])
+    return {k: v for k, v in stats.items() if not math.isnan(v)}
+
+
+class ClipAlarm:
+    """Warns once per kind when off-policy clipping says eps (or the LR) is wrong.
+
+    Fed one pooled off-policy summary per logging step. "everything clipped": more than
+    `warn_clip_fraction` of positive-advantage responses clipped for `warn_after_steps`
+    consecutive steps (the extra minibatches are wasted). "nothing clipped": zero clipped
+    responses for `warn_no_clip_steps` consecutive steps (the trust region does nothing).
+    """
+
+    def __init__(self, config: DiagnosticsConfig) -> None:
+        self.config = config
+        self.high_streak = 0
+        self.none_streak = 0
+        self.warned: set[str] = set()
+        self.recent: list[float] = []
+
+    def update(self, offpolicy: dict[str, float], eps_low: float, eps_high: float) -> str | None:
+        """Advance the streaks with one step's pooled off-policy stats; return a warning or None."""
+        pos = offpolicy.get("clip/pos_adv")
+        region = offpolicy.get("clip/region")
+        if pos is not None and pos > self.config.warn_clip_fraction:
+            self.high_streak += 1
+            self.recent = [*self.recent, pos][-self.config.warn_after_steps :]
+        else:
+            self.high_streak, self.recent = 0, []
+        self.none_streak = self.none_streak + 1 if region == 0.0 else 0
+        p5 = offpolicy.get("log_ratio/p5", math.nan)
+        p95 = offpolicy.get("log_ratio/p95", math.nan)
+        message = None
+        if self.high_streak >= self.config.warn_after_steps and "high" not in self.warned:
+            self.warned.add("high")
+            message = (
+                f"GSPO: off-policy minibatches clipped {', '.join(f'{p:.0%}' for p in self.recent)} of "
+                f"positive-advantage responses over the last {self.high_streak} logging steps "
+                f"(threshold {self.config.warn_clip_fraction:.0%}; eps_low={eps_low:g}, "
+                f"eps_high={eps_high:g}; log s_i p5/p95 = {p5:.2e}/{p95:.2e}). "
+                "The extra minibatches are mostly wasted: widen epsilon_high "
+                "(see `gspo-trl calibrate`) or lower the learning rate."
+            )
+        elif self.none_streak >= self.config.warn_no_clip_steps and "none" not in self.warned:
+            self.warned.add("none")
+            message = (
+                f"GSPO: no off-policy response clipped in {self.none_streak} consecutive logging steps "
+                f"(eps_low={eps_low:g}, eps_high={eps_high:g}; log s_i p5/p95 = {p5:.2e}/{p95:.2e}). "
+                "The trust region does nothing: consider fewer, larger steps or a narrower range."
+            )
+        if message:
+            logger.warning(message)
+        return message

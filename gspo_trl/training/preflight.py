@@ -1,0 +1,58 @@
+"""Every check a run makes before it loads a model, in one function that `validate` shares.
+
+`gspo-trl validate` and `gspo-trl train` call `preflight`, so a recipe that validates fails
+in training only for reasons that need the model or the hardware. It refuses, naming the
+culprit: the recipe's keys and GSPO settings (gspo_trl.config.validation), reward columns the
+data lacks, null values in the columns the rewards read (a null gold answer would be graded
+as text), a held-out section without a held-out split, and an output directory that cannot
+be written.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gspo_trl.config.recipe import Recipe
+from gspo_trl.config.validation import check_columns, required_columns, validate
+from gspo_trl.data.loading import load_data
+from gspo_trl.errors import RecipeError
+
+
+@dataclass
+class PreparedData:
+    """The recipe's data, checked: training rows and held-out rows (None without a split)."""
+
+    train: Any
+    eval: Any | None
+
+
+def output_dir_of(recipe: Recipe) -> str:
+    """The run's output directory: the recipe's `output_dir`, else runs/<recipe file stem>."""
+    explicit = recipe.training.get("output_dir")
+    return str(explicit or Path("runs") / Path(recipe.source).stem.replace("<defaults>", "default"))
+
+
+def check_output_dir(output_dir: str) -> None:
+    """Refuse an output_dir that is a file or sits in a place this process cannot write."""
+    path = Path(output_dir)
+    if path.exists() and not path.is_dir():
+        raise RecipeError(f"output_dir: {output_dir!r} is a file; give a directory")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise RecipeError(f"output_dir: cannot write to {str(existing)!r} (for {output_dir!r})")
+
+
+def preflight(recipe: Recipe, processes: int | None = None) -> PreparedData:
+    """Run every model-free check on `recipe`; returns its data. Raises a UserError."""
+    validate(recipe, processes)
+    check_output_dir(output_dir_of(recipe))
+    train, evaluation = load_data(recipe.data, required_columns=sorted(required_columns(recipe)))
+    check_columns(recipe, train.column_names)
+    if recipe.heldout is not None and evaluation is None:
+        raise RecipeError("heldout: needs a held-out split; set data.eval_split or data.eval_size")
+    return PreparedData(train, evaluation)

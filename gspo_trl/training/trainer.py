@@ -1,0 +1,154 @@
+"""GSPOTrainer: TRL's GRPOTrainer with GSPO diagnostics and GSPO-token; the loss stays TRL's.
+
+GSPO itself is TRL configuration (`importance_sampling_level="sequence"`, `loss_type="grpo"`,
+beta 0, eps 3e-4/4e-4, 4 updates per rollout batch). This subclass adds two things and
+never re-implements the loss:
+
+- Diagnostics (see `gspo_trl.training.diagnostics` for the metric keys). TRL computes the policy
+  log-probs inside `_compute_loss`; we observe them on their way out of
+  `_get_per_token_logps_and_entropies`, derive log s_i from the same tensors TRL uses, and
+  gather one small row per response across ranks. No extra forward pass, no recomputed
+  entropy.
+- GSPO-token (`GSPOConfig(gspo_token=True)`, with `importance_sampling_level="token"`). TRL reads
+  `inputs["old_per_token_logps"]` after computing `per_token_logps`; we set it to
+  `per_token_logps.detach() - sg[log s_i]`, so TRL's own token ratio becomes
+  exp(sg[log s_i] + logp_it - sg[logp_it]): every token carries the value (and clip
+  decision) of s_i, while the gradient flows through each token's log-prob with its own
+  advantage A_it. The rewrite happens on a copy of the minibatch, so reused buffers
+  (num_iterations > 1) keep the true old log-probs.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import torch
+from trl import GRPOTrainer
+
+from gspo_trl.config.sections import DiagnosticsConfig
+from gspo_trl.training.diagnostics import ROW_COLUMNS, ClipAlarm, sequence_log_ratio, summarize_rows
+
+
+class GSPOTrainer(GRPOTrainer):
+    """GRPOTrainer plus GSPO diagnostics and GSPO-token; every argument is TRL's.
+
+    Give it a `GSPOConfig` (gspo_trl.training.config): its `gspo_token` and `diagnostics`
+    fields switch GSPO-token and configure the diagnostics. A plain `GRPOConfig` works too
+    (no GSPO-token, default diagnostics), but carries TRL's defaults, not GSPO's.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._gspo_loss_inputs: dict[str, Any] | None = None
+        self._gspo_captured: dict[str, torch.Tensor] = {}
+        self._gspo_rows: dict[int, list[torch.Tensor]] = defaultdict(list)
+        self.gspo_row_sink: list[tuple[int, torch.Tensor]] | None = None
+        """Set to a list to also keep every gathered (minibatch index, rows) pair (calibrate)."""
+        super().__init__(*args, **kwargs)
+        self.gspo_token = bool(getattr(self.args, "gspo_token", False))
+        config = getattr(self.args, "diagnostics_config", None)
+        self.diagnostics = config() if callable(config) else DiagnosticsConfig()
+        self._gspo_alarm = ClipAlarm(self.diagnostics)
+        if self.gspo_token and self.importance_sampling_level != "token":
+            raise ValueError(
+                "gspo_token=True needs importance_sampling_level='token' (it builds the "
+                f"sequence ratio per token itself); got importance_sampling_level="
+                f"'{self.importance_sampling_level}'. Set it to 'token' or drop gspo_token."
+            )
+
+    # --- loss path -------------------------------------------------------------------------
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        self._gspo_loss_inputs = dict(inputs)  # a copy: GSPO-token rewrites old log-probs in it
+        self._gspo_captured = {}
+        try:
+            loss = super()._compute_loss(model, self._gspo_loss_inputs)
+        finally:
+            self._gspo_loss_inputs = None
+        if self.diagnostics.enabled and self.model.training and self._gspo_captured:
+            self._record_rows(inputs)
+        self._gspo_captured = {}
+        return loss
+
+    def _get_per_token_logps_and_entropies(self, model: Any, *args: Any, **kwargs: Any):
+        logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+        inputs = self._gspo_loss_inputs
+        if inputs is None:  # a no-grad pass (old / reference log-probs), not the loss
+            return logps, entropies, aux_loss
+        self._gspo_loss_inputs = None  # only the first call inside _compute_loss is the policy pass
+        mask = inputs["completion_mask"]
+        if "tool_mask" in inputs:
+            mask = mask * inputs["tool_mask"]
+        old = inputs.get("old_per_token_logps")
+        new = logps.detach()
+        log_s = sequence_log_ratio(new, new if old is None else old, mask)
+        if self.gspo_token:
+            inputs["old_per_token_logps"] = new - log_s.unsqueeze(-1)
+        self._gspo_captured = {"log_s": log_s, "mask": mask}
+        if entropies is not None:
+            self._gspo_captured["entropies"] = entropies.detach()
+        return logps, entropies, aux_loss
+
+    # --- diagnostics ------------------------------------------------------------------------
+    def _minibatch_index(self) -> int:
+        """1-based index of this update within its rollout batch (1 = on-policy)."""
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        return (self._step % generate_every) // self.args.gradient_accumulation_steps + 1
+
+    def _record_rows(self, inputs: dict[str, Any]) -> None:
+        cap = self._gspo_captured
+        mask = cap["mask"].float()
+        log_s = cap["log_s"].float()
+        advantages = inputs["advantages"].float()
+        if advantages.dim() == 2:  # per-token advantages: the sign of their mean decides
+            advantages = (advantages * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+        entropies = cap.get("entropies")
+        entropy_sum = (entropies.float() * mask).sum(-1) if entropies is not None else torch.zeros_like(log_s)
+        rows = torch.stack(
+            [
+                log_s,
+                advantages,
+                inputs["completion_mask"].float().sum(-1),
+                entropy_sum,
+                mask.sum(-1),
+                torch.ones_like(log_s),
+            ],
+            dim=1,
+        )
+        assert rows.shape[1] == len(ROW_COLUMNS)
+        if self.accelerator.num_processes > 1:  # ranks may hold different batch sizes: pad, then gather
+            rows = self.accelerator.gather(self.accelerator.pad_across_processes(rows, dim=0, pad_index=0))
+        self._gspo_rows[self._minibatch_index()].append(rows.detach())
+
+    def gspo_statistics(self) -> dict[str, float]:
+        """Turn the rows recorded since the last log into `gspo/*` metrics and clear them."""
+        eps = (self.epsilon_low, self.epsilon_high, self.diagnostics.length_buckets)
+        out: dict[str, float] = {}
+        offpolicy: list[tuple[torch.Tensor, dict[str, float]]] = []
+        for mb in sorted(self._gspo_rows):
+            rows = torch.cat(self._gspo_rows[mb]).cpu()
+            if self.gspo_row_sink is not None:
+                self.gspo_row_sink.append((mb, rows))
+            stats = summarize_rows(rows, *eps)
+            out.update({f"gspo/mb{mb}/{k}": v for k, v in stats.items()})
+            if mb >= 2:
+                offpolicy.append((rows, stats))
+        self._gspo_rows.clear()
+        if offpolicy:  # usually one off-policy minibatch per logging step: reuse its numbers
+            pooled = (
+                offpolicy[0][1]
+                if len(offpolicy) == 1
+                else summarize_rows(torch.cat([r for r, _ in offpolicy]), *eps)
+            )
+            out.update({f"gspo/offpolicy/{k}": v for k, v in pooled.items()})
+            if self.accelerator.is_main_process:
+                self._gspo_alarm.update(pooled, self.epsilon_low, self.epsilon_high)
+        return out
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if self.model.training:
+            zero_std = [v for v in self._metrics["train"].get("frac_reward_zero_std", []) if v == v]
+            if zero_std:
+                logs["gspo/zero_variance_groups"] = sum(zero_std) / len(zero_std)
+            if self._gspo_rows:
+                logs.update(self.gspo_statistics())
+        super().log(logs, start_time)

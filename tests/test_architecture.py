@@ -1,0 +1,190 @@
+"""The package's shape: no import cycles, and every import points down the layers.
+
+Read from the source with `ast` (nothing is imported), counting imports inside functions
+too: a lazy import is still a dependency, and the cycles this test was written against
+(`train -> heldout -> evaluate -> train`) were lazy ones. Imports under `if TYPE_CHECKING:`
+are left out (they never run). `python tests/test_architecture.py` prints the graph.
+
+Layers, lowest first; a module may import its own layer or lower ones, never higher:
+
+    rewards                       the verifier library (knows nothing of gspo_trl)
+    gspo_trl.errors               user-facing errors
+    gspo_trl.config               defaults, typed sections, recipe loading, validation
+    gspo_trl.data, gspo_trl.model sources/presets/loading; model loading, checkpoints
+    gspo_trl.eval                 sampling, pass@k, grading
+    gspo_trl.training             GSPOConfig/GSPOTrainer, diagnostics, held-out, build
+    gspo_trl.diagnose, .demo, .plan   tools built on training runs
+    gspo_trl.cli, gspo_trl.train  commands and the accelerate entry point
+    gspo_trl (the package)        the public API
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("gspo_trl", "rewards")
+LAYERS: dict[str, int] = {
+    "rewards": 0,
+    "gspo_trl.errors": 1,
+    "gspo_trl.config": 2,
+    "gspo_trl.data": 3,
+    "gspo_trl.model": 3,
+    "gspo_trl.eval": 4,
+    "gspo_trl.training": 5,
+    "gspo_trl.diagnose": 6,
+    "gspo_trl.demo": 6,
+    "gspo_trl.plan": 6,
+    "gspo_trl.cli": 7,
+    "gspo_trl.train": 7,
+    "gspo_trl": 8,
+}
+
+
+def module_files() -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the two packages."""
+    modules = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
+    return modules
+
+
+def _type_checking_lines(tree: ast.Module) -> set[int]:
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """The modules of the two packages that `name` imports (resolved to modules, not packages' names)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped = _type_checking_lines(tree)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                found.add(candidate if candidate in known else base)
+    return {m for m in found if m in known and m != name}
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = module_files()
+    return {name: imports_of(name, path, set(files)) for name, path in files.items()}
+
+
+def layer_of(module: str) -> tuple[str, int]:
+    for prefix in sorted(LAYERS, key=len, reverse=True):
+        if module == prefix or module.startswith(prefix + "."):
+            return prefix, LAYERS[prefix]
+    raise KeyError(f"{module} belongs to no layer: add its package to LAYERS")
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycles() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_imports_point_down_the_layers() -> None:
+    upward = []
+    for module, targets in import_graph().items():
+        source_layer, source_rank = layer_of(module)
+        for target in targets:
+            target_layer, target_rank = layer_of(target)
+            if target_rank > source_rank:
+                upward.append(f"{module} ({source_layer}) imports {target} ({target_layer})")
+    assert upward == []
+
+
+@pytest.mark.parametrize(
+    "edges",
+    [
+        {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()},
+        {"a": {"b"}, "b": {"a"}},
+    ],
+)
+def test_the_cycle_finder_finds_cycles(edges: dict[str, set[str]]) -> None:
+    assert cycles(edges)
+
+
+def test_rewards_never_import_gspo_trl() -> None:
+    graph = import_graph()
+    assert [
+        m for m, targets in graph.items() if m.startswith("rewards") and any("gspo_trl" in t for t in targets)
+    ] == []
+
+
+def test_every_module_is_in_a_layer() -> None:
+    for module in module_files():
+        layer_of(module)
+
+
+def package_graph() -> dict[str, set[str]]:
+    """The graph between layers' packages (what the closing note prints)."""
+    edges: dict[str, set[str]] = defaultdict(set)
+    for module, targets in import_graph().items():
+        source = layer_of(module)[0]
+        edges[source].update(layer_of(t)[0] for t in targets if layer_of(t)[0] != source)
+    return edges
+
+
+if __name__ == "__main__":
+    for source in sorted(LAYERS, key=lambda name: (LAYERS[name], name)):
+        targets = package_graph().get(source, set())
+        print(f"{source:<20} -> {', '.join(sorted(targets, key=lambda n: (LAYERS[n], n))) or '-'}")
