@@ -1,0 +1,161 @@
+"""Put the pieces together: one `plan(...)` call from a recipe's training keys to a `Plan`."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from gspo_trl.plan.activations import activation_term, logits_term
+from gspo_trl.plan.memory import MemoryTerm, model_state_terms
+from gspo_trl.plan.model_shape import ModelShape, load_model_shape
+from gspo_trl.plan.setup import Setup, make_setup
+from gspo_trl.plan.throughput import (
+    H100_BF16_DENSE_TFLOPS,
+    H100_SXM_BANDWIDTH_TB_S,
+    Throughput,
+    throughput,
+)
+from gspo_trl.plan.verdict import (
+    DOES_NOT_FIT,
+    FITS,
+    TIGHT,
+    Fix,
+    Verdict,
+    candidate_fixes,
+    classify,
+    vllm_starved,
+    vllm_utilization_needed,
+)
+from gspo_trl.plan.vllm_memory import ENGINE_OVERHEAD_BYTES, GIB, VllmPlan, vllm_plan, vllm_term
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Per-GPU memory terms, the colocated vLLM engine, the verdict and the work estimate."""
+
+    shape: ModelShape
+    setup: Setup
+    terms: list[MemoryTerm]
+    vllm: VllmPlan | None
+    verdict: Verdict
+    throughput: Throughput
+
+    def format(self) -> str:
+        """The printed report (see gspo_trl.plan.report)."""
+        from gspo_trl.plan.report import format_plan
+
+        return format_plan(self)
+
+
+def memory_terms(shape: ModelShape, setup: Setup) -> tuple[list[MemoryTerm], VllmPlan | None]:
+    """Every per-GPU term, and the colocated engine's plan when there is one."""
+    terms = model_state_terms(shape, setup)
+    terms += [activation_term(shape, setup), logits_term(shape, setup)]
+    engine = vllm_plan(shape, setup) if setup.colocated_vllm else None
+    if engine is not None:
+        terms.append(vllm_term(engine, setup))
+    return terms, engine
+
+
+def judge(shape: ModelShape, setup: Setup) -> tuple[list[MemoryTerm], VllmPlan | None, Verdict]:
+    """Terms and verdict of one setup, without suggesting fixes."""
+    terms, engine = memory_terms(shape, setup)
+    gpu_bytes = int(setup.gpu_memory_gib * GIB)
+    verdict = classify(terms, gpu_bytes)
+    if engine is not None and vllm_starved(engine.kv_tokens, engine.sequence_length):
+        vllm_line = next(t for t in terms if t.name.startswith("vLLM"))
+        verdict = Verdict(DOES_NOT_FIT, verdict.peak_bytes, gpu_bytes, "rollout", vllm_line)
+    return terms, engine, verdict
+
+
+def _best(judged: list[tuple[Fix, Verdict]], peak: int) -> tuple[Fix, Verdict] | None:
+    """The first fix that fits, else the first tight one, else the first that lowers the peak."""
+    for wanted in (FITS, TIGHT):
+        for fix, outcome in judged:
+            if outcome.status == wanted:
+                return fix, outcome
+    return next(((f, v) for f, v in judged if v.peak_bytes < peak), None)
+
+
+def fix_chain(
+    shape: ModelShape, setup: Setup, verdict: Verdict, allow_lora: bool, max_steps: int = 4
+) -> list[tuple[Fix, Verdict]]:
+    """Changes to apply in turn until the setup fits: each round re-plans every candidate for the
+    then-dominant term and keeps the first that fits, else the first that lowers the peak."""
+    chain: list[tuple[Fix, Verdict]] = []
+    for _ in range(max_steps):
+        if verdict.status != DOES_NOT_FIT:
+            break
+        fixes = candidate_fixes(verdict.dominant.name, setup, allow_lora)
+        best = _best([(fix, judge(shape, fix.apply(setup))[2]) for fix in fixes], verdict.peak_bytes)
+        if best is None:
+            break
+        chain.append(best)
+        setup, verdict = best[0].apply(setup), best[1]
+    return chain
+
+
+def first_fix(shape: ModelShape, setup: Setup, verdict: Verdict, engine: VllmPlan | None) -> str | None:
+    """What to change first, in words, with the re-planned outcome."""
+    if verdict.status == FITS:
+        return None
+    if engine is not None and vllm_starved(engine.kv_tokens, engine.sequence_length):
+        needed = vllm_utilization_needed(
+            engine.weight_bytes,
+            ENGINE_OVERHEAD_BYTES,
+            engine.kv_bytes_per_token,
+            engine.sequence_length,
+            verdict.gpu_bytes,
+        )
+        return (
+            f"vllm_gpu_memory_utilization >= {needed:.2f}: the engine's KV cache cannot hold one "
+            f"{engine.sequence_length}-token rollout (or vllm_mode: server)"
+        )
+    chain: list[tuple[Fix, Verdict]] = []
+    for allow_lora in (False, True):
+        if verdict.status == TIGHT:
+            fixes = candidate_fixes(verdict.dominant.name, setup, allow_lora)
+            best = _best([(f, judge(shape, f.apply(setup))[2]) for f in fixes], 0)
+            chain = [best] if best and best[1].status == FITS else []
+        else:
+            chain = fix_chain(shape, setup, verdict, allow_lora)
+        if chain and chain[-1][1].status != DOES_NOT_FIT:
+            break
+    if not chain and verdict.status == TIGHT:
+        return "none of the plan's fixes gets below 90%: watch for fragmentation OOMs"
+    if not chain:
+        return "more GPUs or a smaller model: no change the plan knows helps"
+    steps = " then ".join(fix.description for fix, _ in chain)
+    outcome = chain[-1][1]
+    return f"{steps} -> {outcome.status}, peak {outcome.peak_bytes / GIB:.1f} GiB"
+
+
+def plan(
+    training: dict[str, Any],
+    model_name_or_path: str,
+    strategy: str = "ddp",
+    nodes: int = 1,
+    gpus_per_node: int = 8,
+    gpu_memory_gb: float = 80.0,
+    lora: dict[str, Any] | None = None,
+    dtype: str | None = None,
+    peak_tflops: float = H100_BF16_DENSE_TFLOPS,
+    bandwidth_tb_s: float = H100_SXM_BANDWIDTH_TB_S,
+) -> Plan:
+    """Plan a GSPO/GRPO run: per-GPU memory, a verdict with the first fix, and a work estimate.
+
+    `training` holds TRL GRPOConfig keys (per_device_train_batch_size, max_completion_length,
+    gradient_checkpointing, use_vllm, vllm_gpu_memory_utilization, ...; others are ignored), plus
+    optional `max_prompt_length`. `model_name_or_path` is a local model directory, a config.json,
+    or a shipped hub id (`Qwen/Qwen3-8B`). `strategy` is ddp, zero2, zero3 or fsdp2; `lora` holds
+    peft.LoraConfig fields; `dtype` the weights' load dtype (None: the checkpoint's own).
+    `gpu_memory_gb` is the card's nominal size, read as GiB; `peak_tflops` and `bandwidth_tb_s`
+    (H100 SXM by default) only scale the time estimates.
+    """
+    shape = load_model_shape(model_name_or_path)
+    setup = make_setup(training, shape, strategy, nodes, gpus_per_node, gpu_memory_gb, lora, dtype)
+    terms, engine, verdict = judge(shape, setup)
+    verdict = dataclasses.replace(verdict, fix=first_fix(shape, setup, verdict, engine))
+    work = throughput(shape, setup, engine, peak_tflops, bandwidth_tb_s)
+    return Plan(shape, setup, terms, engine, verdict, work)

@@ -1,0 +1,118 @@
+"""Estimates of the work in one rollout batch: tokens, training FLOPs, and generation-time floors.
+
+FLOPs follow Kaplan et al. 2020 ("Scaling Laws for Neural Language Models", Table 1) and Hoffmann
+et al. 2022 (Chinchilla): a forward pass costs 2N FLOPs per token plus 2 x layers x context x
+d_attn for attention scores, a training step 3x the forward (6N per token). N is the active matmul
+parameters (the LM head included, the embedding lookup not; MoE: routed experts only). Gradient
+checkpointing adds one forward. GRPO adds a no-grad forward for the old policy's log-probs when
+TRL computes them (see `Setup.computes_old_logprobs`) and one for a reference model when beta > 0.
+
+Generation is bounded below by memory bandwidth: each decode step reads the engine's weights once
+for all the sequences decoding together, plus every one of their cached K/V entries. Prefill,
+sampling, and weight syncing are left out, so real rollouts are slower. Every figure here is an
+estimate at maximal prompt and completion lengths, not a measurement.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gspo_trl.plan.model_shape import ModelShape
+from gspo_trl.plan.setup import Setup
+from gspo_trl.plan.vllm_memory import VllmPlan, kv_bytes_per_token_per_gpu
+
+H100_BF16_DENSE_TFLOPS = 989.0
+H100_SXM_BANDWIDTH_TB_S = 3.35
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """One rollout batch's work; times are seconds, lower bounds at peak hardware rates."""
+
+    completions: int
+    prompts: int
+    tokens: int
+    optimizer_steps: float
+    training_flops: float
+    old_logprob_flops: float
+    reference_flops: float
+    compute_seconds: float
+    generation_seconds: float | None
+
+    @property
+    def total_flops(self) -> float:
+        return self.training_flops + self.old_logprob_flops + self.reference_flops
+
+    @property
+    def flops_per_optimizer_step(self) -> float:
+        return self.total_flops / self.optimizer_steps
+
+
+def forward_flops_per_token(shape: ModelShape, sequence_length: int) -> float:
+    """Kaplan's C_forward per token: 2N + 2 x layers x context x d_attn."""
+    attention = 2 * shape.num_layers * sequence_length * shape.q_dim
+    return 2 * shape.active_matmul_params + attention
+
+
+def decode_weight_bytes(shape: ModelShape, setup: Setup, concurrent: int) -> float:
+    """Weight bytes one decode step reads on one GPU of the engine. A MoE layer reads only the
+    experts the batch routes to: at most concurrent x top-k of them."""
+    tp = setup.vllm_tensor_parallel_size if setup.use_vllm else 1
+    experts = shape.num_moe_layers * shape.num_experts * shape.expert_params
+    touched = min(1.0, concurrent * shape.num_experts_per_tok / shape.num_experts) if shape.is_moe else 0.0
+    params = shape.total_params - experts + touched * experts
+    return params * setup.weight_bytes / tp
+
+
+def generation_seconds(
+    shape: ModelShape, setup: Setup, vllm: VllmPlan | None, bandwidth_tb_s: float
+) -> float | None:
+    """Bandwidth floor for one rollout batch on one engine; None when no sequence fits or vLLM
+    runs elsewhere (server mode)."""
+    if setup.use_vllm and vllm is None:
+        return None
+    sequences = setup.per_device_train_batch_size * setup.steps_per_generation
+    if vllm is not None:
+        sequences *= setup.vllm_tensor_parallel_size
+        concurrent = vllm.concurrent_sequences
+    else:
+        concurrent = sequences  # transformers generate decodes the whole local batch together
+    if concurrent < 1:
+        return None
+    waves = math.ceil(sequences / concurrent)
+    steps, prompt = setup.max_completion_length, setup.max_prompt_length
+    kv_per_token = kv_bytes_per_token_per_gpu(shape, setup)
+    weights = steps * decode_weight_bytes(shape, setup, concurrent)
+    kv_reads = concurrent * kv_per_token * (prompt * steps + steps * (steps + 1) / 2)
+    return waves * (weights + kv_reads) / (bandwidth_tb_s * 1e12)
+
+
+def throughput(
+    shape: ModelShape,
+    setup: Setup,
+    vllm: VllmPlan | None,
+    peak_tflops: float = H100_BF16_DENSE_TFLOPS,
+    bandwidth_tb_s: float = H100_SXM_BANDWIDTH_TB_S,
+) -> Throughput:
+    """Tokens, FLOPs and time floors of one rollout batch across all GPUs."""
+    completions = setup.generation_batch_size
+    tokens = completions * setup.sequence_length
+    forward = forward_flops_per_token(shape, setup.sequence_length) * tokens
+    passes = 3 + (1 if setup.gradient_checkpointing else 0)
+    training = setup.num_iterations * passes * forward
+    old = forward if setup.computes_old_logprobs else 0.0
+    reference = forward if setup.beta > 0 else 0.0
+    optimizer_steps = setup.steps_per_generation * setup.num_iterations / setup.gradient_accumulation_steps
+    compute = (training + old + reference) / (setup.world_size * peak_tflops * 1e12)
+    return Throughput(
+        completions=completions,
+        prompts=completions // setup.num_generations,
+        tokens=tokens,
+        optimizer_steps=optimizer_steps,
+        training_flops=training,
+        old_logprob_flops=old,
+        reference_flops=reference,
+        compute_seconds=compute,
+        generation_seconds=generation_seconds(shape, setup, vllm, bandwidth_tb_s),
+    )
