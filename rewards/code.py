@@ -12,7 +12,7 @@ The verdict is the harness's and the parent's, never the program's exit status a
 early exit, a printed "all tests passed", a redefined ``check`` or an object that claims
 to equal everything scores 0. Score: fraction of stdio tests passed (``scoring="binary"``:
 1.0 only if all pass); 1.0/0.0 for check-style tests; None when the row's tests cannot be
-read (logged). Every run goes through :mod:`rewards.sandbox`, ``max_workers`` at a time.
+read (logged). Every run goes through :mod:`rewards.execution.sandbox`, ``max_workers`` at a time.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from rewards import sandbox
 from rewards.completions import completion_texts
+from rewards.execution import sandbox
 from rewards.math_verify_reward import usable_cores
 from rewards.registry import register
 

@@ -96,7 +96,7 @@ def test_fallback_when_bwrap_is_absent():
     script = (
         "import logging, rewards\n"
         "logging.basicConfig(level=logging.WARNING)\n"
-        "from rewards import sandbox\n"
+        "from rewards.execution import sandbox\n"
         "print(sandbox.resolve_mode('auto'), sandbox.resolve_mode('auto'))\n"
         "fn = rewards.get('code')\n"
         f"print(fn(['```python\\nprint(int(input()) ** 2)\\n```'] * 2, tests=[{SQUARE!r}] * 2))\n"
@@ -111,7 +111,7 @@ def test_fallback_when_bwrap_is_absent():
 
 
 def test_env_var_forces_fallback(monkeypatch):
-    from rewards import sandbox
+    from rewards.execution import sandbox
 
     monkeypatch.setenv("GSPO_TRL_SANDBOX", "rlimit")
     assert sandbox.resolve_mode("auto") == "rlimit"

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import rewards
-from rewards import sandbox
-from rewards.sandbox_identity import MARKER
+from rewards.execution import sandbox
+from rewards.execution.identity import MARKER
 
 WALL_S = 2.0
 MARGIN_S = 2.0

@@ -1,6 +1,6 @@
 """Runs inside the sandbox, before and around the untrusted code. Standard library only.
 
-Started as ``python -I -S _sandbox_harness.py CONFIG_FD RESULT_FD``. It reads its job
+Started as ``python -I -S _harness.py CONFIG_FD RESULT_FD``. It reads its job
 from CONFIG_FD (so nothing about the tests sits on disk), lowers its resource limits
 (irreversibly: hard limits), in the rlimit mode also tries to leave the network behind in
 new user + network namespaces, then either

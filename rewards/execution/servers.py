@@ -1,7 +1,7 @@
-"""Long-lived bwrap sandboxes, each running ``_sandbox_server``, reused across test runs.
+"""Long-lived bwrap sandboxes, each running ``_server``, reused across test runs.
 
 A fresh sandbox per test run spends most of its time starting bwrap and Python; a server
-sandbox pays that once and then forks per job (see ``_sandbox_server`` for how jobs are
+sandbox pays that once and then forks per job (see ``_server`` for how jobs are
 kept apart). Each server holds its own unprivileged uid (when we are root) for its whole
 life, runs one job at a time, and is replaced after ``MAX_JOBS`` jobs, after any job it
 could not clean up after, and after any failure of the control channel. ``shutdown()``
@@ -23,12 +23,10 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from rewards import sandbox_identity as ident
-
-if TYPE_CHECKING:
-    from rewards.sandbox import Limits
+from rewards.execution import identity as ident
+from rewards.execution.jail import IN_SANDBOX_DIR, Limits, as_user, bwrap_prefix, shared_code_dir
 
 MAX_JOBS = 500
 CONTROL_MARGIN_S = 10.0  # beyond the job's wall limit, for the server's own clean-up
@@ -44,15 +42,13 @@ class ServerGone(RuntimeError):
 
 class _Server:
     def __init__(self, python: str, tmpfs_mb: int) -> None:
-        from rewards.sandbox import _bwrap_prefix, _identity, shared_code_dir
-
         self._uid_hold = ident.sandbox_uid()
         self.uid = self._uid_hold.__enter__()
         self.run_id = ident.new_run_id()
         argv = [
-            *_bwrap_prefix(python, tmpfs_mb),
-            *("--ro-bind", shared_code_dir(), "/opt/gspo", "--setenv", ident.MARKER, self.run_id),
-            *("--", python, "-I", "-S", "/opt/gspo/_sandbox_server.py"),
+            *bwrap_prefix(python, tmpfs_mb),
+            *("--ro-bind", shared_code_dir(), IN_SANDBOX_DIR, "--setenv", ident.MARKER, self.run_id),
+            *("--", python, "-I", "-S", f"{IN_SANDBOX_DIR}/_server.py"),
         ]
         try:
             self.proc = subprocess.Popen(
@@ -62,7 +58,7 @@ class _Server:
                 cwd="/",
                 env={"PATH": "/usr/bin:/bin", ident.MARKER: self.run_id},
                 start_new_session=True,
-                **_identity(self.uid),
+                **as_user(self.uid),
             )
         except BaseException:
             self._uid_hold.__exit__(None, None, None)

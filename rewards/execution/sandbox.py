@@ -18,7 +18,6 @@ and, after every run, SIGKILL to the process group and to every process of the r
 
 from __future__ import annotations
 
-import atexit
 import base64
 import contextlib
 import functools
@@ -33,29 +32,15 @@ import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-from rewards import sandbox_identity as ident
-from rewards import sandbox_pipes as pipes
+from rewards.execution import identity as ident
+from rewards.execution import pipes, servers
+from rewards.execution.jail import IN_SANDBOX_DIR, Limits, as_user, bwrap_prefix, shared_code_dir
 
+__all__ = ["MODES", "Limits", "RunResult", "bwrap_works", "resolve_mode", "run", "shutdown"]
 log = logging.getLogger(__name__)
-IN_SANDBOX_FILES = ("_sandbox_harness.py", "_sandbox_server.py")
 MODES = ("auto", "bwrap", "rlimit")
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Per-run limits. Seconds, MiB and counts; ``output_kb`` caps stdout and stderr each."""
-
-    wall_s: float = 10.0
-    cpu_s: int = 10
-    memory_mb: int = 512
-    processes: int = 64
-    file_mb: int = 16
-    open_files: int = 64
-    output_kb: int = 1024
-    tmpfs_mb: int = 64
 
 
 @dataclass
@@ -101,8 +86,8 @@ def bwrap_works() -> bool:
         return False
     try:
         with ident.sandbox_uid() as uid:
-            argv = [*_bwrap_prefix(ident.sandbox_python(uid is not None), 1), "--", "/bin/true"]
-            done = subprocess.run(argv, capture_output=True, timeout=30, **_identity(uid))
+            argv = [*bwrap_prefix(ident.sandbox_python(uid is not None), 1), "--", "/bin/true"]
+            done = subprocess.run(argv, capture_output=True, timeout=30, **as_user(uid))
     except (OSError, subprocess.SubprocessError, RuntimeError) as err:
         log.info("bwrap probe failed: %s", err)
         return False
@@ -111,22 +96,10 @@ def bwrap_works() -> bool:
     return done.returncode == 0
 
 
-def _identity(uid: int | None) -> dict[str, Any]:
-    return {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
-
-
-def _bwrap_prefix(python: str, tmpfs_mb: int) -> list[str]:
-    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
-    for root in ident.python_roots(python):
-        argv += ["--ro-bind", root, root]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(tmpfs_mb << 20), "--tmpfs", "/tmp"]
-    return [*argv, "--chdir", "/tmp", "--setenv", "HOME", "/tmp", "--setenv", "PATH", "/usr/bin:/bin"]
-
-
 def run(
     job: dict[str, Any], stdin: bytes = b"", limits: Limits | None = None, mode: str = "auto"
 ) -> RunResult:
-    """Run one job (see ``_sandbox_harness``) and return what it did, whatever it did."""
+    """Run one job (see ``_harness``) and return what it did, whatever it did."""
     limits = limits or Limits()
     mode = resolve_mode(mode)
     run_id = ident.new_run_id()
@@ -155,18 +128,6 @@ def run(
                 ident.remove_tree(workdir)
 
 
-@functools.lru_cache(maxsize=1)
-def shared_code_dir() -> str:
-    """One world-readable copy of the in-sandbox code per process, for every run and every uid."""
-    directory = tempfile.mkdtemp(prefix="gspo-sandbox-code-")
-    os.chmod(directory, 0o755)
-    for name in IN_SANDBOX_FILES:
-        shutil.copy(Path(__file__).with_name(name), Path(directory) / name)
-        os.chmod(Path(directory) / name, 0o644)
-    atexit.register(shutil.rmtree, directory, True)
-    return directory
-
-
 def _launch(
     config: dict[str, Any],
     stdin: bytes,
@@ -180,13 +141,16 @@ def _launch(
 ) -> RunResult:
     config_r, config_w = os.pipe()
     result_r, result_w = os.pipe()
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
     env = {"PATH": "/usr/bin:/bin", "HOME": workdir or "/tmp", "LANG": "C.UTF-8", ident.MARKER: run_id}
     if mode == "bwrap":
-        inside = ["--ro-bind", shared_code_dir(), "/opt/gspo", "--setenv", ident.MARKER, run_id]
-        harness = "/opt/gspo/_sandbox_harness.py"
-        argv = [*_bwrap_prefix(python, limits.tmpfs_mb), *inside, "--", python, "-I", "-S", harness]
+        inside = ["--ro-bind", shared_code_dir(), IN_SANDBOX_DIR, "--setenv", ident.MARKER, run_id]
+        harness = f"{IN_SANDBOX_DIR}/_harness.py"
+        argv = [*bwrap_prefix(python, limits.tmpfs_mb), *inside, "--", python, "-I", "-S", harness]
     else:
-        argv = [python, "-I", "-S", f"{shared_code_dir()}/_sandbox_harness.py"]
+        argv = [python, "-I", "-S", f"{shared_code_dir()}/_harness.py"]
     argv += [str(config_r), str(result_w)]
     data = json.dumps(config).encode()
     small = len(data) < 60_000  # fits in the pipe buffer: no writer thread needed
@@ -197,47 +161,48 @@ def _launch(
     try:
         proc = subprocess.Popen(
             argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stdin=in_r,
+            stdout=out_w,
+            stderr=err_w,
             pass_fds=(config_r, result_w),
             cwd=workdir or "/",
             env=env,
             start_new_session=True,
-            **_identity(uid),
+            **as_user(uid),
         )
+    except BaseException:
+        for fd in (in_w, out_r, err_r, result_r):
+            os.close(fd)
+        raise
     finally:
-        os.close(config_r)
-        os.close(result_w)
+        for fd in (config_r, result_w, in_r, out_w, err_w):
+            os.close(fd)
     feeder = threading.Thread(target=pipes.feed, args=(config_w, data), daemon=True)
     if not small:
         feeder.start()
     try:
-        outputs, timed_out, capped = pipes.collect(proc, stdin, result_r, limits, start)
+        outputs, timed_out, capped = pipes.collect(proc, stdin, in_w, [out_r, err_r, result_r], limits, start)
     finally:
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        os.close(result_r)
+        for fd in (out_r, err_r, result_r):
+            os.close(fd)
         if not small:
             feeder.join(timeout=5)
     verdict = pipes.verdict_of(outputs[result_r], nonce)
-    stdout, stderr = outputs[proc.stdout.fileno()], outputs[proc.stderr.fileno()]
-    for pipe in (proc.stdout, proc.stderr):
-        pipe.close()
+    stdout, stderr = outputs[out_r], outputs[err_r]
     return RunResult(
         proc.returncode, stdout, stderr, verdict, timed_out, capped, time.monotonic() - start, mode
     )
 
 
 def _run_in_server(job: dict[str, Any], stdin: bytes, limits: Limits, nonce: str) -> RunResult:
-    """The fast path: a reused bwrap sandbox forks per job (``rewards.sandbox_servers``)."""
-    from rewards import sandbox_servers
-
+    """The fast path: a reused bwrap sandbox forks per job (:mod:`rewards.execution.servers`)."""
     start = time.monotonic()
     try:
-        reply = sandbox_servers.run(job, stdin, limits, ident.sandbox_python(os.geteuid() == 0))
-    except sandbox_servers.ServerGone as err:
+        reply = servers.run(job, stdin, limits, ident.sandbox_python(os.geteuid() == 0))
+    except servers.ServerGone as err:
         log.warning("sandbox server lost during a job (%s); the job fails", err)
         return RunResult(None, b"", b"", None, True, False, time.monotonic() - start, "bwrap")
     out = {k: base64.b64decode(reply[k]) for k in ("stdout", "stderr", "result")}
@@ -255,6 +220,4 @@ def _run_in_server(job: dict[str, Any], stdin: bytes, limits: Limits, nonce: str
 
 def shutdown() -> None:
     """Kill the reusable bwrap sandboxes of this process (they also die at exit)."""
-    from rewards import sandbox_servers
-
-    sandbox_servers.shutdown()
+    servers.shutdown()

@@ -16,7 +16,6 @@ import contextlib
 import ctypes
 import json
 import os
-import selectors
 import shutil
 import signal
 import struct
@@ -24,7 +23,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _sandbox_harness as harness
+import _harness as harness
+import _pump
 
 CONTROL_IN = 0
 
@@ -118,7 +118,9 @@ def _run(request, control_out):
             os._exit(111)
     for fd in (in_r, out_w, err_w, res_w):
         os.close(fd)
-    outputs, timed_out, capped = _collect(stdin, in_w, {out_r: b"", err_r: b"", res_r: b""}, limits, start)
+    outputs, timed_out, capped = _pump.pump(
+        stdin, in_w, [out_r, err_r, res_r], limits["wall_s"], limits["output_kb"] << 10, start
+    )
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
@@ -135,50 +137,6 @@ def _run(request, control_out):
         "clean": clean,
     }
     return reply, clean
-
-
-def _collect(stdin, in_w, outputs, limits, start):
-    cap = limits["output_kb"] << 10
-    timed_out = capped = False
-    pending = memoryview(stdin)
-    with selectors.DefaultSelector() as sel:
-        for fd in outputs:
-            sel.register(fd, selectors.EVENT_READ)
-        os.set_blocking(in_w, False)
-        if pending:
-            sel.register(in_w, selectors.EVENT_WRITE)
-        else:
-            os.close(in_w)
-        open_readers = len(outputs)
-        while open_readers:
-            remaining = limits["wall_s"] - (time.monotonic() - start)
-            if remaining <= 0:
-                timed_out = True
-                break
-            for key, _ in sel.select(timeout=remaining):
-                if key.fd == in_w:
-                    try:
-                        pending = pending[os.write(in_w, pending[: 1 << 16]) :]
-                    except OSError:
-                        pending = pending[:0]
-                    if not pending:
-                        sel.unregister(in_w)
-                        os.close(in_w)
-                    continue
-                data = os.read(key.fd, 1 << 16)
-                if not data:
-                    sel.unregister(key.fd)
-                    open_readers -= 1
-                    continue
-                outputs[key.fd] += data
-                if len(outputs[key.fd]) > cap:
-                    outputs[key.fd] = outputs[key.fd][:cap]
-                    capped, open_readers = True, 0
-                    break
-        if pending:
-            with contextlib.suppress(OSError):
-                os.close(in_w)
-    return outputs, timed_out, capped
 
 
 def main():
