@@ -28,7 +28,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -36,11 +35,28 @@ from typing import Any
 
 from rewards.execution import identity as ident
 from rewards.execution import pipes, servers
-from rewards.execution.jail import IN_SANDBOX_DIR, Limits, as_user, bwrap_prefix, shared_code_dir
+from rewards.execution.jail import (
+    IN_SANDBOX_DIR,
+    Limits,
+    as_user,
+    bwrap_argv,
+    private_dir,
+    sandbox_env,
+    shared_code_dir,
+)
 
-__all__ = ["MODES", "Limits", "RunResult", "bwrap_works", "resolve_mode", "run", "shutdown"]
+__all__ = [
+    "MODES",
+    "Limits",
+    "RunResult",
+    "SandboxUnavailable",
+    "bwrap_works",
+    "resolve_mode",
+    "run",
+    "shutdown",
+]
 log = logging.getLogger(__name__)
-MODES = ("auto", "bwrap", "rlimit")
+MODES = ("bwrap", "rlimit")
 
 
 @dataclass
@@ -55,18 +71,25 @@ class RunResult:
     mode: str
 
 
-def resolve_mode(mode: str = "auto") -> str:
-    """``auto`` -> ``bwrap`` when bubblewrap runs here, else ``rlimit`` (with one warning)."""
-    mode = os.environ.get("GSPO_TRL_SANDBOX", mode) if mode == "auto" else mode
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap cannot run here and the weaker fallback was not chosen explicitly."""
+
+
+def resolve_mode(mode: str = "bwrap") -> str:
+    """``bwrap`` (the default) when bubblewrap runs here, else :class:`SandboxUnavailable`;
+    ``rlimit`` only when asked for (``mode="rlimit"`` or ``GSPO_TRL_SANDBOX=rlimit``), with
+    one warning naming what it does not protect. ``auto`` is read as ``bwrap``."""
+    mode = os.environ.get("GSPO_TRL_SANDBOX") or mode
+    mode = "bwrap" if mode == "auto" else mode
     if mode not in MODES:
         raise ValueError(f"sandbox mode must be one of {MODES}, got {mode!r}")
-    if mode == "auto":
-        mode = "bwrap" if bwrap_works() else "rlimit"
-        if mode == "rlimit":
-            _warn_fallback_once()
-    elif mode == "bwrap" and not bwrap_works():
-        raise RuntimeError(
-            "sandbox mode 'bwrap' requested but bubblewrap is missing or cannot create namespaces"
+    if mode == "rlimit":
+        _warn_fallback_once()
+    elif not bwrap_works():
+        raise SandboxUnavailable(
+            "bubblewrap (bwrap) is missing or cannot create namespaces here, so untrusted code "
+            "cannot be sandboxed: install it (`apt-get install bubblewrap`), or accept the weaker "
+            "fallback explicitly with the code reward parameter `sandbox: rlimit` (see docs/rewards.md)"
         )
     return mode
 
@@ -74,8 +97,18 @@ def resolve_mode(mode: str = "auto") -> str:
 @functools.lru_cache(maxsize=1)
 def _warn_fallback_once() -> None:
     log.warning(
-        "bubblewrap (bwrap) is not usable here: code rewards run in the rlimit fallback sandbox "
-        "(weaker isolation, see docs/rewards.md); `apt-get install bubblewrap` to fix"
+        "code rewards run in the rlimit sandbox, as asked. It does NOT hide the file system "
+        "(completions can read the dataset's tests and answers, the checkout, other processes' "
+        "command lines), does not bound /dev/shm, and as a non-root user runs code as your own "
+        "uid; install bubblewrap and use `sandbox: bwrap` for training"
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _warn_network_once() -> None:
+    log.warning(
+        "rlimit sandbox: the kernel refused a new network namespace, so sandboxed code "
+        "can reach the network; install bubblewrap or allow unprivileged user namespaces"
     )
 
 
@@ -86,7 +119,8 @@ def bwrap_works() -> bool:
         return False
     try:
         with ident.sandbox_uid() as uid:
-            argv = [*bwrap_prefix(ident.sandbox_python(uid is not None), 1), "--", "/bin/true"]
+            python = ident.sandbox_python(uid is not None)
+            argv = [*bwrap_argv(python, Limits(tmpfs_mb=1, shm_mb=1), "probe"), "--", "/bin/true"]
             done = subprocess.run(argv, capture_output=True, timeout=30, **as_user(uid))
     except (OSError, subprocess.SubprocessError, RuntimeError) as err:
         log.info("bwrap probe failed: %s", err)
@@ -97,7 +131,7 @@ def bwrap_works() -> bool:
 
 
 def run(
-    job: dict[str, Any], stdin: bytes = b"", limits: Limits | None = None, mode: str = "auto"
+    job: dict[str, Any], stdin: bytes = b"", limits: Limits | None = None, mode: str = "bwrap"
 ) -> RunResult:
     """Run one job (see ``_harness``) and return what it did, whatever it did."""
     limits = limits or Limits()
@@ -109,7 +143,7 @@ def run(
     with ident.sandbox_uid() as uid:
         python = ident.sandbox_python(uid is not None)
         # bwrap runs in its own tmpfs; only the fallback needs a private directory on disk.
-        workdir = tempfile.mkdtemp(prefix="gspo-sandbox-") if mode == "rlimit" else None
+        workdir = private_dir("") if mode == "rlimit" else None
         try:
             if workdir is not None and uid is not None:
                 os.chown(workdir, uid, uid)
@@ -119,6 +153,7 @@ def run(
                 "limits": asdict(limits),
                 "nonce": nonce,
                 "workdir": workdir or "/tmp",
+                "nproc_overhead": 1 if mode == "bwrap" else 0,  # bwrap's init shares the uid
             }
             return _launch(config, stdin, limits, mode, uid, python, workdir, run_id, nonce)
         finally:
@@ -144,11 +179,10 @@ def _launch(
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
-    env = {"PATH": "/usr/bin:/bin", "HOME": workdir or "/tmp", "LANG": "C.UTF-8", ident.MARKER: run_id}
+    env = sandbox_env(run_id, home=workdir or "/tmp")
     if mode == "bwrap":
-        inside = ["--ro-bind", shared_code_dir(), IN_SANDBOX_DIR, "--setenv", ident.MARKER, run_id]
         harness = f"{IN_SANDBOX_DIR}/_harness.py"
-        argv = [*bwrap_prefix(python, limits.tmpfs_mb), *inside, "--", python, "-I", "-S", harness]
+        argv = [*bwrap_argv(python, limits, run_id), "--", python, "-I", "-S", harness]
     else:
         argv = [python, "-I", "-S", f"{shared_code_dir()}/_harness.py"]
     argv += [str(config_r), str(result_w)]
@@ -191,6 +225,8 @@ def _launch(
         if not small:
             feeder.join(timeout=5)
     verdict = pipes.verdict_of(outputs[result_r], nonce)
+    if verdict is not None and verdict.get("network_isolated") is False:
+        _warn_network_once()
     stdout, stderr = outputs[out_r], outputs[err_r]
     return RunResult(
         proc.returncode, stdout, stderr, verdict, timed_out, capped, time.monotonic() - start, mode
@@ -202,8 +238,8 @@ def _run_in_server(job: dict[str, Any], stdin: bytes, limits: Limits, nonce: str
     start = time.monotonic()
     try:
         reply = servers.run(job, stdin, limits, ident.sandbox_python(os.geteuid() == 0))
-    except servers.ServerGone as err:
-        log.warning("sandbox server lost during a job (%s); the job fails", err)
+    except (servers.ServerGone, ident.Unkillable) as err:
+        log.warning("sandbox server lost during a job (%s); the job fails and is replaced", err)
         return RunResult(None, b"", b"", None, True, False, time.monotonic() - start, "bwrap")
     out = {k: base64.b64decode(reply[k]) for k in ("stdout", "stderr", "result")}
     return RunResult(

@@ -32,7 +32,7 @@ def mode(request):
 
 
 def code_reward(mode: str):
-    return rewards.get("code", timeout=WALL_S, memory_mb=256, sandbox_mode=mode)
+    return rewards.get("code", timeout=WALL_S, memory_mb=256, sandbox=mode)
 
 
 def fenced(program: str) -> str:
