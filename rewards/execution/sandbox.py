@@ -2,11 +2,13 @@
 
 Two modes (``docs/rewards.md`` says what each isolates and what it does not):
 
-* ``bwrap`` (preferred, used when bubblewrap works here): read-only system directories,
-  no view of the rest of the file system, a size-capped private tmpfs as cwd and /tmp, new
+* ``bwrap`` (the default; refused with :class:`SandboxUnavailable` when bubblewrap does not
+  work here): read-only system directories, no view of the rest of the file system, two
+  size-capped writable tmpfs (/tmp, the cwd, and /dev/shm), new
   user, pid, network, ipc, uts and cgroup namespaces, ``--die-with-parent``, an empty
   environment;
-* ``rlimit`` (fallback): a private temp dir as cwd, a scrubbed environment, and new user +
+* ``rlimit`` (only when chosen explicitly; it hides nothing of the file system): a private
+  temp dir as cwd, a scrubbed environment, and new user +
   network namespaces where the kernel allows them.
 
 Both: a new session/process group, hard rlimits (CPU, address space, processes, file
