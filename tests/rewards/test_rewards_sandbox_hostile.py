@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import rewards
-from rewards import sandbox
-from rewards.sandbox_identity import MARKER
+from rewards.execution import sandbox
+from rewards.execution.identity import MARKER
 
 WALL_S = 2.0
 MARGIN_S = 2.0
@@ -32,7 +32,7 @@ def mode(request):
 
 
 def code_reward(mode: str):
-    return rewards.get("code", timeout=WALL_S, memory_mb=256, sandbox_mode=mode)
+    return rewards.get("code", timeout=WALL_S, memory_mb=256, sandbox=mode)
 
 
 def fenced(program: str) -> str:
@@ -269,3 +269,144 @@ def test_temp_dirs_are_removed(mode):
     program = "open('junk.bin', 'wb').write(b'x' * 1000)\nprint(9)"
     assert code_reward(mode)([fenced(program)] * 3, tests=[STDIO_ECHO] * 3) == [1.0] * 3
     assert {p.name for p in base.glob("gspo-sandbox-*")} <= before
+
+
+def _run(mode: str, program: str, **limits) -> sandbox.RunResult:
+    return sandbox.run(
+        {"kind": "stdio", "solution": program}, limits=sandbox.Limits(wall_s=WALL_S, **limits), mode=mode
+    )
+
+
+FILL = (
+    "import os\nplace = {place!r}\nn = 0\ntry:\n"
+    "    with open(os.path.join(place, 'fill'), 'wb') as f:\n"
+    "        for _ in range(512):\n            f.write(b'x' * (1 << 20)); f.flush(); n += 1\n"
+    "except OSError:\n    pass\nprint(n)"
+)
+
+
+def test_writable_places_are_bounded_in_bwrap():
+    """/dev/shm is capped like /tmp; bwrap's root and /dev (tmpfs, half of RAM) are read-only."""
+    if not sandbox.bwrap_works():
+        pytest.skip("bubblewrap is not usable on this machine")
+    shm = _run("bwrap", FILL.format(place="/dev/shm"), shm_mb=8)
+    assert int(shm.stdout) <= 8
+    probe = (
+        "for p in ('/x', '/dev/x', '/opt/x'):\n    try:\n        open(p, 'w'); print(p)\n"
+        "    except OSError:\n        pass"
+    )
+    assert _run("bwrap", probe).stdout == b""
+
+
+MESSES = {
+    "chmod 000 subdirectory in /dev/shm": (
+        "import os\nos.makedirs('/dev/shm/a/b')\nopen('/dev/shm/a/b/big', 'wb').write(b'x' * (4 << 20))\n"
+        "os.chmod('/dev/shm/a/b', 0)\nos.chmod('/dev/shm/a', 0)\nprint(9)"
+    ),
+    "fill /tmp, then chmod 000": (
+        "import os\nos.makedirs('/tmp/d/e')\ntry:\n    f = open('/tmp/d/e/fill', 'wb')\n"
+        "    while True:\n        f.write(b'x' * (1 << 20)); f.flush()\nexcept OSError:\n    pass\n"
+        "os.chmod('/tmp/d/e', 0)\nos.chmod('/tmp/d', 0)\nos.chmod('/tmp', 0)\nprint(9)"
+    ),
+}
+EMPTY = "import os\nprint(sorted(os.listdir('/tmp')) + sorted(os.listdir('/dev/shm')))"
+
+
+@pytest.mark.parametrize("mess", list(MESSES), ids=list(MESSES))
+def test_a_mess_is_gone_before_the_next_job(mess):
+    """A reused server wipes every level of /tmp and /dev/shm (or is replaced): honest jobs pass."""
+    if not sandbox.bwrap_works():
+        pytest.skip("bubblewrap is not usable on this machine")
+    fn = code_reward("bwrap")
+    assert fn([fenced(MESSES[mess])], tests=[STDIO_ECHO]) == [1.0]
+    assert _run("bwrap", EMPTY).stdout.strip() in (b"['job']", b"[]")
+    assert fn([fenced("print(int(input()) ** 2)")], tests=[STDIO_ECHO]) == [1.0]
+    sandbox.shutdown()
+    assert leftovers() == []
+
+
+MEMORY_SPLIT = (
+    "import os\nr, w = os.pipe()\nkids = 0\nfor _ in range(6):\n    try:\n"
+    "        pid = os.fork()\n    except OSError:\n        break\n    if pid == 0:\n        try:\n"
+    "            b = bytearray(380 << 20)\n"
+    "            os.write(w, b'1')\n        finally:\n            os._exit(0)\n    kids += 1\n"
+    "for _ in range(kids):\n    os.wait()\nos.close(w)\nmine = 0\ntry:\n"
+    "    b = bytearray(380 << 20); mine = 1\n"
+    "except MemoryError:\n    pass\nprint((len(os.read(r, 64)) + mine) * 380)"
+)
+
+
+def test_memory_limit_holds_for_the_job_as_a_whole(mode):
+    """6 x 380 MiB reached 2.1 GB under memory_mb 512 when the limit was per process."""
+    result = _run(mode, MEMORY_SPLIT, memory_mb=512)
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) <= 512
+
+
+def test_a_completion_has_a_total_time_budget(mode):
+    """10 stdio tests that all time out cost the completion's budget, not 10 x the limit."""
+    tests = [{"input": f"{i}\n", "output": "0\n"} for i in range(10)]
+    for scoring, budget in (("fraction", 3 * 1.0), ("binary", 1.0)):
+        fn = rewards.get("code", timeout=1.0, scoring=scoring, sandbox=mode)
+        start = time.monotonic()
+        assert fn([fenced("while True:\n    pass")], tests=[tests]) == [0.0]
+        assert time.monotonic() - start < budget + MARGIN_S
+
+
+def test_stale_sandbox_dirs_are_removed(tmp_path):
+    import subprocess
+    import sys
+    import tempfile
+
+    from rewards.execution import jail
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
+    stale = Path(tempfile.mkdtemp(prefix=f"gspo-sandbox-{int(dead.stdout)}-"))
+    (stale / "locked").mkdir()
+    (stale / "locked" / "f").write_text("x")
+    (stale / "locked").chmod(0)
+    live = Path(jail.private_dir(""))
+    jail.remove_stale_dirs()
+    assert not stale.exists() and live.exists()
+    live.rmdir()
+
+
+def test_servers_die_with_a_killed_trainer():
+    """SIGKILL the process that owns a sandbox server mid-job: nothing of it survives."""
+    if not sandbox.bwrap_works():
+        pytest.skip("bubblewrap is not usable on this machine")
+    import signal
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, threading\nfrom rewards.execution import sandbox\n"
+        "sandbox.run({'kind': 'stdio', 'solution': 'print(1)'})\n"
+        "job = {'kind': 'stdio', 'solution': 'import time; time.sleep(60)'}\n"
+        "limits = sandbox.Limits(wall_s=60)\n"
+        "threading.Thread(target=sandbox.run, args=(job,), kwargs={'limits': limits}).start()\n"
+        "print('ready', flush=True)\n"
+        "threading.Event().wait()\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=os.environ)
+    assert child.stdout.readline().strip() == b"ready"
+    time.sleep(0.5)  # the sleeping job has started
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    needle = f"{MARKER}={child.pid}-".encode()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _marked(needle):
+        time.sleep(0.1)
+    assert not _marked(needle)
+
+
+def _marked(needle: bytes) -> list[int]:
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if needle in Path(f"/proc/{entry.name}/environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found

@@ -4,7 +4,8 @@ Why: starting bwrap and a Python interpreter costs ~20 ms of CPU per test run, m
 most tests; forking this already-running interpreter costs ~2 ms. Isolation *between*
 jobs of one server comes from running them strictly one after another and, after each,
 SIGKILLing every other process of the sandbox's pid namespace (``kill(-1)``), confirming
-through /proc that none is left, and emptying /tmp and /dev/shm. The server makes itself
+through /proc that none is left, and emptying /tmp and /dev/shm (or, when
+that fails, exiting so that the parent replaces the sandbox). The server makes itself
 non-dumpable so jobs (same uid) cannot ptrace it or write its memory; a job that kills or
 stops it fails, and the parent replaces the whole sandbox. Standard library only.
 
@@ -16,7 +17,6 @@ import contextlib
 import ctypes
 import json
 import os
-import selectors
 import shutil
 import signal
 import struct
@@ -24,9 +24,12 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _sandbox_harness as harness
+import _harness as harness
+import _pump
 
 CONTROL_IN = 0
+WRITABLE = ("/tmp", "/dev/shm")
+NPROC_OVERHEAD = 2  # bwrap's init and this server share the job's uid and user namespace
 
 
 def _read_exact(fd, n):
@@ -67,7 +70,11 @@ def _strays():
 
 
 def _clean_up():
-    """Kill everything the job left and empty the writable places; False if something survives."""
+    """Kill everything the job left and empty the writable places; False if anything is left.
+
+    False makes the server exit after its reply, so the parent replaces the whole sandbox
+    (and its memory-backed /tmp and /dev/shm) rather than hand the next job a dirty one.
+    """
     for _ in range(50):
         with contextlib.suppress(OSError):
             os.kill(-1, signal.SIGKILL)
@@ -78,24 +85,38 @@ def _clean_up():
             break
     else:
         return False
-    for place in ("/tmp", "/dev/shm"):
-        if os.path.isdir(place):
-            for name in os.listdir(place):
-                path = os.path.join(place, name)
-                with contextlib.suppress(OSError):
-                    os.chmod(path, 0o700)
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    with contextlib.suppress(OSError):
-                        os.unlink(path)
-    return True
+    return all(_empty(place) for place in WRITABLE)
+
+
+def _empty(place):
+    """Remove everything under ``place``, first giving back the permissions a job took away
+    (at any depth: a chmod 000 directory hides what is under it); True when it is empty."""
+    try:
+        os.chmod(place, 0o1777)
+        pending = [place]
+        while pending:  # every directory readable and writable again, iteratively
+            directory = pending.pop()
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        os.chmod(entry.path, 0o700)
+                        pending.append(entry.path)
+        for name in os.listdir(place):
+            path = os.path.join(place, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        return not os.listdir(place)
+    except (OSError, RecursionError):
+        return False
 
 
 def _run(request, control_out):
     job, stdin = request["job"], base64.b64decode(request["stdin"])
     limits = job["limits"]
     job["workdir"] = "/tmp/job"
+    job["nproc_overhead"] = NPROC_OVERHEAD
     os.makedirs("/tmp/job", exist_ok=True)
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
@@ -118,7 +139,9 @@ def _run(request, control_out):
             os._exit(111)
     for fd in (in_r, out_w, err_w, res_w):
         os.close(fd)
-    outputs, timed_out, capped = _collect(stdin, in_w, {out_r: b"", err_r: b"", res_r: b""}, limits, start)
+    outputs, timed_out, capped = _pump.pump(
+        stdin, in_w, [out_r, err_r, res_r], limits["wall_s"], limits["output_kb"] << 10, start
+    )
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
@@ -135,50 +158,6 @@ def _run(request, control_out):
         "clean": clean,
     }
     return reply, clean
-
-
-def _collect(stdin, in_w, outputs, limits, start):
-    cap = limits["output_kb"] << 10
-    timed_out = capped = False
-    pending = memoryview(stdin)
-    with selectors.DefaultSelector() as sel:
-        for fd in outputs:
-            sel.register(fd, selectors.EVENT_READ)
-        os.set_blocking(in_w, False)
-        if pending:
-            sel.register(in_w, selectors.EVENT_WRITE)
-        else:
-            os.close(in_w)
-        open_readers = len(outputs)
-        while open_readers:
-            remaining = limits["wall_s"] - (time.monotonic() - start)
-            if remaining <= 0:
-                timed_out = True
-                break
-            for key, _ in sel.select(timeout=remaining):
-                if key.fd == in_w:
-                    try:
-                        pending = pending[os.write(in_w, pending[: 1 << 16]) :]
-                    except OSError:
-                        pending = pending[:0]
-                    if not pending:
-                        sel.unregister(in_w)
-                        os.close(in_w)
-                    continue
-                data = os.read(key.fd, 1 << 16)
-                if not data:
-                    sel.unregister(key.fd)
-                    open_readers -= 1
-                    continue
-                outputs[key.fd] += data
-                if len(outputs[key.fd]) > cap:
-                    outputs[key.fd] = outputs[key.fd][:cap]
-                    capped, open_readers = True, 0
-                    break
-        if pending:
-            with contextlib.suppress(OSError):
-                os.close(in_w)
-    return outputs, timed_out, capped
 
 
 def main():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import shutil
 import signal
@@ -20,13 +21,21 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 UID_BASE = int(os.environ.get("GSPO_TRL_SANDBOX_UID_BASE", "61000"))
 UID_SLOTS = 256
 MARKER = "GSPO_TRL_SANDBOX_RUN"
 _KILL = shutil.which("kill", path="/usr/bin:/bin")
+KILL_DEADLINE_S = 10.0  # a process exits only once its memory is freed: big ones take a while
+
+
+class Unkillable(RuntimeError):
+    """Processes of a sandbox uid survived SIGKILL for ``KILL_DEADLINE_S`` seconds."""
 
 
 def new_run_id() -> str:
@@ -36,7 +45,11 @@ def new_run_id() -> str:
 
 @contextlib.contextmanager
 def sandbox_uid() -> Iterator[int | None]:
-    """An unprivileged uid held exclusively for one run when we are root, else None."""
+    """An unprivileged uid held exclusively for one run when we are root, else None.
+
+    A uid whose processes outlive SIGKILL is left marked dirty and skipped; nothing here
+    raises because of what sandboxed code did (only when all uids are unusable).
+    """
     if os.geteuid() != 0:
         yield None
         return
@@ -52,12 +65,21 @@ def sandbox_uid() -> Iterator[int | None]:
         try:
             if os.pread(fd, 5, 0) != b"clean":  # the previous holder crashed before cleaning up
                 kill_uid(uid)
-            os.pwrite(fd, b"dirty", 0)
+        except Unkillable as err:
+            log.warning("sandbox uid %d skipped: %s", uid, err)
+            os.close(fd)
+            continue
+        os.pwrite(fd, b"dirty", 0)
+        try:
             yield uid
         finally:
-            kill_uid(uid)
-            os.pwrite(fd, b"clean", 0)
-            os.close(fd)  # releases the lock
+            try:
+                kill_uid(uid)
+                os.pwrite(fd, b"clean", 0)
+            except Unkillable as err:  # stays dirty: the next holder kills again or skips it
+                log.warning("sandbox uid %d set aside: %s", uid, err)
+            finally:
+                os.close(fd)  # releases the lock
         return
     raise RuntimeError(f"all {UID_SLOTS} sandbox uids from {UID_BASE} are busy")
 
@@ -95,23 +117,31 @@ def processes_with_marker(run_id: str) -> list[int]:
 
 def kill_uid(uid: int) -> None:
     """SIGKILL every process of ``uid``: ``kill -9 -1`` run as that uid reaches all of them at
-    once, so a fork bomb cannot outrun a pid-by-pid loop; /proc then confirms none is left."""
-    for _ in range(20):
+    once, so a fork bomb cannot outrun a pid-by-pid loop; /proc then confirms none is left.
+    Raises :class:`Unkillable` when some are still there after ``KILL_DEADLINE_S``."""
+    deadline = time.monotonic() + KILL_DEADLINE_S
+    while time.monotonic() < deadline:
         if not processes_of_uid(uid):
             return
-        subprocess.run(
-            [_KILL, "-9", "-1"]
-            if _KILL
-            else [sandbox_python(True), "-I", "-S", "-c", "import os; os.kill(-1, 9)"],
-            user=uid,
-            group=uid,
-            extra_groups=[],
-            env={},
-            capture_output=True,
-            check=False,
-            timeout=30,
-        )
-    raise RuntimeError(f"processes of sandbox uid {uid} survive SIGKILL: {processes_of_uid(uid)}")
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            _kill_all_as(uid)
+        time.sleep(0.01)
+    raise Unkillable(f"processes of sandbox uid {uid} survive SIGKILL: {processes_of_uid(uid)}")
+
+
+def _kill_all_as(uid: int) -> None:
+    subprocess.run(
+        [_KILL, "-9", "-1"]
+        if _KILL
+        else [sandbox_python(True), "-I", "-S", "-c", "import os; os.kill(-1, 9)"],
+        user=uid,
+        group=uid,
+        extra_groups=[],
+        env={},
+        capture_output=True,
+        check=False,
+        timeout=30,
+    )
 
 
 def kill_marked(run_id: str) -> None:

@@ -2,11 +2,13 @@
 
 Two modes (``docs/rewards.md`` says what each isolates and what it does not):
 
-* ``bwrap`` (preferred, used when bubblewrap works here): read-only system directories,
-  no view of the rest of the file system, a size-capped private tmpfs as cwd and /tmp, new
+* ``bwrap`` (the default; refused with :class:`SandboxUnavailable` when bubblewrap does not
+  work here): read-only system directories, no view of the rest of the file system, two
+  size-capped writable tmpfs (/tmp, the cwd, and /dev/shm), new
   user, pid, network, ipc, uts and cgroup namespaces, ``--die-with-parent``, an empty
   environment;
-* ``rlimit`` (fallback): a private temp dir as cwd, a scrubbed environment, and new user +
+* ``rlimit`` (only when chosen explicitly; it hides nothing of the file system): a private
+  temp dir as cwd, a scrubbed environment, and new user +
   network namespaces where the kernel allows them.
 
 Both: a new session/process group, hard rlimits (CPU, address space, processes, file
@@ -18,7 +20,6 @@ and, after every run, SIGKILL to the process group and to every process of the r
 
 from __future__ import annotations
 
-import atexit
 import base64
 import contextlib
 import functools
@@ -29,33 +30,35 @@ import secrets
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-from rewards import sandbox_identity as ident
-from rewards import sandbox_pipes as pipes
+from rewards.execution import identity as ident
+from rewards.execution import pipes, servers
+from rewards.execution.jail import (
+    IN_SANDBOX_DIR,
+    Limits,
+    as_user,
+    bwrap_argv,
+    private_dir,
+    sandbox_env,
+    shared_code_dir,
+)
 
+__all__ = [
+    "MODES",
+    "Limits",
+    "RunResult",
+    "SandboxUnavailable",
+    "bwrap_works",
+    "resolve_mode",
+    "run",
+    "shutdown",
+]
 log = logging.getLogger(__name__)
-IN_SANDBOX_FILES = ("_sandbox_harness.py", "_sandbox_server.py")
-MODES = ("auto", "bwrap", "rlimit")
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Per-run limits. Seconds, MiB and counts; ``output_kb`` caps stdout and stderr each."""
-
-    wall_s: float = 10.0
-    cpu_s: int = 10
-    memory_mb: int = 512
-    processes: int = 64
-    file_mb: int = 16
-    open_files: int = 64
-    output_kb: int = 1024
-    tmpfs_mb: int = 64
+MODES = ("bwrap", "rlimit")
 
 
 @dataclass
@@ -70,18 +73,25 @@ class RunResult:
     mode: str
 
 
-def resolve_mode(mode: str = "auto") -> str:
-    """``auto`` -> ``bwrap`` when bubblewrap runs here, else ``rlimit`` (with one warning)."""
-    mode = os.environ.get("GSPO_TRL_SANDBOX", mode) if mode == "auto" else mode
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap cannot run here and the weaker fallback was not chosen explicitly."""
+
+
+def resolve_mode(mode: str = "bwrap") -> str:
+    """``bwrap`` (the default) when bubblewrap runs here, else :class:`SandboxUnavailable`;
+    ``rlimit`` only when asked for (``mode="rlimit"`` or ``GSPO_TRL_SANDBOX=rlimit``), with
+    one warning naming what it does not protect. ``auto`` is read as ``bwrap``."""
+    mode = os.environ.get("GSPO_TRL_SANDBOX") or mode
+    mode = "bwrap" if mode == "auto" else mode
     if mode not in MODES:
         raise ValueError(f"sandbox mode must be one of {MODES}, got {mode!r}")
-    if mode == "auto":
-        mode = "bwrap" if bwrap_works() else "rlimit"
-        if mode == "rlimit":
-            _warn_fallback_once()
-    elif mode == "bwrap" and not bwrap_works():
-        raise RuntimeError(
-            "sandbox mode 'bwrap' requested but bubblewrap is missing or cannot create namespaces"
+    if mode == "rlimit":
+        _warn_fallback_once()
+    elif not bwrap_works():
+        raise SandboxUnavailable(
+            "bubblewrap (bwrap) is missing or cannot create namespaces here, so untrusted code "
+            "cannot be sandboxed: install it (`apt-get install bubblewrap`), or accept the weaker "
+            "fallback explicitly with the code reward parameter `sandbox: rlimit` (see docs/rewards.md)"
         )
     return mode
 
@@ -89,8 +99,18 @@ def resolve_mode(mode: str = "auto") -> str:
 @functools.lru_cache(maxsize=1)
 def _warn_fallback_once() -> None:
     log.warning(
-        "bubblewrap (bwrap) is not usable here: code rewards run in the rlimit fallback sandbox "
-        "(weaker isolation, see docs/rewards.md); `apt-get install bubblewrap` to fix"
+        "code rewards run in the rlimit sandbox, as asked. It does NOT hide the file system "
+        "(completions can read the dataset's tests and answers, the checkout, other processes' "
+        "command lines), does not bound /dev/shm, and as a non-root user runs code as your own "
+        "uid; install bubblewrap and use `sandbox: bwrap` for training"
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _warn_network_once() -> None:
+    log.warning(
+        "rlimit sandbox: the kernel refused a new network namespace, so sandboxed code "
+        "can reach the network; install bubblewrap or allow unprivileged user namespaces"
     )
 
 
@@ -101,8 +121,9 @@ def bwrap_works() -> bool:
         return False
     try:
         with ident.sandbox_uid() as uid:
-            argv = [*_bwrap_prefix(ident.sandbox_python(uid is not None), 1), "--", "/bin/true"]
-            done = subprocess.run(argv, capture_output=True, timeout=30, **_identity(uid))
+            python = ident.sandbox_python(uid is not None)
+            argv = [*bwrap_argv(python, Limits(tmpfs_mb=1, shm_mb=1), "probe"), "--", "/bin/true"]
+            done = subprocess.run(argv, capture_output=True, timeout=30, **as_user(uid))
     except (OSError, subprocess.SubprocessError, RuntimeError) as err:
         log.info("bwrap probe failed: %s", err)
         return False
@@ -111,22 +132,10 @@ def bwrap_works() -> bool:
     return done.returncode == 0
 
 
-def _identity(uid: int | None) -> dict[str, Any]:
-    return {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
-
-
-def _bwrap_prefix(python: str, tmpfs_mb: int) -> list[str]:
-    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
-    for root in ident.python_roots(python):
-        argv += ["--ro-bind", root, root]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(tmpfs_mb << 20), "--tmpfs", "/tmp"]
-    return [*argv, "--chdir", "/tmp", "--setenv", "HOME", "/tmp", "--setenv", "PATH", "/usr/bin:/bin"]
-
-
 def run(
-    job: dict[str, Any], stdin: bytes = b"", limits: Limits | None = None, mode: str = "auto"
+    job: dict[str, Any], stdin: bytes = b"", limits: Limits | None = None, mode: str = "bwrap"
 ) -> RunResult:
-    """Run one job (see ``_sandbox_harness``) and return what it did, whatever it did."""
+    """Run one job (see ``_harness``) and return what it did, whatever it did."""
     limits = limits or Limits()
     mode = resolve_mode(mode)
     run_id = ident.new_run_id()
@@ -136,7 +145,7 @@ def run(
     with ident.sandbox_uid() as uid:
         python = ident.sandbox_python(uid is not None)
         # bwrap runs in its own tmpfs; only the fallback needs a private directory on disk.
-        workdir = tempfile.mkdtemp(prefix="gspo-sandbox-") if mode == "rlimit" else None
+        workdir = private_dir("") if mode == "rlimit" else None
         try:
             if workdir is not None and uid is not None:
                 os.chown(workdir, uid, uid)
@@ -146,6 +155,7 @@ def run(
                 "limits": asdict(limits),
                 "nonce": nonce,
                 "workdir": workdir or "/tmp",
+                "nproc_overhead": 1 if mode == "bwrap" else 0,  # bwrap's init shares the uid
             }
             return _launch(config, stdin, limits, mode, uid, python, workdir, run_id, nonce)
         finally:
@@ -153,18 +163,6 @@ def run(
                 ident.kill_marked(run_id)
             if workdir is not None:
                 ident.remove_tree(workdir)
-
-
-@functools.lru_cache(maxsize=1)
-def shared_code_dir() -> str:
-    """One world-readable copy of the in-sandbox code per process, for every run and every uid."""
-    directory = tempfile.mkdtemp(prefix="gspo-sandbox-code-")
-    os.chmod(directory, 0o755)
-    for name in IN_SANDBOX_FILES:
-        shutil.copy(Path(__file__).with_name(name), Path(directory) / name)
-        os.chmod(Path(directory) / name, 0o644)
-    atexit.register(shutil.rmtree, directory, True)
-    return directory
 
 
 def _launch(
@@ -180,13 +178,15 @@ def _launch(
 ) -> RunResult:
     config_r, config_w = os.pipe()
     result_r, result_w = os.pipe()
-    env = {"PATH": "/usr/bin:/bin", "HOME": workdir or "/tmp", "LANG": "C.UTF-8", ident.MARKER: run_id}
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    env = sandbox_env(run_id, home=workdir or "/tmp")
     if mode == "bwrap":
-        inside = ["--ro-bind", shared_code_dir(), "/opt/gspo", "--setenv", ident.MARKER, run_id]
-        harness = "/opt/gspo/_sandbox_harness.py"
-        argv = [*_bwrap_prefix(python, limits.tmpfs_mb), *inside, "--", python, "-I", "-S", harness]
+        harness = f"{IN_SANDBOX_DIR}/_harness.py"
+        argv = [*bwrap_argv(python, limits, run_id), "--", python, "-I", "-S", harness]
     else:
-        argv = [python, "-I", "-S", f"{shared_code_dir()}/_sandbox_harness.py"]
+        argv = [python, "-I", "-S", f"{shared_code_dir()}/_harness.py"]
     argv += [str(config_r), str(result_w)]
     data = json.dumps(config).encode()
     small = len(data) < 60_000  # fits in the pipe buffer: no writer thread needed
@@ -197,48 +197,51 @@ def _launch(
     try:
         proc = subprocess.Popen(
             argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stdin=in_r,
+            stdout=out_w,
+            stderr=err_w,
             pass_fds=(config_r, result_w),
             cwd=workdir or "/",
             env=env,
             start_new_session=True,
-            **_identity(uid),
+            **as_user(uid),
         )
+    except BaseException:
+        for fd in (in_w, out_r, err_r, result_r):
+            os.close(fd)
+        raise
     finally:
-        os.close(config_r)
-        os.close(result_w)
+        for fd in (config_r, result_w, in_r, out_w, err_w):
+            os.close(fd)
     feeder = threading.Thread(target=pipes.feed, args=(config_w, data), daemon=True)
     if not small:
         feeder.start()
     try:
-        outputs, timed_out, capped = pipes.collect(proc, stdin, result_r, limits, start)
+        outputs, timed_out, capped = pipes.collect(proc, stdin, in_w, [out_r, err_r, result_r], limits, start)
     finally:
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        os.close(result_r)
+        for fd in (out_r, err_r, result_r):
+            os.close(fd)
         if not small:
             feeder.join(timeout=5)
     verdict = pipes.verdict_of(outputs[result_r], nonce)
-    stdout, stderr = outputs[proc.stdout.fileno()], outputs[proc.stderr.fileno()]
-    for pipe in (proc.stdout, proc.stderr):
-        pipe.close()
+    if verdict is not None and verdict.get("network_isolated") is False:
+        _warn_network_once()
+    stdout, stderr = outputs[out_r], outputs[err_r]
     return RunResult(
         proc.returncode, stdout, stderr, verdict, timed_out, capped, time.monotonic() - start, mode
     )
 
 
 def _run_in_server(job: dict[str, Any], stdin: bytes, limits: Limits, nonce: str) -> RunResult:
-    """The fast path: a reused bwrap sandbox forks per job (``rewards.sandbox_servers``)."""
-    from rewards import sandbox_servers
-
+    """The fast path: a reused bwrap sandbox forks per job (:mod:`rewards.execution.servers`)."""
     start = time.monotonic()
     try:
-        reply = sandbox_servers.run(job, stdin, limits, ident.sandbox_python(os.geteuid() == 0))
-    except sandbox_servers.ServerGone as err:
-        log.warning("sandbox server lost during a job (%s); the job fails", err)
+        reply = servers.run(job, stdin, limits, ident.sandbox_python(os.geteuid() == 0))
+    except (servers.ServerGone, ident.Unkillable) as err:
+        log.warning("sandbox server lost during a job (%s); the job fails and is replaced", err)
         return RunResult(None, b"", b"", None, True, False, time.monotonic() - start, "bwrap")
     out = {k: base64.b64decode(reply[k]) for k in ("stdout", "stderr", "result")}
     return RunResult(
@@ -255,6 +258,4 @@ def _run_in_server(job: dict[str, Any], stdin: bytes, limits: Limits, nonce: str
 
 def shutdown() -> None:
     """Kill the reusable bwrap sandboxes of this process (they also die at exit)."""
-    from rewards import sandbox_servers
-
-    sandbox_servers.shutdown()
+    servers.shutdown()

@@ -1,7 +1,7 @@
-"""Long-lived bwrap sandboxes, each running ``_sandbox_server``, reused across test runs.
+"""Long-lived bwrap sandboxes, each running ``_server``, reused across test runs.
 
 A fresh sandbox per test run spends most of its time starting bwrap and Python; a server
-sandbox pays that once and then forks per job (see ``_sandbox_server`` for how jobs are
+sandbox pays that once and then forks per job (see ``_server`` for how jobs are
 kept apart). Each server holds its own unprivileged uid (when we are root) for its whole
 life, runs one job at a time, and is replaced after ``MAX_JOBS`` jobs, after any job it
 could not clean up after, and after any failure of the control channel. ``shutdown()``
@@ -14,6 +14,7 @@ import atexit
 import base64
 import contextlib
 import json
+import logging
 import os
 import selectors
 import signal
@@ -23,13 +24,12 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from rewards import sandbox_identity as ident
+from rewards.execution import identity as ident
+from rewards.execution.jail import IN_SANDBOX_DIR, Limits, as_user, bwrap_argv, sandbox_env
 
-if TYPE_CHECKING:
-    from rewards.sandbox import Limits
-
+log = logging.getLogger(__name__)
 MAX_JOBS = 500
 CONTROL_MARGIN_S = 10.0  # beyond the job's wall limit, for the server's own clean-up
 
@@ -43,16 +43,17 @@ class ServerGone(RuntimeError):
 
 
 class _Server:
-    def __init__(self, python: str, tmpfs_mb: int) -> None:
-        from rewards.sandbox import _bwrap_prefix, _identity, shared_code_dir
-
+    def __init__(self, python: str, limits: Limits) -> None:
         self._uid_hold = ident.sandbox_uid()
         self.uid = self._uid_hold.__enter__()
         self.run_id = ident.new_run_id()
         argv = [
-            *_bwrap_prefix(python, tmpfs_mb),
-            *("--ro-bind", shared_code_dir(), "/opt/gspo", "--setenv", ident.MARKER, self.run_id),
-            *("--", python, "-I", "-S", "/opt/gspo/_sandbox_server.py"),
+            *bwrap_argv(python, limits, self.run_id),
+            "--",
+            python,
+            "-I",
+            "-S",
+            f"{IN_SANDBOX_DIR}/_server.py",
         ]
         try:
             self.proc = subprocess.Popen(
@@ -60,9 +61,9 @@ class _Server:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 cwd="/",
-                env={"PATH": "/usr/bin:/bin", ident.MARKER: self.run_id},
+                env=sandbox_env(self.run_id),
                 start_new_session=True,
-                **_identity(self.uid),
+                **as_user(self.uid),
             )
         except BaseException:
             self._uid_hold.__exit__(None, None, None)
@@ -80,7 +81,10 @@ class _Server:
         self.jobs += 1
         deadline = time.monotonic() + wall_s + CONTROL_MARGIN_S
         head = self._read(4, deadline)
-        return json.loads(self._read(struct.unpack(">I", head)[0], deadline))
+        try:
+            return json.loads(self._read(struct.unpack(">I", head)[0], deadline))
+        except ValueError as err:
+            raise ServerGone(f"unreadable reply: {err}") from err
 
     def _read(self, n: int, deadline: float) -> bytes:
         assert self.proc.stdout is not None
@@ -97,6 +101,8 @@ class _Server:
         return data
 
     def close(self) -> None:
+        """Kill the sandbox and everything of its uid; never raises (see ``identity.sandbox_uid``
+        for a uid whose processes outlive SIGKILL: it is set aside, not reused)."""
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
@@ -117,7 +123,7 @@ _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-spawner
 
 def run(job: dict[str, Any], stdin: bytes, limits: Limits, python: str) -> dict[str, Any]:
     """Run one job in an idle server sandbox (started if none), return the server's reply."""
-    key = (python, limits.tmpfs_mb)
+    key = (python, limits.tmpfs_mb, limits.shm_mb)
     config = {**job, "mode": "bwrap", "limits": asdict(limits)}
     for attempt in (1, 2):
         with _lock:
@@ -125,7 +131,7 @@ def run(job: dict[str, Any], stdin: bytes, limits: Limits, python: str) -> dict[
         if server is None:
             # bwrap's --die-with-parent follows the *thread* that started it, so servers are
             # started from one thread that lives as long as the process, not from the caller's.
-            server = _spawner.submit(_Server, python, limits.tmpfs_mb).result()
+            server = _spawner.submit(_Server, python, limits).result()
         try:
             reply = server.run(config, stdin, limits.wall_s)
             break
@@ -133,9 +139,8 @@ def run(job: dict[str, Any], stdin: bytes, limits: Limits, python: str) -> dict[
             server.close()
             if attempt == 2 or err.job_started:
                 raise
-        except ValueError:
-            server.close()
-            raise
+    if not reply.get("clean"):
+        log.warning("sandbox server could not clean up after a job (left files or processes); replaced")
     if server.jobs >= MAX_JOBS or not reply.get("clean") or server.proc.poll() is not None:
         server.close()
     else:
