@@ -1,6 +1,6 @@
 """Concentration of the sequence log-ratio: why GSPO's clip range is 1e-4, and why to measure it.
 
-Reproduces GSPO_NOTES.md ("Concentration"): independent N(0, sigma^2) noise on every token
+Reproduces docs/gspo.md ("A few tokens drive the ratio"): independent N(0, sigma^2) noise on every token
 log-ratio, `--responses` responses per length. The token log-ratio spread stays sigma at
 every length; the sequence log-ratio log s_i (the token mean) shrinks as sigma / sqrt(L).
 A fixed token range [0.8, 1.27] clips the same share of tokens at every length, while the

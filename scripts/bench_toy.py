@@ -1,6 +1,6 @@
 """Toy benchmark: GSPO vs GRPO under behaviour-log-prob noise, with the reference losses.
 
-Settings from GSPO_NOTES.md ("Toy benchmark"): 64 prompts, each with an L-token target over
+A toy comparison (docs/gspo.md, "What to watch"): 64 prompts, each with an L-token target over
 a 6-token vocabulary; one independent softmax per (prompt, position), logits start at 0
 (accuracy 1/6 = 0.167); reward = fraction of positions matching the target. Each step
 samples 16 prompts x G = 8 responses, standardises rewards within each group, shuffles the

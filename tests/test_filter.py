@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from datasets import Dataset
 
+from gspo_trl.cli.filter import parse_args
 from gspo_trl.cli.main import main as gspo_trl_main
 from gspo_trl.data.synthetic import digit_reversal_reward, make_rl_rows
-from gspo_trl.eval.filter import parse_args, write_rows
+from gspo_trl.eval.filter import write_rows
 from tests._gspo_helpers import tiny_model_dir
 
 os.environ["HF_HUB_OFFLINE"] = "1"

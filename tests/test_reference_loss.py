@@ -1,4 +1,4 @@
-"""The reference losses against GSPO_NOTES.md: the worked example's exact numbers and identities."""
+"""The reference losses against docs/gspo.md: the worked example's exact numbers and identities."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ ALGORITHMS: MappingProxyType[str, MappingProxyType[str, Any]] = MappingProxyType
 
 TOKEN_SUM_LOSSES = frozenset({"dapo", "bnpo", "dr_grpo", "cispo"})
 """Loss aggregations that sum over tokens: they weight responses by length, which is wrong for
-a sequence-level ratio (GSPO_NOTES.md, "Loss aggregation")."""
+a sequence-level ratio (docs/gspo.md, "Loss aggregation")."""
 
 EPSILON_CLIP_LOSSES = frozenset({"grpo", "bnpo", "dr_grpo", "dapo", "luspo"})
 """Loss types where `epsilon` / `epsilon_high` are clip half-widths around a ratio of 1."""

@@ -62,8 +62,9 @@ def coerce(value: Any, annotation: Any, where: str) -> Any:
     Strings are converted to bool/int/float/None as the annotation allows (members of a union
     are tried in the order None, bool, int, float, str). Where a string is also allowed, only
     `null` and `~` mean None: TRL gives "none" a meaning of its own (`report_to: none`).
-    Non-string values are checked loosely: an int is accepted
-    where a float is declared, and containers are passed through.
+    Non-string values are checked by kind: an int is accepted where a float is declared, a
+    list where a list or tuple is, a mapping where a dict is; a number where only text is
+    declared is refused (YAML reads `123` as a number, so it must be quoted).
     """
     members = _union_members(annotation)
     if Any in members or annotation is Any:
@@ -98,9 +99,26 @@ def coerce(value: Any, annotation: Any, where: str) -> Any:
             )
         if int in members or float in members:
             raise FieldTypeError(f"{where}: expected a number, got {value!r}")
+    _check_container_kind(value, members, where)
     if isinstance(value, int) and float in members and int not in members:
         return float(value)
     return value
+
+
+def _accepts(members: tuple[Any, ...], kinds: tuple[type, ...]) -> bool:
+    return any(t in kinds or typing.get_origin(t) in kinds for t in members)
+
+
+def _check_container_kind(value: Any, members: tuple[Any, ...], where: str) -> None:
+    """Refuse a list where a mapping is declared (and so on), and a number where only text is."""
+    names = " or ".join(getattr(t, "__name__", str(t)) for t in members)
+    if isinstance(value, list | tuple) and not _accepts(members, (list, tuple)):
+        raise FieldTypeError(f"{where}: expected {names}, got a list {value!r}")
+    if isinstance(value, dict) and not _accepts(members, (dict,)):
+        raise FieldTypeError(f"{where}: expected {names}, got a mapping {value!r}")
+    scalar_targets = {int, float, bool}
+    if isinstance(value, int | float) and not (scalar_targets & set(members)) and str in members:
+        raise FieldTypeError(f"{where}: expected text, got the number {value!r}; quote it in YAML")
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:

@@ -213,6 +213,15 @@ def _check_heldout(recipe: Recipe) -> None:
         raise RecipeError("heldout.temperature must be >= 0 (0 = greedy) and heldout.sample_temperature > 0")
 
 
+MODEL_DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
+
+
+def _check_model(recipe: Recipe) -> None:
+    dtype = recipe.model.dtype
+    if dtype is not None and dtype not in MODEL_DTYPES:
+        raise RecipeError(f"model.dtype: {dtype!r} is not one of {', '.join(MODEL_DTYPES)}")
+
+
 def _check_diagnostics(recipe: Recipe) -> None:
     try:
         build_dataclass(DiagnosticsConfig, recipe.diagnostics, "diagnostics")
@@ -229,6 +238,7 @@ def validate(recipe: Recipe, processes: int | None = None) -> None:
     _check_off_policy(recipe, processes)
     _check_rewards(recipe)
     _check_heldout(recipe)
+    _check_model(recipe)
     _check_diagnostics(recipe)
 
 

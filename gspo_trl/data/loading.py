@@ -92,21 +92,29 @@ def prepare(dataset: Dataset, config: DataConfig, source: str, required: Sequenc
 
 
 def load_data(config: DataConfig, required_columns: Sequence[str] = ()) -> tuple[Dataset, Dataset | None]:
-    """(train, eval or None) for the recipe; `required_columns` are those the rewards read."""
+    """(train, eval or None) for the recipe; `required_columns` are those the rewards read.
+
+    Rows are checked before `eval_size` splits them off, so a bad row is named by its index
+    in the source (file line order), not by its place in a shuffled split.
+    """
     config = presets.apply_preset(config)
+    source = f"data {config.path!r}"
     train = load_split(config, config.split)
     if config.max_rows is not None:
         train = train.select(range(min(config.max_rows, len(train))))
+    train = prepare(train, config, f"{source} split {config.split!r}", required_columns)
     evaluation = None
     if config.eval_split:
-        evaluation = load_split(config, config.eval_split)
+        evaluation = prepare(
+            load_split(config, config.eval_split), config, f"{source} (eval)", required_columns
+        )
     elif config.eval_size:
         size = int(config.eval_size) if config.eval_size >= 1 else config.eval_size
+        if isinstance(size, int) and size >= len(train):
+            raise DataError(
+                f"data.eval_size: {size} held-out rows leave none of the {len(train)} rows to train on"
+            )
         split = train.train_test_split(test_size=size, seed=config.seed)
         train, evaluation = split["train"], split["test"]
-    source = f"data {config.path!r}"
-    train = prepare(train, config, f"{source} split {config.split!r}", required_columns)
-    if evaluation is not None:
-        evaluation = prepare(evaluation, config, f"{source} (eval)", required_columns)
     logger.info("Training on %d rows, evaluating on %d", len(train), len(evaluation or []))
     return train, evaluation

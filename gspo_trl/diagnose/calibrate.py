@@ -9,7 +9,7 @@ Two inputs:
     gspo-trl calibrate --from-run RUN_DIR
         reads an existing run's logged gspo/offpolicy/* statistics (trainer_state.json).
 
-Rule (GSPO_NOTES.md, "What to watch"): a clip only acts on one side per advantage sign, so
+Rule (docs/gspo.md, "Choosing epsilon"): a clip only acts on one side per advantage sign, so
 eps_high is set from the positive-advantage responses and eps_low from the negative ones:
 eps_high = exp(q_{1-t}(log s_i | A > 0)) - 1 clips a share t of them, eps_low = 1 -
 exp(q_t(log s_i | A < 0)) likewise, with t the middle of the target range. The printout

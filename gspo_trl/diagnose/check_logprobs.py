@@ -5,7 +5,7 @@ difference between engine and trainer shifts every log s_i by
 delta_i = mean_t [log pi_trainer(y_it) - log pi_engine(y_it)]. GSPO's clip range is tiny
 (paper: s_i in [1 - 3e-4, 1 + 4e-4]), so a bias of a few 1e-4 nats per token clips one side of
 the advantage distribution wholesale on the on-policy minibatch, where nothing should be clipped
-(GSPO_NOTES.md, last failure mode). This command measures delta on real samples:
+(docs/gspo.md, "Inference and training log-probs disagree"). This command measures delta on real samples:
 
 1. build the recipe's trainer with vLLM in colocate mode (the CPU shim applied where needed),
    optionally train `--train-steps` GSPO steps and push the weights to the engine;

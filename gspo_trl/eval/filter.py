@@ -40,7 +40,7 @@ import rewards
 from gspo_trl.data.loading import load_split, prepare
 from gspo_trl.data.presets import apply_preset
 from gspo_trl.errors import DataError, FilterError
-from gspo_trl.eval.histogram import in_range, plot_histogram, pass_rate_histogram
+from gspo_trl.eval.histogram import in_range, pass_rate_histogram, plot_histogram
 from gspo_trl.eval.pass_at_k import grade_samples
 
 logger = logging.getLogger(__name__)

@@ -31,8 +31,8 @@ What the shim changes (only when vLLM is installed *and* its platform is CPU):
    downcasts float32 checkpoints to bfloat16, and TRL's `LLM(...)` call passes no dtype, so
    an fp32 CPU trainer would sample from a bf16 copy of itself: measured on the tiny model,
    token log-prob noise 1.7e-3 (max 5e-3) and 25% of responses outside GSPO's paper clip
-   range from the mismatch alone (GSPO_NOTES.md, last failure mode). Matching dtypes removes
-   that noise; `gspo-trl check-logprobs` measures what is left. (Mind that TRL's GRPOConfig
+   range from the mismatch alone (docs/gspo.md, "Inference and training log-probs disagree").
+   Matching dtypes removes that noise; `gspo-trl check-logprobs` measures what is left. (Mind that TRL's GRPOConfig
    defaults to bf16=True, on CPU too: set `bf16: false` for fp32 CPU training.)
 
 Why it is correct: the engine's forward becomes the textbook `x @ W.T + b` over the very tensor

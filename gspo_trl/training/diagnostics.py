@@ -1,7 +1,7 @@
 """GSPO diagnostics: configuration, pure statistics over log s_i, and the clip-rate alarm.
 
 GSPO clips whole responses on the sequence ratio s_i = exp(mean_t log(pi_new / pi_old)).
-What goes wrong in practice (GSPO_NOTES.md, "What to watch") is visible only in the
+What goes wrong in practice (docs/gspo.md, "What to watch") is visible only in the
 distribution of log s_i on the off-policy minibatches, so `GSPOTrainer` records one row per
 response per update (see `ROW_COLUMNS`), gathers rows across ranks, and at every logging
 step turns them into the metrics below with the functions of this module.

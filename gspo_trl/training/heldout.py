@@ -1,6 +1,6 @@
 """Held-out score: generate on the eval split and grade with a reward, before/during/after training.
 
-The training reward is what the policy optimises and may be gamed; GSPO_NOTES.md asks for a
+The training reward is what the policy optimises and may be gamed; docs/gspo.md ("What to watch") asks for a
 held-out score with a stricter grader next to it. Logged as `heldout/score` (mean reward
 over the eval rows, rewards returning None excluded) and `heldout/judged` (fraction judged).
 Generation uses plain `model.generate` with left padding: slow next to vLLM, but exact and

@@ -2,9 +2,9 @@
 
 `gspo-trl validate` and `gspo-trl train` call `preflight`, so a recipe that validates fails
 in training only for reasons that need the model or the hardware. It refuses, naming the
-culprit: the recipe's keys and GSPO settings (gspo_trl.config.validation), reward columns the
-data lacks, null values in the columns the rewards read (a null gold answer would be graded
-as text), a held-out section without a held-out split, and an output directory that cannot
+culprit: the recipe's keys and GSPO settings (gspo_trl.config.validation), a local model path
+that is not there, reward columns the data lacks, null values in the columns the rewards read
+(a null gold answer would be graded as text), a held-out section without a held-out split, and an output directory that cannot
 be written.
 """
 
@@ -47,9 +47,18 @@ def check_output_dir(output_dir: str) -> None:
         raise RecipeError(f"output_dir: cannot write to {str(existing)!r} (for {output_dir!r})")
 
 
+def check_model_path(recipe: Recipe) -> None:
+    """Refuse a model path that looks local but does not exist (it would be tried as a hub id)."""
+    name = recipe.model.name_or_path
+    looks_local = name.startswith(("/", "./", "../", "~")) or name.count("/") > 1
+    if looks_local and not Path(name).expanduser().exists():
+        raise RecipeError(f"model.name_or_path: {name!r} does not exist")
+
+
 def preflight(recipe: Recipe, processes: int | None = None) -> PreparedData:
     """Run every model-free check on `recipe`; returns its data. Raises a UserError."""
     validate(recipe, processes)
+    check_model_path(recipe)
     check_output_dir(output_dir_of(recipe))
     train, evaluation = load_data(recipe.data, required_columns=sorted(required_columns(recipe)))
     check_columns(recipe, train.column_names)

@@ -1,7 +1,7 @@
 """Reference GSPO, GSPO-token and GRPO losses in plain torch, written from the formulas.
 
 Used only by tests (to cross-check TRL's loss, which GSPOTrainer trains with) and by the
-benchmark scripts. Written from GSPO_NOTES.md, not from TRL, so that a change in TRL's loss
+benchmark scripts. Written from the GSPO paper (docs/gspo.md), not from TRL, so that a change in TRL's loss
 shows up as a disagreement. All functions return the loss to MINIMISE (= -J) and take:
 
     logp, old_logp: (B, T) token log-probs under the new / old policy (nats)
