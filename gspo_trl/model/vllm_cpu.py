@@ -32,8 +32,9 @@ What the shim changes (only when vLLM is installed *and* its platform is CPU):
    an fp32 CPU trainer would sample from a bf16 copy of itself: measured on the tiny model,
    token log-prob noise 1.7e-3 (max 5e-3) and 25% of responses outside GSPO's paper clip
    range from the mismatch alone (docs/gspo.md, "Inference and training log-probs disagree").
-   Matching dtypes removes that noise; `gspo-trl check-logprobs` measures what is left. (Mind that TRL's GRPOConfig
-   defaults to bf16=True, on CPU too: set `bf16: false` for fp32 CPU training.)
+   Matching dtypes removes that noise; `gspo-trl check-logprobs` measures what is left.
+   (Mind that TRL's GRPOConfig defaults to bf16=True, on CPU too: set `bf16: false` for fp32
+   CPU training.)
 
 Why it is correct: the engine's forward becomes the textbook `x @ W.T + b` over the very tensor
 `load_weights` fills, with the same dtype as the trainer, so after a sync the engine's

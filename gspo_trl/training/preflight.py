@@ -4,8 +4,8 @@
 in training only for reasons that need the model or the hardware. It refuses, naming the
 culprit: the recipe's keys and GSPO settings (gspo_trl.config.validation), a local model path
 that is not there, reward columns the data lacks, null values in the columns the rewards read
-(a null gold answer would be graded as text), a held-out section without a held-out split, and an output directory that cannot
-be written.
+(a null gold answer would be graded as text), a held-out section without a held-out split,
+and an output directory that cannot be written.
 """
 
 from __future__ import annotations
