@@ -8,6 +8,7 @@ torchtune's `tune cp` does.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -60,7 +61,7 @@ def copy_shipped(name: str, destination: str | Path) -> Path:
             f"recipes copy: no shipped recipe or config named {name!r}; known: {', '.join(known)}"
         )
     target = Path(destination)
-    if target.is_dir():
+    if target.is_dir() or str(destination).endswith(("/", os.sep)):
         target = target / source.name
     if target.exists():
         raise RecipeError(f"recipes copy: {target} exists; give another destination or remove it")
