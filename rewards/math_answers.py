@@ -35,7 +35,8 @@ _DELIMITER = re.compile(r"(?<!\\)\$|\\\(|\\\[|\\boxed")  # an unescaped $, \( \[
 _BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BRACE = re.compile(r"[{}]")
 # math-verify's own "final answer ... is" anchor (its parser.py), found here to compare positions.
-_FINAL_STATEMENT = re.compile(r"(?i:final answer.{0,100}?)\s+is\:?\s*(?=\S)", re.DOTALL)
+# As there, the statement counts only when LaTeX follows ("is $10,455$", not "is 3.").
+_FINAL_STATEMENT = re.compile(r"(?i:final answer.{0,100}?)\s+is\:?\s*(?=\$|\\\(|\\\[|\\boxed)", re.DOTALL)
 # DAPO's grader (verl math_dapo.py): the last "Answer: ..." up to the end of its line.
 _ANSWER_LINE = re.compile(r"(?i)answer\s*:\s*([^\n]+)")
 _WORD_RUN = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")

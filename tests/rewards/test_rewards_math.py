@@ -335,6 +335,8 @@ def test_final_statement_after_intermediate_boxes_wins(math_reward):
     assert math_reward([text, text], solution=["10455", "17"]) == [1.0, 0.0]
     # a box after the statement is the final word again
     assert math_reward([text + r" or rather \boxed{17}"], solution=["17"]) == [1.0]
+    # a statement without LaTeX is no answer form (math-verify's rule): the box stays the answer
+    assert math_reward([r"\boxed{3}. So the final answer is 3."], solution=["3"]) == [1.0]
 
 
 REASONING = [

@@ -898,8 +898,8 @@ CASES = [
         "The formula for compound interest is $A = P\\left(1 + \\frac{r}{n}\\right)^{nt}$, where $A$ is the amount of money accumulated after $n$ years, including interest, $P$ is the principal amount (the initial amount of money), $r$ is the annual interest rate (in decimal), $n$ is the number of times that interest is compounded per year, and $t$ is the time the money is invested for in years. In this case, $P = 10000$, $r = 0.10$, $n = 4$ (since the interest is compounded quarterly), and $t = 5$. Plugging in these values, we get: \\[ A = 10000\\left(1 + \\frac{0.10}{4}\\right)^{4 \\cdot 5} \\] \\[ A = 10000\\left(1 + 0.025\\right)^{20} \\] \\[ A = 10000\\left(1.025\\right)^{20} \\] \\[ A \\approx 16386.16 \\] So, Paula's investment is worth approximately $\\boxed{16386.16}$ dollars at the end of the 5 years. Final Answer: The final answer is 16386.16.",
         {},
         1,
-        NO_ANCHOR,
-        0.0,
+        None,
+        1,
     ),
     (
         "test_all.py::test_math_extraction_additional_cases[10]",
@@ -907,8 +907,8 @@ CASES = [
         "To find the sum of all possible distinct five-digit positive integers that can be formed using the digits 1, 3, 4, 5, and 9 exactly once, we can use the concept of permutations. There are $5!$ (5 factorial) ways to arrange these 5 distinct digits. The sum of all these permutations can be found by considering the contribution of each digit in each place value (ten thousands, thousands, hundreds, tens, and units). Each digit will appear in each place value $\\frac{5!}{5} = 4!$ times. The sum of the digits 1, 3, 4, 5, and 9 is $1 + 3 + 4 + 5 + 9 = 22$. Now, calculate the total sum: \\[ \\text{Total sum} = 4!(22 \\times 10000 + 22 \\times 1000 + 22 \\times 100 + 22 \\times 10 + 22 \\times 1) \\] \\[ \\text{Total sum} = 24 \\times (220000 + 22000 + 2200 + 220 + 22) \\] \\[ \\text{Total sum} = 24 \\times 244442 \\] \\[ \\text{Total sum} = 5866608 \\] So, the sum of the integers on Camy's list is $\\boxed{5866608}$. Final Answer: The final answer is 5866608. I hope it is correct.",
         {},
         1,
-        NO_ANCHOR,
-        0.0,
+        None,
+        1,
     ),
     (
         "test_all.py::test_math_extraction_additional_cases[11]",
@@ -916,8 +916,8 @@ CASES = [
         "Since all members of each party sit together, we can treat each party as a single block. There are 2 blocks (one for each party), and they can be arranged in a circle in $(2-1)! = 1! = 1$ way. Within each block, the members can be arranged in $5!$ ways. So, the total number of distinguishable ways is $1 \\times 5! \\times 5! = 120 \\times 120 = \\boxed{14400}$. Final Answer: The final answer is 14400. I hope it is correct.",
         {},
         1,
-        NO_ANCHOR,
-        0.0,
+        None,
+        1,
     ),
     (
         "test_all.py::test_math_extraction_additional_cases[12]",
