@@ -5,18 +5,29 @@
     fn(completions, solution=[...])                # -> list[float | None]
 
 Importing this package registers the built-ins (``math``, ``code``, ``format``,
-``tag_count``, ``cosine``, ``repetition``, ``soft_overlong``) and nothing heavy: worker
+``tag_count``, ``think_format``, ``cosine``, ``repetition``, ``soft_overlong``, and
+the aliases ``accuracy``, ``repetition_penalty``, ``soft_overlong_punishment``) and nothing heavy: worker
 pools and sandboxes start on a reward's first call.
 """
 
 from rewards import code, cosine, math_verify_reward, shaping  # noqa: F401  (registers the built-ins)
 from rewards.errors import RewardParameterError, UnknownRewardError
-from rewards.registry import RewardInfo, RewardParam, available, describe, get, register, validate_params
+from rewards.registry import (
+    RewardInfo,
+    RewardParam,
+    RewardRegistrationError,
+    available,
+    describe,
+    get,
+    register,
+    validate_params,
+)
 
 __all__ = [
     "RewardInfo",
     "RewardParam",
     "RewardParameterError",
+    "RewardRegistrationError",
     "UnknownRewardError",
     "available",
     "describe",

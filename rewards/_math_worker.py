@@ -9,6 +9,7 @@ pathological answer can take.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import resource
@@ -20,7 +21,7 @@ from rewards.worker_pool import serve
 LIMIT_S = float(os.environ.get("WORKER_ITEM_LIMIT_S", "5"))
 MEMORY_BYTES = int(os.environ.get("WORKER_MEMORY_MB", "4096")) << 20
 _GOLD_CACHE: dict[str, list[Any]] = {}
-_VERDICT_CACHE: dict[tuple[str, bool, str], dict[str, Any]] = {}
+_VERDICT_CACHE: dict[str, dict[str, Any]] = {}
 
 
 class ItemTimeout(BaseException):
@@ -57,34 +58,33 @@ def handle_head(gold: str) -> tuple[Any, Any]:
     return (gold, parsed), {"ok": bool(parsed), "parsed": _show(parsed), "fresh": fresh, "error": error}
 
 
-def handle_item(head: tuple[str, list[Any]], item: tuple[str, bool]) -> Any:
-    """Verdict for one completion. The completions of a GRPO group often end in the same
-    boxed answer; a verdict is computed once per (gold, boxed answer) and then reused."""
-    from rewards.math_answers import integer_verdict, is_correct, last_boxed, parse_answer
+def handle_item(head: tuple[str, list[Any]], item: dict[str, Any]) -> Any:
+    """Verdict for one answer: ``item`` holds an Answer's ``target`` and ``bare`` text and
+    the reward's options (``latex_shorthand``, ``checker``). The parent sends each
+    distinct (gold, answer) of a call once; this cache also spans calls."""
+    from rewards.math_answers import integer_verdict, is_correct, parse_answer
 
-    (gold_text, gold), (text, strict_latex) = head, item
+    (gold_text, gold), target, bare = head, item["target"], item["bare"]
     if not gold:
         return {"score": None, "answer": ""}
-    boxed = last_boxed(text)
-    quick = integer_verdict(gold_text, boxed)
+    quick = integer_verdict(gold_text, bare)
     if quick is not None:
-        return {"score": float(quick), "answer": boxed.strip()}
-    key = (gold_text, strict_latex, boxed) if boxed is not None else None
+        return {"score": float(quick), "answer": bare.strip()}
+    key = json.dumps([gold_text, item["latex_shorthand"], item["checker"], target])
     if key in _VERDICT_CACHE:
         return _VERDICT_CACHE[key]
 
     def judge() -> tuple[bool, list[Any]]:
-        answer = parse_answer(text, strict_latex)
-        return is_correct(gold, answer), answer
+        answer = parse_answer(target, item["latex_shorthand"])
+        return is_correct(gold, answer, item["checker"]), answer
 
     result, error = _limited(judge)
     if result is None:
         return {"score": 0.0, "answer": f"[{error}]"}  # not cached: a timeout may be load, not the answer
     reply = {"score": float(result[0]), "answer": _show(result[1])}
-    if key is not None:
-        if len(_VERDICT_CACHE) > 65536:
-            _VERDICT_CACHE.clear()
-        _VERDICT_CACHE[key] = reply
+    if len(_VERDICT_CACHE) > 65536:
+        _VERDICT_CACHE.clear()
+    _VERDICT_CACHE[key] = reply
     return reply
 
 
@@ -97,7 +97,9 @@ def main() -> None:
     signal.signal(signal.SIGALRM, _on_alarm)
     for name in ("math_verify", "latex2sympy2_extended"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
-    import rewards.math_answers  # noqa: F401  (import before the first item's clock starts)
+    from rewards.math_answers import parse_answer
+
+    parse_answer("\\boxed{1}")  # imports math-verify and sympy before the first item's clock starts
 
     serve(handle_head, handle_item)
 

@@ -19,9 +19,11 @@ def format_info(info: RewardInfo) -> str:
     )
     columns = ", ".join(info.columns) or "-"
     flags = " [async]" if info.is_async else ""
+    aliases = f"\n    aliases: {', '.join(info.aliases)}" if info.aliases else ""
+    params = f"{params}, " * bool(params) + f"label={info.name!r}"  # label: the metric name
     return (
-        f"{info.name}{flags}\n    {info.summary}\n    params: {params or '-'}\n"
-        f"    columns: {columns}\n    source: {info.source}"
+        f"{info.name}{flags}\n    {info.summary}\n    params: {params}\n"
+        f"    columns: {columns}{aliases}\n    source: {info.source}"
     )
 
 

@@ -7,8 +7,11 @@ reads completions through :func:`completion_text` so each works with both.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 def completion_text(completion: Any) -> str:
@@ -48,14 +51,32 @@ def completion_texts(completions: Sequence[Any]) -> list[str]:
     return [completion_text(c) for c in completions]
 
 
-def completion_lengths(texts: Sequence[str], completion_ids: Sequence[Sequence[int]] | None) -> list[int]:
-    """Length of each completion in tokens when TRL passed ``completion_ids``, else in words.
+def completion_tokens(
+    reward: str, completions: Sequence[Any] | None, completion_ids: Sequence[Any] | None
+) -> list[list[Any]]:
+    """Each completion's tokens: TRL's ``completion_ids`` when given (lists, tuples or
+    tensors of ids, as TRL's own length rewards accept them), else its whitespace words.
 
-    TRL always passes ``completion_ids`` to reward functions during training; the word
-    count is only the fallback for direct calls (tests, offline scoring).
+    TRL passes ``completion_ids`` to every reward function in training, so words are only
+    for direct calls (offline scoring, tests); they count differently from tokens, so the
+    fallback is logged once per reward, never silent.
     """
     if completion_ids is not None:
-        if len(completion_ids) != len(texts):
-            raise ValueError(f"got {len(completion_ids)} completion_ids for {len(texts)} completions")
-        return [len(ids) for ids in completion_ids]
-    return [len(t.split()) for t in texts]
+        if completions is not None and len(completion_ids) != len(completions):
+            raise ValueError(
+                f"{reward}: got {len(completion_ids)} completion_ids for {len(completions)} completions"
+            )
+        return [ids.tolist() if hasattr(ids, "tolist") else list(ids) for ids in completion_ids]
+    if completions is None:
+        raise ValueError(f"{reward}: needs completion_ids (TRL passes them in training) or completions")
+    if reward not in _WARNED_WORDS:
+        _WARNED_WORDS.add(reward)
+        log.warning(
+            "%s: no completion_ids given, so lengths and n-grams are whitespace words, not tokens "
+            "(TRL passes completion_ids in training; pass them when scoring offline)",
+            reward,
+        )
+    return [t.split() for t in completion_texts(completions)]
+
+
+_WARNED_WORDS: set[str] = set()

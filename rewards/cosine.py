@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rewards.completions import completion_lengths, completion_texts
+from rewards.completions import completion_tokens
 from rewards.math_verify_reward import MathReward
 from rewards.registry import register
 
@@ -23,7 +23,10 @@ from rewards.registry import register
     summary="math correctness scaled by completion length (cosine schedule up to max_len tokens)",
 )
 class CosineScaledReward:
-    """See the module docstring; lengths are TRL's ``completion_ids`` token counts."""
+    """See the module docstring. Lengths are TRL's ``completion_ids`` token counts (a
+    direct call without them counts whitespace words, with one warning). ``math_params``
+    are the ``math`` reward's options (``answer_format``, ``reasoning_delimiters``, ...)
+    for the correctness verdict."""
 
     def __init__(
         self,
@@ -33,13 +36,14 @@ class CosineScaledReward:
         min_value_correct: float = 0.5,
         max_value_correct: float = 1.0,
         timeout: float = 5.0,
+        math_params: dict[str, Any] | None = None,
     ) -> None:
         if max_len <= 0:
             raise ValueError(f"max_len must be > 0 tokens, got {max_len}")
         self.max_len = max_len
         self.wrong = (min_value_wrong, max_value_wrong)
         self.correct = (min_value_correct, max_value_correct)
-        self.verifier = MathReward(timeout=timeout)
+        self.verifier = MathReward(timeout=timeout, **(math_params or {}))
         self.__name__ = "cosine"
 
     def __call__(
@@ -49,9 +53,8 @@ class CosineScaledReward:
         completion_ids: list[list[int]] | None = None,
         **kwargs: Any,
     ) -> list[float | None]:
-        texts = completion_texts(completions)
         verdicts = self.verifier(completions, solution=solution)
-        lengths = completion_lengths(texts, completion_ids)
+        lengths = [len(t) for t in completion_tokens("cosine", completions, completion_ids)]
         return [
             None if ok is None else self.scale(bool(ok), n) for ok, n in zip(verdicts, lengths, strict=True)
         ]

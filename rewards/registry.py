@@ -17,9 +17,11 @@ so the recipe validator can call :func:`describe` and :func:`validate_params` fr
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import inspect
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +30,7 @@ from rewards import loading
 from rewards.errors import RewardParameterError, UnknownRewardError
 from rewards.params import REQUIRED, RewardParam, check_type
 
+log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = loading.ENTRY_POINT_GROUP
 
 # Keyword arguments TRL passes to every reward function itself; they are not dataset columns.
@@ -46,6 +49,7 @@ class RewardInfo:
     columns: tuple[str, ...]
     source: str
     is_async: bool = False
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -56,28 +60,76 @@ class _Entry:
     columns: tuple[str, ...]
     summary: str
     source: str
+    aliases: tuple[str, ...] = ()
+    # old parameter name -> (new name, conversion of the old value to the new one)
+    renamed: tuple[tuple[str, tuple[str, Callable[[Any], Any]]], ...] = ()
+
+
+class RewardRegistrationError(ValueError):
+    """Two different definitions registered under one reward name; the message names both."""
 
 
 _REGISTRY: dict[str, _Entry] = {}
+_ALIASES: dict[str, str] = {}  # alias -> registered name
+LABEL = "label"
+"""A parameter every reward accepts: the metric name TRL logs for it (default: the reward's name)."""
 
 
 def register(
-    name: str, *, columns: tuple[str, ...] | None = None, factory: bool = False, summary: str | None = None
+    name: str,
+    *,
+    columns: tuple[str, ...] | None = None,
+    factory: bool = False,
+    summary: str | None = None,
+    aliases: tuple[str, ...] = (),
+    renamed: dict[str, tuple[str, Callable[[Any], Any]]] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register a reward function (or, with ``factory=True``, a reward factory) under ``name``.
 
     ``columns`` are the dataset columns the reward reads; for a plain function they default
-    to its parameters without defaults that TRL does not provide itself. The decorated
-    object is returned unchanged, so it can still be called or imported directly.
+    to its parameters without defaults that TRL does not provide itself. ``aliases`` are
+    other names for it (the names other libraries use); ``renamed`` maps an old parameter
+    name to its new name and a conversion of its value, so old recipes keep working. The
+    decorated object is returned unchanged, so it can still be called or imported directly.
+
+    Registering a taken name (or alias) with a different object raises
+    :class:`RewardRegistrationError` naming both definitions; registering the same
+    definition again (a module imported twice) is allowed.
     """
 
     def decorate(target: Callable[..., Any]) -> Callable[..., Any]:
         entry = _make_entry(name, target, factory, columns, summary, source=_source_of(target))
+        entry = dataclasses.replace(entry, aliases=tuple(aliases), renamed=tuple((renamed or {}).items()))
+        for taken in (name, *aliases):
+            _refuse_clash(taken, target)
         _REGISTRY[name] = entry
+        for alias in aliases:
+            _ALIASES[alias] = name
         target.__gspo_reward__ = entry  # type: ignore[attr-defined]
         return target
 
     return decorate
+
+
+def _refuse_clash(name: str, target: Callable[..., Any]) -> None:
+    holder = _REGISTRY.get(_ALIASES.get(name, name))
+    if holder is None or holder.target is target or _place(holder.target) == _place(target):
+        return
+    raise RewardRegistrationError(
+        f"reward name {name!r} is already registered by {_place(holder.target)}; "
+        f"{_place(target)} registers a different object under it. Pick another name."
+    )
+
+
+def _place(target: Any) -> str:
+    """``module.qualname (file:line)`` of a definition, to name it in errors."""
+    obj = inspect.unwrap(target)
+    where = getattr(obj, "__qualname__", repr(obj))
+    try:
+        lines = inspect.getsourcelines(obj)[1]
+        return f"{obj.__module__}.{where} ({inspect.getsourcefile(obj)}:{lines})"
+    except (OSError, TypeError):
+        return f"{getattr(obj, '__module__', '?')}.{where}"
 
 
 def describe(spec: str) -> RewardInfo:
@@ -90,6 +142,7 @@ def describe(spec: str) -> RewardInfo:
         columns=entry.columns,
         source=entry.source,
         is_async=not entry.factory and _is_async(entry.target),
+        aliases=entry.aliases,
     )
 
 
@@ -113,8 +166,15 @@ def validate_params(spec: str, params: dict[str, Any]) -> None:
     ``max_len``) happen in :func:`get`, which is equally cheap.
     """
     entry = _resolve(spec)
+    params = _renamed_params(entry, params, warn=False)
     declared = {p.name: p for p in _parameters(entry)}
     for key, value in params.items():
+        if key == LABEL:
+            if not isinstance(value, str) or not value.strip():
+                raise RewardParameterError(
+                    f"reward {entry.name!r}: {LABEL} must be a non-empty string, got {value!r}"
+                )
+            continue
         if key not in declared:
             hint = ", ".join(declared) or "none"
             raise RewardParameterError(f"reward {entry.name!r} has no parameter {key!r} (parameters: {hint})")
@@ -127,12 +187,14 @@ def validate_params(spec: str, params: dict[str, Any]) -> None:
 def get(spec: str, **params: Any) -> Callable[..., Any]:
     """The ready reward callable for ``spec`` with ``params`` bound.
 
-    The result has a readable, stable ``__name__`` (TRL's metric key): the reward's name,
-    followed by its parameters when any are set, e.g. ``cosine_max_len1024``.
+    Its ``__name__``, the key TRL logs the reward's metrics under, is the reward's
+    registered name (``math`` also when named by its alias ``accuracy``), or the
+    ``label`` parameter when given, so that changing a parameter does not rename a metric.
     """
     entry = _resolve(spec)
     validate_params(spec, params)
-    name = readable_name(entry.name, params)
+    params = _renamed_params(entry, params)
+    name = params.pop(LABEL, None) or entry.name
     if entry.factory:
         try:
             reward = entry.target(**params)
@@ -145,20 +207,27 @@ def get(spec: str, **params: Any) -> Callable[..., Any]:
         except (AttributeError, TypeError):
             reward = _bind(reward, {}, name)
         return reward
-    if not params:
+    if not params and getattr(entry.target, "__name__", None) == name:
         return entry.target
     return _bind(entry.target, params, name)
 
 
-def readable_name(name: str, params: dict[str, Any]) -> str:
-    """``cosine`` + ``{max_len: 1024}`` -> ``cosine_max_len1024`` (keys sorted, so stable)."""
-    parts = [name] + [f"{key}{_short(value)}" for key, value in sorted(params.items())]
-    return "_".join(parts)
+def _renamed_params(entry: _Entry, params: dict[str, Any], warn: bool = True) -> dict[str, Any]:
+    """``params`` with old parameter names replaced by their new ones (one warning each)."""
+    out = dict(params)
+    for old, (new, convert) in entry.renamed:
+        if old in out:
+            if new in out:
+                raise RewardParameterError(
+                    f"reward {entry.name!r}: give {new!r} only ({old!r} is its old name)"
+                )
+            if warn:
+                log.warning(
+                    "reward %r: parameter %r is now %r; please update the recipe", entry.name, old, new
+                )
 
-
-def _short(value: Any) -> str:
-    text = str(value).replace(" ", "").replace("/", "-")
-    return text if len(text) <= 24 else text[:21] + "..."
+            out[new] = convert(out.pop(old))
+    return out
 
 
 def _bind(target: Callable[..., Any], params: dict[str, Any], name: str) -> Callable[..., Any]:
@@ -260,6 +329,8 @@ def _resolve(spec: str) -> _Entry:
         raise UnknownRewardError(f"reward spec must be a non-empty string, got {spec!r}")
     if spec in _REGISTRY:
         return _REGISTRY[spec]
+    if spec in _ALIASES:
+        return _REGISTRY[_ALIASES[spec]]
     if ":" in spec:
         attr, obj = loading.load_object(spec)
         return _entry_from_object(attr, obj, spec)
@@ -272,7 +343,7 @@ def _resolve(spec: str) -> _Entry:
                 f"entry point {spec!r} ({eps[spec].value}) failed to load: {err}"
             ) from err
         return _entry_from_object(spec, obj, f"entry point {eps[spec].value}")
-    candidates = sorted(set(_REGISTRY) | set(eps))
+    candidates = sorted(set(_REGISTRY) | set(_ALIASES) | set(eps))
     close = difflib.get_close_matches(spec, candidates, n=3, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     raise UnknownRewardError(

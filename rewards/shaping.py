@@ -1,4 +1,4 @@
-"""Shaping rewards: format, tag count, repetition and DAPO's soft overlong penalty.
+"""Shaping rewards: format, tag count, think format, repetition, DAPO's soft overlong penalty.
 
 They look at the completion alone (no verifier), cost microseconds, and are meant to be
 added with small weights next to a correctness reward. ``cosine`` lives in
@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rewards.completions import completion_lengths, completion_texts
+from rewards.completions import completion_texts, completion_tokens
 from rewards.registry import register
 
 
@@ -56,31 +56,57 @@ class TagCount:
         return [sum(0.25 for tag in self._tags if t.count(tag) == 1) for t in completion_texts(completions)]
 
 
-@register("repetition", factory=True, summary="n-gram repetition penalty in [max_penalty, 0]")
-class RepetitionPenalty:
-    """``(1 - unique n-grams / all n-grams) * max_penalty`` over whitespace-separated words.
+@register(
+    "think_format",
+    factory=True,
+    summary="1.0 if the text opens with one <think>...</think> block (TRL's think_format_reward)",
+)
+class ThinkFormat:
+    """1.0 when the completion starts with ``<think>``, closes it, and opens no second one.
 
-    0.0 for text without repeats (or shorter than ``ngram_size`` words), ``max_penalty``
-    approached by degenerate loops. Words, not token ids, so the penalty does not depend
-    on the tokenizer; pass ``on_tokens=True`` to use TRL's ``completion_ids`` instead.
+    For reasoning models whose answer follows the think block as free text (no
+    ``<answer>`` tags): TRL's ``think_format_reward``, with the tag name a parameter.
     """
 
-    def __init__(self, ngram_size: int = 3, max_penalty: float = -1.0, on_tokens: bool = False) -> None:
+    def __init__(self, think_tag: str = "think") -> None:
+        if not re.fullmatch(r"[A-Za-z_][\w-]*", think_tag):
+            raise ValueError(f"tag {think_tag!r} is not a valid tag name")
+        t = re.escape(think_tag)
+        self._pattern = re.compile(rf"^<{t}>(?!.*<{t}>)(.*?)</{t}>.*$", re.DOTALL | re.MULTILINE)
+        self.__name__ = "think_format"
+
+    def __call__(self, completions: list[Any], **kwargs: Any) -> list[float | None]:
+        return [1.0 if self._pattern.match(t) else 0.0 for t in completion_texts(completions)]
+
+
+@register(
+    "repetition",
+    factory=True,
+    aliases=("repetition_penalty",),
+    summary="n-gram repetition penalty over completion tokens, in [max_penalty, 0]",
+)
+class RepetitionPenalty:
+    """``(1 - unique n-grams / all n-grams) * max_penalty`` over the completion's tokens
+    (arXiv 2502.03373, App. C.2; TRL's ``get_repetition_penalty_reward``).
+
+    0.0 for text without repeats (or shorter than ``ngram_size`` tokens), ``max_penalty``
+    approached by degenerate loops. Tokens are TRL's ``completion_ids``; a direct call
+    without them uses lower-cased whitespace words (open-r1's reading), with one warning.
+    """
+
+    def __init__(self, ngram_size: int = 3, max_penalty: float = -1.0) -> None:
         if ngram_size < 1:
             raise ValueError(f"ngram_size must be >= 1, got {ngram_size}")
         if max_penalty > 0:
             raise ValueError(f"max_penalty must be <= 0 (it is a penalty), got {max_penalty}")
-        self.ngram_size, self.max_penalty, self.on_tokens = ngram_size, max_penalty, on_tokens
+        self.ngram_size, self.max_penalty = ngram_size, max_penalty
         self.__name__ = "repetition"
 
     def __call__(
-        self, completions: list[Any], completion_ids: list[list[int]] | None = None, **kwargs: Any
+        self, completions: list[Any] | None = None, completion_ids: list[Any] | None = None, **kwargs: Any
     ) -> list[float | None]:
-        texts = completion_texts(completions)
-        if self.on_tokens and completion_ids is None:
-            raise ValueError("repetition(on_tokens=True) needs completion_ids, which TRL passes in training")
-        units = completion_ids if self.on_tokens else [t.lower().split() for t in texts]
-        return [self._penalty(list(u)) for u in units]
+        lowered = None if completions is None else [t.lower() for t in completion_texts(completions)]
+        return [self._penalty(u) for u in completion_tokens("repetition", lowered, completion_ids)]
 
     def _penalty(self, units: list[Any]) -> float:
         n = self.ngram_size
@@ -91,30 +117,38 @@ class RepetitionPenalty:
 
 
 @register(
-    "soft_overlong", factory=True, summary="DAPO's soft overlong penalty on completion length, in [-1, 0]"
+    "soft_overlong",
+    factory=True,
+    aliases=("soft_overlong_punishment",),
+    summary="DAPO's soft overlong penalty on completion tokens, in [-1, 0]",
 )
 class SoftOverlongPenalty:
     """DAPO (arXiv 2503.14476, eq. 13): 0 up to ``max_completion_len - soft_punish_cache``
     tokens, then a linear ramp down to -1 at ``max_completion_len``, -1 beyond.
+    ``soft_punish_cache=0`` is a hard cut-off: 0 up to ``max_completion_len``, -1 beyond.
 
-    Lengths are token counts from TRL's ``completion_ids``; direct calls without them fall
-    back to word counts. Set ``max_completion_len`` to the recipe's ``max_completion_length``.
+    Lengths are TRL's ``completion_ids`` (called as TRL's ``get_soft_overlong_punishment``
+    is, ``fn(completion_ids=...)``, or with completions too); a direct call without them
+    counts whitespace words, with one warning. Set ``max_completion_len`` to the recipe's
+    ``max_completion_length``.
     """
 
     def __init__(self, max_completion_len: int = 4096, soft_punish_cache: int = 512) -> None:
         if max_completion_len <= 0:
             raise ValueError(f"max_completion_len must be > 0, got {max_completion_len}")
-        if not 0 < soft_punish_cache <= max_completion_len:
+        if not 0 <= soft_punish_cache <= max_completion_len:
             raise ValueError(
-                f"soft_punish_cache must be in (0, max_completion_len={max_completion_len}], "
+                f"soft_punish_cache must be in [0, max_completion_len={max_completion_len}], "
                 f"got {soft_punish_cache}"
             )
         self.max_len, self.cache = max_completion_len, soft_punish_cache
         self.__name__ = "soft_overlong"
 
     def __call__(
-        self, completions: list[Any], completion_ids: list[list[int]] | None = None, **kwargs: Any
+        self, completions: list[Any] | None = None, completion_ids: list[Any] | None = None, **kwargs: Any
     ) -> list[float | None]:
-        lengths = completion_lengths(completion_texts(completions), completion_ids)
         start = self.max_len - self.cache
-        return [0.0 if n <= start else max(-1.0, (start - n) / self.cache) for n in lengths]
+        lengths = [len(t) for t in completion_tokens("soft_overlong", completions, completion_ids)]
+        return [
+            0.0 if n <= start else -1.0 if n > self.max_len else (start - n) / self.cache for n in lengths
+        ]

@@ -83,12 +83,12 @@ def test_verdict_table_plain_and_chat(math_reward):
     assert math_reward([chat(t) for t in texts], solution=golds) == expected
 
 
-def test_strict_latex_reads_answers_as_trl_does():
+def test_without_latex_shorthand_answers_read_as_trl_does():
     from trl.rewards import accuracy_reward
 
     texts = [r"\boxed{\frac13}", r"\boxed{2\sqrt3}", r"\boxed{\frac{1}{3}}", r"\boxed{\frac{1}{2}}", "none"]
     golds = [r"$\frac{1}{3}$", r"$2\sqrt{3}$", r"$\frac{1}{3}$", r"$\frac{1}{3}$", "$3$"]
-    strict = rewards.get("math", strict_latex=True, timeout=20.0, workers=2)
+    strict = rewards.get("math", latex_shorthand=False, timeout=20.0, workers=2)
     try:
         expected = accuracy_reward([[{"content": t}] for t in texts], golds)
         assert expected == [0.0, 0.0, 1.0, 0.0, 0.0]
@@ -245,10 +245,152 @@ def test_integer_fast_path_agrees_with_math_verify(gold, answer):
 def test_slow_items_of_one_prompt_spread_over_workers(tight_math_reward):
     """Four 1 s items of one prompt (100 KB each) on two workers: ~2 s, not the 4 s of one
     worker doing them all (a big request queued on a busy worker once blocked the pool)."""
-    nested = r"\boxed{" + NESTED + "}"
-    texts = [r"\boxed{3}"] * 8 + [nested] * 4
+    texts = [r"\boxed{3}"] * 8 + [r"\boxed{" + NESTED + f"{i}}}" for i in range(4)]  # 4 distinct
     tight_math_reward.pool.start()  # worker start-up is not what is measured
     start = time.monotonic()
     scores = tight_math_reward(texts, solution=["3"] * 8 + ["1"] * 4)
     assert scores == [1.0] * 8 + [0.0] * 4
     assert time.monotonic() - start < 3.6 * LIMIT_S
+
+
+# gold, a correct answer: words are not judged (None), maths is (1.0 right, 0.0 wrong)
+GOLDS_WORDS_OR_MATHS = [
+    ("forty two", r"\boxed{42}", None),
+    ("yes", r"\boxed{yes}", None),
+    ("no", r"\boxed{no}", None),
+    ("none", r"\boxed{none}", None),
+    ("Monday", r"\boxed{\text{Monday}}", None),
+    ("red", r"\boxed{red}", None),
+    ("12 dollars", r"\boxed{12}", None),
+    (r"\text{Monday}", r"\boxed{Monday}", None),
+    (r"2\sqrt{3}", r"\boxed{\sqrt{12}}", 1.0),
+    ("(1,3]", r"\boxed{(1,3]}", 1.0),
+    ("x^2+1", r"\boxed{1+x^2}", 1.0),
+    (r"\frac12", r"\boxed{0.5}", 1.0),
+    ("1,234", r"\boxed{1234}", 1.0),
+    ("a^2+2ab+b^2", r"\boxed{(a+b)^2}", 1.0),  # letter pairs inside an expression stay maths
+    ("5 cm", r"\boxed{5}", 1.0),  # math-verify drops the unit
+    ("A", r"\boxed{A}", 1.0),
+]
+
+
+def test_gold_in_words_is_not_judged_and_maths_is(math_reward):
+    """Issue 13: sympy reads `yes` as E*s*y, so `\\boxed{yes}` used to score 1.0 and 42 0.0."""
+    golds = [row[0] for row in GOLDS_WORDS_OR_MATHS]
+    right = math_reward([row[1] for row in GOLDS_WORDS_OR_MATHS], solution=golds)
+    wrong = math_reward([r"\boxed{7}"] * len(golds), solution=golds)
+    assert right == [row[2] for row in GOLDS_WORDS_OR_MATHS]
+    assert wrong == [None if row[2] is None else 0.0 for row in GOLDS_WORDS_OR_MATHS]
+
+
+def test_missing_gold_scores_none_not_the_string_none(math_reward):
+    scores = math_reward([r"\boxed{None}", r"\boxed{3}", r"\boxed{3}"], solution=[None, None, "3"])
+    assert scores == [None, None, 1.0]
+
+
+def test_identical_pathological_completions_cost_one_time_limit(tight_math_reward):
+    """Issue 12: 8 copies of one power tower used to cost 8 time limits (21 s)."""
+    tower = r"\boxed{9^{9^{9^{9}}}}"
+    tight_math_reward.pool.start()
+    start = time.monotonic()
+    assert tight_math_reward([tower], solution=["1"]) == [0.0]
+    one = time.monotonic() - start
+    start = time.monotonic()
+    assert tight_math_reward([f"step {i}: {tower}" for i in range(8)], solution=["1"] * 8) == [0.0] * 8
+    eight = time.monotonic() - start
+    assert one >= LIMIT_S  # it really is pathological, or this test measures nothing
+    assert eight < 2.0 * one, (one, eight)
+
+
+# completion, answer_format, expected against gold 34
+ANSWER_FORMS = [
+    ("Reasoning...\nAnswer: $34$", "answer_line", 1.0),
+    ("Reasoning...\nAnswer: 34", "answer_line", 1.0),
+    ("Reasoning...\nAnswer: 34.", "answer_line", 1.0),
+    ("answer: \\boxed{34}", "answer_line", 1.0),
+    ("Answer: 12\nno wait\nAnswer: 34", "answer_line", 1.0),  # the last line wins
+    ("Answer: 34\nno wait\nAnswer: 12", "answer_line", 0.0),
+    ("\\boxed{34}", "answer_line", 0.0),  # a box is not an Answer: line
+    ("Reasoning...\nAnswer: $34$", "boxed", 1.0),  # math-verify's answer: anchor, without a box
+    ("\\boxed{12}\nAnswer: 34", "boxed", 0.0),  # the box is the answer
+    ("\\boxed{12}\nAnswer: 34", "any", 1.0),  # the later of the two
+    ("Answer: 34\nso \\boxed{12}", "any", 0.0),
+    ("Answer: 34\nso \\boxed{34}", "any", 1.0),
+    ("no answer at all", "any", 0.0),
+    ("no answer at all", "answer_line", 0.0),
+]
+
+
+@pytest.mark.parametrize(("text", "answer_format", "expected"), ANSWER_FORMS)
+def test_answer_formats(text, answer_format, expected, math_reward):
+    fn = rewards.get("math", timeout=20.0, workers=2, answer_format=answer_format)
+    assert fn([text], solution=["34"]) == [expected]
+
+
+def test_final_statement_after_intermediate_boxes_wins(math_reward):
+    text = (
+        r"First $a = \boxed{17}$ and $b = \boxed{615}$, so the product is $17 \cdot 615$."
+        "\nThe final answer is $10,455$"
+    )
+    assert math_reward([text, text], solution=["10455", "17"]) == [1.0, 0.0]
+    # a box after the statement is the final word again
+    assert math_reward([text + r" or rather \boxed{17}"], solution=["17"]) == [1.0]
+    # a statement without LaTeX is no answer form (math-verify's rule): the box stays the answer
+    assert math_reward([r"\boxed{3}. So the final answer is 3."], solution=["3"]) == [1.0]
+
+
+REASONING = [
+    (r"<think> Reasoning </think> The final answer is \boxed{\frac{1}{3}}", 1.0),
+    (r"<think> Reasoning </think> The final answer is \boxed{\frac{1}{2}}", 0.0),
+    (r"<think> partial answers \boxed{\frac{1}{3}} but no final answer", 0.0),
+    (r"<think> try \boxed{\frac{1}{2}} </think> so \boxed{\frac{1}{3}}", 1.0),
+    (r"<think> \boxed{\frac{1}{3}} </think> I give up", 0.0),
+]
+
+
+def test_reasoning_delimiters_grade_only_text_after_the_reasoning(math_reward):
+    from trl.rewards import reasoning_accuracy_reward
+
+    texts, expected = [r[0] for r in REASONING], [r[1] for r in REASONING]
+    golds = [r"$\frac{1}{3}$"] * len(texts)
+    fn = rewards.get("math", timeout=20.0, workers=2, reasoning_delimiters=["</think>"])
+    assert fn(texts, solution=golds) == expected
+    assert reasoning_accuracy_reward([[{"content": t}] for t in texts], golds) == expected
+    assert math_reward(texts, solution=golds) == [1.0, 0.0, 1.0, 1.0, 1.0]  # without: any box counts
+
+
+@pytest.mark.parametrize(
+    ("params", "text", "gold", "expected"),
+    [
+        ({}, r"\boxed{3.1415926}", r"3.14159265", 1.0),  # 6 decimals by default
+        ({"float_rounding": 8}, r"\boxed{3.1415926}", r"3.14159265", 0.0),
+        ({}, r"\boxed{y=3}", r"x=3", 0.0),  # strict: variable names matter
+        ({"strict": False}, r"\boxed{y=3}", r"x=3", 1.0),
+        ({}, r"\boxed{1 < x < 2}", r"(1,2)", 0.0),
+        ({"allow_set_relation_comp": True}, r"\boxed{1 < x < 2}", r"(1,2)", 1.0),
+        ({"numeric_precision": 30}, r"\boxed{\frac{1}{3}}", r"0.333333", 1.0),
+    ],
+)
+def test_math_verify_checker_options(params, text, gold, expected):
+    from math_verify import parse, verify
+
+    from rewards.math_answers import parse_answer, parse_gold
+
+    fn = rewards.get("math", timeout=20.0, workers=2, **params)
+    assert fn([text], solution=[gold]) == [expected]
+    assert float(verify(parse_gold(gold), parse_answer(text), timeout_seconds=None, **params)) == expected
+    assert parse("$1$")
+
+
+@pytest.mark.parametrize(
+    ("params", "fragment"),
+    [
+        ({"answer_format": "last_line"}, "answer_format"),
+        ({"reasoning_delimiters": "</think>"}, "reasoning_delimiters"),
+        ({"reasoning_delimiters": [""]}, "reasoning_delimiters"),
+        ({"float_rounding": -1}, "float_rounding"),
+    ],
+)
+def test_bad_math_options_are_refused(params, fragment):
+    with pytest.raises(rewards.RewardParameterError, match=fragment):
+        rewards.get("math", **params)

@@ -12,7 +12,12 @@ import pytest
 import rewards
 from rewards import RewardParameterError, UnknownRewardError
 
-BUILTINS = ["code", "cosine", "format", "math", "repetition", "soft_overlong", "tag_count"]
+BUILTINS = ["code", "cosine", "format", "math", "repetition", "soft_overlong", "tag_count", "think_format"]
+ALIASES = {
+    "accuracy": "math",
+    "repetition_penalty": "repetition",
+    "soft_overlong_punishment": "soft_overlong",
+}
 
 
 def test_every_builtin_is_listed_with_its_columns():
@@ -32,19 +37,99 @@ def test_every_builtin_is_listed_with_its_columns():
     ("spec", "params", "expected_name"),
     [
         ("format", {}, "format"),
-        ("cosine", {"max_len": 1024}, "cosine_max_len1024"),
-        ("repetition", {"ngram_size": 2, "max_penalty": -0.5}, "repetition_max_penalty-0.5_ngram_size2"),
-        ("soft_overlong", {"max_completion_len": 256, "soft_punish_cache": 64}, None),
-        ("math", {"timeout": 3.0}, "math_timeout3.0"),
-        ("code", {"scoring": "binary"}, "code_scoringbinary"),
+        ("cosine", {"max_len": 1024}, "cosine"),
+        ("repetition", {"ngram_size": 2, "max_penalty": -0.5}, "repetition"),
+        ("soft_overlong", {"max_completion_len": 256, "soft_punish_cache": 64}, "soft_overlong"),
+        ("math", {"timeout": 3.0}, "math"),
+        ("math", {"timeout": 3.0, "label": "math_strict"}, "math_strict"),
+        ("accuracy", {}, "math"),
+        ("code", {"scoring": "binary"}, "code"),
+        ("think_format", {"label": "think"}, "think"),
     ],
 )
-def test_get_builds_a_named_callable(spec, params, expected_name):
+def test_get_builds_a_callable_named_after_the_reward(spec, params, expected_name):
+    """TRL logs rewards/<__name__>/mean: changing a parameter must not rename the metric."""
     fn = rewards.get(spec, **params)
     assert callable(fn)
-    assert fn.__name__ == (expected_name or rewards.registry.readable_name(spec, params))
-    assert fn.__name__ == rewards.get(spec, **dict(reversed(params.items()))).__name__  # stable order
+    assert fn.__name__ == expected_name
     pickle.loads(pickle.dumps(fn))  # TRL's async rollout worker pickles reward functions
+
+
+@pytest.mark.parametrize("label", ["", 3, None])
+def test_bad_label_is_refused(label):
+    with pytest.raises(RewardParameterError, match="label"):
+        rewards.validate_params("math", {"label": label})
+
+
+@pytest.mark.parametrize(("alias", "name"), sorted(ALIASES.items()))
+def test_aliases_resolve_to_the_builtin_and_are_listed(alias, name, capsys):
+    from rewards.cli import main
+
+    assert rewards.describe(alias) == rewards.describe(name)
+    assert alias in rewards.describe(name).aliases
+    assert rewards.get(alias).__name__ == name
+    assert main(["list"]) == 0
+    listed = capsys.readouterr().out.split("\n\n")
+    block = next(b for b in listed if b.startswith(name + "\n"))
+    assert f"aliases: {alias}" in block
+
+
+def test_old_parameter_name_strict_latex_still_works_and_warns(caplog):
+    info = rewards.describe("math")
+    assert "strict_latex" not in {p.name for p in info.parameters}
+    rewards.validate_params("math", {"strict_latex": True})
+    with caplog.at_level("WARNING", logger="rewards.registry"):
+        fn = rewards.get("math", strict_latex=True)
+    assert fn.latex_shorthand is False and "latex_shorthand" in caplog.text
+    with pytest.raises(RewardParameterError, match="latex_shorthand"):
+        rewards.get("math", strict_latex=True, latex_shorthand=True)
+
+
+CLASH_A = """
+from rewards import register
+
+@register("clash_reward")
+def first(completions, **kwargs):
+    return [1.0 for _ in completions]
+"""
+CLASH_B = """
+from rewards import register
+
+def helper():
+    pass
+
+@register("clash_reward")
+def second(completions, **kwargs):
+    return [0.0 for _ in completions]
+
+@register("accuracy")
+def takes_an_alias(completions, **kwargs):
+    return [0.0 for _ in completions]
+"""
+
+
+def test_registering_a_name_twice_names_both_definitions(tmp_path):
+    (tmp_path / "clash_a.py").write_text(CLASH_A)
+    (tmp_path / "clash_b.py").write_text(CLASH_B)
+    rewards.describe(f"{tmp_path}/clash_a.py:first")
+    with pytest.raises(ValueError, match="RewardRegistrationError") as err:  # raised while importing the file
+        rewards.describe(f"{tmp_path}/clash_b.py:second")
+    message = str(err.value)
+    assert "'clash_reward'" in message
+    assert f"{tmp_path}/clash_a.py:4" in message and f"{tmp_path}/clash_b.py:7" in message
+    assert rewards.get("clash_reward")(["x"]) == [1.0]  # the first stays
+
+
+def test_registering_an_alias_name_is_refused():
+    with pytest.raises(rewards.RewardRegistrationError, match=r"'accuracy'.*MathReward"):
+        rewards.register("accuracy")(lambda completions, **kwargs: [0.0])
+
+
+def test_registering_the_same_definition_again_is_allowed():
+    from rewards.shaping import TagCount
+
+    rewards.register("tag_count", factory=True)(TagCount)
+    assert rewards.get("tag_count")(["<think>a</think>"]) == [0.5]
 
 
 @pytest.mark.parametrize(
@@ -108,6 +193,9 @@ def length_reward(completions, solution, *, scale: float = 1.0, **kwargs):
 async def async_reward(completions, **kwargs):
     await asyncio.sleep(0)
     return [1.0 for _ in completions]
+"""
+DECORATED_FILE = """
+from rewards import register
 
 @register("user_registered_reward", columns=("answer",))
 def decorated(completions, answer, **kwargs):
@@ -130,13 +218,15 @@ def test_file_path_spec_with_params_and_columns(user_file):
     assert [(p.name, p.default) for p in info.parameters] == [("scale", 1.0)]
     assert rewards.get(spec)(["ab", "abc"], solution=["x", "y"]) == [2.0, 3.0]
     scaled = rewards.get(spec, scale=2.0)
-    assert scaled.__name__ == "length_reward_scale2.0"
+    assert scaled.__name__ == "length_reward"
     assert scaled(["ab"], solution=["x"]) == [4.0]
     with pytest.raises(RewardParameterError, match=r"length_reward.*'scal'"):
         rewards.get(spec, scal=2.0)
 
 
-def test_decorator_registers_by_name(user_file):
+def test_decorator_registers_by_name(tmp_path):
+    user_file = tmp_path / "decorated.py"
+    user_file.write_text(DECORATED_FILE)
     rewards.describe(f"{user_file}:decorated")  # importing the file runs the decorator
     info = rewards.describe("user_registered_reward")
     assert info.columns == ("answer",) and info.summary == "Exact match with the answer column."

@@ -94,7 +94,7 @@ REPETITION_TABLE = [
     ("a b a b a b", -0.5),  # 4 trigrams, 2 unique -> (1 - 2/4) * -1
     ("x x x x x x x x x x x", -(1 - 1 / 9)),
     ("Ωμέγα Ωμέγα Ωμέγα Ωμέγα", -0.5),
-    ("The cat THE CAT the cat", -0.5),  # case-insensitive words
+    ("The cat THE CAT the cat", -0.5),  # word fallback is case-insensitive (open-r1's reading)
 ]
 
 
@@ -103,12 +103,40 @@ def test_repetition(completion, expected):
     assert rewards.get("repetition")([completion]) == [pytest.approx(expected)]
 
 
-def test_repetition_on_tokens_matches_trl():
+@pytest.mark.parametrize(
+    "ids",
+    [[[1, 2, 3, 4], [5, 5, 5, 5, 5], [7], []], [(1, 2, 1, 2, 1, 2), (9, 9, 9)]],
+)
+def test_repetition_on_completion_ids_matches_trl(ids):
+    """In training TRL passes completion_ids: they are what is counted, not the text's words."""
     from trl.rewards import get_repetition_penalty_reward
 
-    ids = [[1, 2, 3, 4], [5, 5, 5, 5, 5], [7]]
-    ours = rewards.get("repetition", ngram_size=2, on_tokens=True)(["", "", ""], completion_ids=ids)
-    assert ours == get_repetition_penalty_reward(ngram_size=2)(completion_ids=ids)
+    trl = get_repetition_penalty_reward(ngram_size=2)(completion_ids=ids)
+    fn = rewards.get("repetition", ngram_size=2)
+    assert fn(["a a a a a a"] * len(ids), completion_ids=ids) == pytest.approx(trl)
+    assert fn(completion_ids=ids) == pytest.approx(trl)  # called the way TRL calls its own
+
+
+def test_repetition_accepts_tensors_of_ids():
+    import torch
+
+    fn = rewards.get("repetition", ngram_size=2)
+    assert fn(completion_ids=[torch.tensor([3, 3, 3, 3])]) == [pytest.approx(-2 / 3)]
+
+
+@pytest.mark.parametrize("spec", ["repetition", "soft_overlong", "cosine"])
+def test_word_fallback_warns_once_per_reward(spec, caplog):
+    from rewards import completions as completions_module
+
+    completions_module._WARNED_WORDS.discard(spec)
+    fn = rewards.get(spec)
+    kwargs = {"solution": ["1"]} if spec == "cosine" else {}
+    with caplog.at_level("WARNING", logger="rewards.completions"):
+        fn(["a b c a b c"], **kwargs)
+        fn(["a b c a b c"], **kwargs)
+        fn(["a b c"], completion_ids=[[1, 2, 3]], **kwargs)
+    warnings = [r.getMessage() for r in caplog.records if "completion_ids" in r.getMessage()]
+    assert len(warnings) == 1 and spec in warnings[0]
 
 
 @pytest.mark.parametrize(
@@ -118,17 +146,48 @@ def test_repetition_on_tokens_matches_trl():
 def test_soft_overlong(length, expected):
     fn = rewards.get("soft_overlong", max_completion_len=100, soft_punish_cache=20)
     assert fn(["x"], completion_ids=[[0] * length]) == [pytest.approx(expected)]
-    assert fn([chat("w " * length)]) == [pytest.approx(expected)]  # word-count fallback
+    assert fn(completion_ids=[[0] * length]) == [pytest.approx(expected)]
+    assert fn([chat("w " * length)]) == [pytest.approx(expected)]  # word-count fallback (warns)
 
 
-def test_soft_overlong_matches_trl():
+@pytest.mark.parametrize("cache", [0, 20, 100])
+def test_soft_overlong_matches_trl(cache):
+    """cache 0 is TRL's hard cut-off (0 up to the limit, -1 beyond)."""
     from trl.rewards import get_soft_overlong_punishment
 
-    ids = [[0] * n for n in (10, 75, 81, 95, 100, 130)]
-    ours = rewards.get("soft_overlong", max_completion_len=100, soft_punish_cache=20)(
-        [""] * len(ids), completion_ids=ids
-    )
-    assert ours == pytest.approx(get_soft_overlong_punishment(100, 20)(completion_ids=ids))
+    ids = [[0] * n for n in (0, 10, 75, 81, 95, 99, 100, 101, 130)]
+    fn = rewards.get("soft_overlong", max_completion_len=100, soft_punish_cache=cache)
+    trl = get_soft_overlong_punishment(100, cache)
+    ours = fn([""] * len(ids), completion_ids=ids)
+    assert ours == pytest.approx(trl(completion_ids=ids))
+    if cache == 0:
+        assert ours == [0.0] * 7 + [-1.0, -1.0]
+
+
+THINK_FORMAT_TABLE = [
+    ("<think>\nThis is my reasoning.\n</think>\nThis is my answer.", 1.0),  # TRL's docstring example
+    ("<think>\nThis is my reasoning.\nThis is my answer.", 0.0),
+    ("<think>r</think>", 1.0),
+    ("<think></think>answer", 1.0),
+    ("<think>a</think><think>b</think>", 0.0),
+    ("<think>a <think> b</think>", 0.0),
+    (" <think>a</think>", 0.0),  # must open the completion
+    ("answer first <think>a</think>", 0.0),
+    ("<think>δ 🤔</think> √2", 1.0),
+    ("", 0.0),
+]
+
+
+@pytest.mark.parametrize(("completion", "expected"), both_shapes(THINK_FORMAT_TABLE))
+def test_think_format(completion, expected):
+    assert rewards.get("think_format")([completion]) == [expected]
+
+
+def test_think_format_matches_trl():
+    from trl.rewards import think_format_reward
+
+    texts = [row[0] for row in THINK_FORMAT_TABLE]
+    assert rewards.get("think_format")(texts) == think_format_reward([[{"content": t}] for t in texts])
 
 
 COSINE_TABLE = [
