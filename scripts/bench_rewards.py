@@ -91,7 +91,7 @@ def bench_math(quick: bool) -> dict[str, float]:
     normal = [r for r in rows if not r[3]]
     wrapped = lambda rs: [f"${r[1]}$" for r in rs]  # noqa: E731  (TRL's expected gold form)
     chat = lambda rs: [[{"role": "assistant", "content": r[0]}] for r in rs]  # noqa: E731
-    strict = rewards.get("math", strict_latex=True)  # reads answers exactly as TRL does
+    strict = rewards.get("math", latex_shorthand=False)  # reads answers exactly as TRL does
     ours = rewards.get("math")
     _, startup = timed(strict.pool.start)
     pids = strict.pool.pids()
@@ -121,7 +121,8 @@ def bench_math(quick: bool) -> dict[str, float]:
     load = os.getloadavg()[0]
     print(f"\n(a) math vs trl.rewards.accuracy_reward, {usable_cores()} cores, load average {load:.1f}")
     print(f"    items: {n} normal + {len(rows) - n} pathological; math pool start-up {startup:.2f}s (once)")
-    print("    ours = rewards.get('math', strict_latex=True): TRL's reading of answers, our pool and caches;")
+    print("    ours = rewards.get('math', latex_shorthand=False): TRL's reading of answers,")
+    print("    our pool and caches;")
     print("    both warmed up first on other items; answers repeat within a prompt's group, as in GRPO")
     print(f"    {'':34s}{'trl':>10s}{'ours':>10s}{'ratio':>8s}")
     for label, a, b in (

@@ -63,6 +63,14 @@ CASES = [
         lambda t: ["--rewards", "[{name: gspo_trl.data.synthetic:digit_reversal_reward, weight: .nan}]"],
         ["weight"],
     ),
+    (
+        "same metric name",
+        lambda t: [
+            "--rewards",
+            "[gspo_trl.data.synthetic:digit_reversal_reward, gspo_trl.data.synthetic:digit_reversal_reward]",
+        ],
+        ["label", "rewards[1]"],
+    ),
     ("columns as list", lambda t: ["--data.columns", "[a, b]"], ["data.columns", "list"]),
     ("dtype", lambda t: ["--model.dtype", "float128"], ["model.dtype", "float128"]),
     ("missing model dir", lambda t: ["--model.name_or_path", str(t / "no-model")], ["model.name_or_path"]),

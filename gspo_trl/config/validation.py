@@ -195,6 +195,20 @@ def _check_rewards(recipe: Recipe) -> None:
             rewards.validate_params(spec, params)
         except (rewards.UnknownRewardError, rewards.RewardParameterError) as error:
             raise RecipeError(f"{where}: {error}") from None
+    _check_metric_names(recipe)
+
+
+def _check_metric_names(recipe: Recipe) -> None:
+    """Two rewards logged under one name would merge their curves: each needs its own `label`."""
+    seen: dict[str, int] = {}
+    for index, entry in enumerate(recipe.rewards):
+        name = str(entry.params.get("label") or rewards.describe(entry.spec).name)
+        if name in seen:
+            raise RecipeError(
+                f"rewards[{index}] ({entry.spec}): logs under the name {name!r}, as rewards[{seen[name]}] "
+                "does; give one of them a `label: ...` so their metrics stay apart"
+            )
+        seen[name] = index
 
 
 def _check_heldout(recipe: Recipe) -> None:
