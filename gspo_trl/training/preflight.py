@@ -17,7 +17,6 @@ from typing import Any
 
 from gspo_trl.config.recipe import Recipe
 from gspo_trl.config.validation import check_columns, required_columns, validate
-from gspo_trl.data.loading import load_data
 from gspo_trl.errors import RecipeError
 
 
@@ -60,6 +59,8 @@ def preflight(recipe: Recipe, processes: int | None = None) -> PreparedData:
     validate(recipe, processes)
     check_model_path(recipe)
     check_output_dir(output_dir_of(recipe))
+    from gspo_trl.data.loading import load_data  # `datasets` is slow to import: only past the checks
+
     train, evaluation = load_data(recipe.data, required_columns=sorted(required_columns(recipe)))
     check_columns(recipe, train.column_names)
     if recipe.heldout is not None and evaluation is None:
