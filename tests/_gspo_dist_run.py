@@ -88,11 +88,7 @@ def main() -> int:
         report_to="none",
         per_device_train_batch_size=GLOBAL_BATCH // world,
         num_generations=GROUP,
-        steps_per_generation=STEPS_PER_GENERATION,
-        gradient_accumulation_steps=1,
-        importance_sampling_level="sequence",
-        loss_type="grpo",
-        beta=0.0,
+        steps_per_generation=STEPS_PER_GENERATION,  # GSPO's loss, beta 0 and ratio level: the defaults
         epsilon=3e-3,
         epsilon_high=4e-3,
         learning_rate=2.0,
