@@ -136,7 +136,7 @@ PRESETS: dict[str, Preset] = {
         "math",
     ),
     "verifiable-coding": Preset(
-        "Python problems with stdin/stdout or function-call tests (open-r1/verifiable-coding-problems-python)",
+        "Python problems with stdin/stdout or call tests (open-r1/verifiable-coding-problems-python)",
         {"path": "open-r1/verifiable-coding-problems-python", "prompt_column": "problem_statement"},
         "code",
         Transform(
