@@ -92,3 +92,23 @@ def test_header_batch_arithmetic_matches_the_recipe(path: Path) -> None:
     if "configs/zero3.yaml" in text:
         tokens = training["per_device_train_batch_size"] * training["max_completion_length"]
         assert tokens <= ZERO3_MAX_MICRO_BATCH_TOKENS, f"{path}: {tokens} completion tokens per micro-batch"
+
+
+QWEN3_RECIPES = [pytest.param(p, id=i) for p, i in zip(RECIPES, RECIPE_IDS, strict=True) if "qwen3" in i]
+
+
+@pytest.mark.parametrize("path", QWEN3_RECIPES)
+def test_qwen3_recipes_decide_thinking_mode_and_vllm_memory_and_say_why(path: Path) -> None:
+    """Qwen3 thinks by default; at a 4k/8k cap that is a decision, so each recipe makes it
+    (chat_template_kwargs, a GRPOConfig field) and its header says why. A colocated engine in
+    sleep mode frees its memory while the trainer steps, so 0.3 of the GPU is needlessly few
+    sequences per generation wave."""
+    recipe = load_recipe(path)
+    text = "\n".join(line for line in path.read_text().splitlines() if line.startswith("#"))
+    assert "enable_thinking" in (recipe.training.get("chat_template_kwargs") or {})
+    assert "# Thinking:" in text and f"past {recipe.training['max_completion_length'] // 1024}k" in text
+    if recipe.training.get("vllm_mode") == "colocate" and recipe.training.get("vllm_enable_sleep_mode"):
+        utilization = recipe.training["vllm_gpu_memory_utilization"]
+        assert 0.5 <= utilization <= 0.6
+        assert f"# Memory:   vllm_gpu_memory_utilization {utilization}:" in text
+    assert "score None" not in text, "the code reward runs function-call tests; nothing scores None"
