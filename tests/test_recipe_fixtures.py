@@ -87,6 +87,7 @@ def test_fixture_loads_through_the_mapping_and_grades(
     raw = _read_jsonl(FIXTURES / f"{stem}.jsonl")
     assert len(train) == len(raw), "rows were dropped"
     assert len(set(train.column_names)) == len(train.column_names)
+    assert len(train.column_names) >= len(raw[0]), f"columns lost: {sorted(raw[0])} -> {train.column_names}"
     for message_list in train["prompt"]:
         assert [m["role"] for m in message_list][-1] == "user", message_list
         assert all(isinstance(m["content"], str) and m["content"] for m in message_list)
