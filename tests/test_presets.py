@@ -1,4 +1,8 @@
-"""Dataset presets: every preset maps a local file with its source's columns to what its verifier reads."""
+"""Dataset presets and column renames.
+
+Loading and grading every preset on its dataset's full real schema is in
+tests/test_recipe_fixtures.py; this file tests the preset table's mechanics.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,6 @@ from typing import Any
 
 import pytest
 
-import rewards
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.sections import DataConfig
 from gspo_trl.data.loading import load_data
@@ -21,7 +24,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 # One raw row per preset, with the columns its hub source has (trimmed to what matters).
 RAW_ROWS: dict[str, dict[str, Any]] = {
     "gsm8k": {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3 + 4 = <<3+4=7>>7\n#### 7"},
-    "math500": {"problem": "What is $2^3$?", "answer": "8", "subject": "Algebra", "level": 1},
+    "math500": {"problem": "What is $2^3$?", "solution": "$2^3 = \\boxed{8}$", "answer": "8", "level": 1},
     "dapo-math": {"prompt": "Compute 6*7.", "solution": "42", "data_source": "x"},
     "openr1-math": {"problem": "Find x if x+1=3.", "answer": "2", "solution": "x = 2"},
     "verifiable-coding": {
@@ -40,39 +43,11 @@ RAW_ROWS: dict[str, dict[str, Any]] = {
         "entry_point": "double",
     },
 }
-# A right answer per preset, graded by the preset's own verifier after loading.
-RIGHT_ANSWERS = {
-    "gsm8k": "So \\boxed{7}",
-    "math500": "\\boxed{8}",
-    "dapo-math": "\\boxed{42}",
-    "openr1-math": "\\boxed{2}",
-    "verifiable-coding": "```python\nprint(int(input())**2)\n```",
-    "humaneval": "```python\ndef double(x):\n    return 2 * x\n```",
-}
 
 
 def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     return path
-
-
-def test_every_preset_has_an_example_here() -> None:
-    assert set(RAW_ROWS) == set(PRESETS) == set(RIGHT_ANSWERS)
-
-
-@pytest.mark.parametrize("name", sorted(PRESETS))
-def test_a_local_file_with_the_presets_columns_loads_and_grades(name: str, tmp_path: Path) -> None:
-    preset = PRESETS[name]
-    path = _write_jsonl(tmp_path / f"{name}.jsonl", [RAW_ROWS[name]])
-    config = DataConfig(preset=name, path=str(path), split="train", eval_split=None)
-    train, _ = load_data(config)
-    assert train[0]["prompt"][-1]["role"] == "user"
-    needed = rewards.describe(preset.reward).columns
-    assert set(needed) <= set(train.column_names), (needed, train.column_names)
-    grader = rewards.get(preset.reward, **preset.reward_params)
-    columns = {column: train[column] for column in train.column_names if column != "prompt"}
-    assert grader([RIGHT_ANSWERS[name]], **columns) == [1.0]
-    assert grader(["\\boxed{12345}\n```python\nprint(0)\n```"], **columns) == [0.0]
 
 
 @pytest.mark.parametrize(
@@ -138,3 +113,40 @@ def test_docs_list_every_preset() -> None:
     for name, preset in PRESETS.items():
         assert f"| `{name}` | " in docs, name
         assert preset.config["path"] in docs or name == "humaneval", name
+
+
+@pytest.mark.parametrize(
+    ("row", "columns", "expected"),
+    [
+        # MATH-500 / OpenR1-Math: answer -> solution lands on the worked `solution`.
+        (
+            {"problem": "p", "solution": "worked", "answer": "8"},
+            {"answer": "solution"},
+            {"solution": "8", "solution_original": "worked"},
+        ),
+        # A swap is a rename, not a clash.
+        ({"prompt": "p", "a": "1", "b": "2"}, {"a": "b", "b": "a"}, {"a": "2", "b": "1"}),
+        # The source moved away first: nothing to move aside.
+        (
+            {"problem": "p", "solution": "w", "answer": "8"},
+            {"answer": "solution", "solution": "worked"},
+            {"solution": "8", "worked": "w"},
+        ),
+    ],
+)
+def test_a_rename_onto_an_existing_column_moves_it_aside(
+    row: dict[str, Any], columns: dict[str, str], expected: dict[str, Any], tmp_path: Path, caplog: Any
+) -> None:
+    path = _write_jsonl(tmp_path / "d.jsonl", [row])
+    prompt_column = "problem" if "problem" in row else "prompt"
+    train, _ = load_data(DataConfig(path=str(path), prompt_column=prompt_column, columns=columns))
+    assert {key: train[0][key] for key in expected} == expected
+    assert len(set(train.column_names)) == len(train.column_names) == len(row)
+    assert ("solution_original" in caplog.text) == ("solution_original" in expected)
+
+
+def test_a_rename_clash_with_no_free_name_is_refused(tmp_path: Path) -> None:
+    row = {"prompt": "p", "solution": "w", "solution_original": "x", "answer": "8"}
+    path = _write_jsonl(tmp_path / "d.jsonl", [row])
+    with pytest.raises(DataError, match=r"'answer' -> 'solution'.*'solution_original' is taken"):
+        load_data(DataConfig(path=str(path), solution_column="answer"))

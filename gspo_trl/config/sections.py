@@ -31,7 +31,12 @@ class ModelConfig:
     """Hub id or local directory, or `tiny` for the locally built CPU model."""
     revision: str | None = None
     dtype: str | None = None
-    """Weights dtype: bfloat16 on GPUs; float32 on CPU. None = the checkpoint's own."""
+    """Weights dtype: bfloat16 on GPUs; float32 on CPU. None = the checkpoint's own.
+    Without DeepSpeed (no fp32 master copy) bfloat16 is loaded as float32 and run under bf16
+    autocast, unless `allow_pure_bf16` (see gspo_trl.training.build.gspo_config)."""
+    allow_pure_bf16: bool = False
+    """Keep bfloat16 weights under DDP: AdamW then rounds most lr-1e-6 updates away
+    (scripts/bench_bf16_updates.py); only for LR or memory regimes where that is measured fine."""
     attn_implementation: str | None = None
     """e.g. sdpa, flash_attention_2, kernels-community/vllm-flash-attn3."""
     trust_remote_code: bool = False

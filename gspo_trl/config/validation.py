@@ -236,6 +236,16 @@ def _check_model(recipe: Recipe) -> None:
         raise RecipeError(f"model.dtype: {dtype!r} is not one of {', '.join(MODEL_DTYPES)}")
 
 
+def check_precision(recipe: Recipe) -> None:
+    """`model.allow_pure_bf16` only means something for bfloat16 weights; anywhere else it
+    would be an option accepted and never used, so it is refused with the key to change."""
+    if recipe.model.allow_pure_bf16 and recipe.model.dtype != "bfloat16":
+        raise RecipeError(
+            f"model.allow_pure_bf16: true keeps bfloat16 weights, but model.dtype is {recipe.model.dtype!r}. "
+            "Set model.dtype: bfloat16, or remove model.allow_pure_bf16."
+        )
+
+
 def _check_diagnostics(recipe: Recipe) -> None:
     try:
         build_dataclass(DiagnosticsConfig, recipe.diagnostics, "diagnostics")
@@ -253,6 +263,7 @@ def validate(recipe: Recipe, processes: int | None = None) -> None:
     _check_rewards(recipe)
     _check_heldout(recipe)
     _check_model(recipe)
+    check_precision(recipe)
     _check_diagnostics(recipe)
 
 

@@ -39,7 +39,35 @@ def _rename_columns(dataset: Dataset, config: DataConfig) -> Dataset:
             f"data: column(s) {missing} not in {config.path!r}; its columns are {dataset.column_names}. "
             "Set data.prompt_column / data.solution_column / data.columns to match."
         )
-    return dataset.rename_columns(renames) if renames else dataset
+    return dataset.rename_columns(_move_aside_clashes(renames, dataset.column_names)) if renames else dataset
+
+
+def _move_aside_clashes(renames: dict[str, str], columns: Sequence[str]) -> dict[str, str]:
+    """`renames` plus `<target>_original` for every existing column a rename would land on.
+
+    OpenR1-Math-220k and MATH-500 have a worked `solution` beside the gold `answer`; mapping
+    answer -> solution would otherwise fail inside datasets with 'Field "solution" exists 2
+    times'. The old column is kept under a new name (logged), never dropped.
+    """
+    moved = dict(renames)
+    for source, target in renames.items():
+        if target == source or target not in columns or target in renames:
+            continue
+        aside = f"{target}_original"
+        if aside in columns or aside in moved.values():
+            raise DataError(
+                f"data: renaming {source!r} -> {target!r} would clash with the existing {target!r}, "
+                f"and {aside!r} is taken too. Rename {target!r} yourself with data.columns."
+            )
+        logger.warning(
+            "data: column %r is renamed to %r, which the data already has; the old %r is kept as %r",
+            source,
+            target,
+            target,
+            aside,
+        )
+        moved[target] = aside
+    return moved
 
 
 def _prompt_problem(prompt: Any) -> str | None:

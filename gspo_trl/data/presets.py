@@ -45,14 +45,30 @@ def _gsm8k(row: dict[str, Any]) -> dict[str, Any]:
     return {"answer": gsm8k_final_answer(row["answer"])}
 
 
+def _test_case(case: dict[str, Any]) -> dict[str, Any]:
+    """One verification_info case as the code reward reads it (rewards.code_tests).
+
+    A `function_call` case keeps its type and `fn_name`; its `input` / `output` are JSON text
+    of the argument list and of `[return value]`, parsed here into DeepCoder's form.
+    """
+    if case.get("type") != "function_call":
+        return {"input": str(case["input"]), "output": str(case["output"])}
+    parsed = {}
+    for key in ("input", "output"):
+        value = case[key]
+        parsed[key] = json.loads(value) if isinstance(value, str) else value
+    if not isinstance(parsed["input"], list):
+        raise ValueError(f"function_call input is not a JSON list of arguments: {case['input']!r:.80}")
+    return {"type": "function_call", "fn_name": case["fn_name"], **parsed}
+
+
 def _verifiable_coding(row: dict[str, Any]) -> dict[str, Any]:
-    """`verification_info` (a dict or its JSON) -> `tests`: the stdin/stdout cases the code reward runs."""
+    """`verification_info` (a dict or its JSON) -> `tests`: the cases the code reward runs."""
     info = row["verification_info"]
     info = json.loads(info) if isinstance(info, str) else info
     if not isinstance(info, dict) or not isinstance(info.get("test_cases"), list):
         raise ValueError("verification_info has no 'test_cases' list")
-    cases = [{"input": str(case["input"]), "output": str(case["output"])} for case in info["test_cases"]]
-    return {"tests": json.dumps(cases)}
+    return {"tests": json.dumps([_test_case(case) for case in info["test_cases"]])}
 
 
 def _humaneval(row: dict[str, Any]) -> dict[str, Any]:
@@ -120,11 +136,13 @@ PRESETS: dict[str, Preset] = {
         "math",
     ),
     "verifiable-coding": Preset(
-        "Python stdin/stdout problems with tests (open-r1/verifiable-coding-problems-python)",
+        "Python problems with stdin/stdout or call tests (open-r1/verifiable-coding-problems-python)",
         {"path": "open-r1/verifiable-coding-problems-python", "prompt_column": "problem_statement"},
         "code",
         Transform(
-            _verifiable_coding, ("verification_info",), "tests: verification_info['test_cases'] as JSON"
+            _verifiable_coding,
+            ("verification_info",),
+            "tests: verification_info['test_cases'] as JSON, function-call cases kept as calls",
         ),
         {"scoring": "binary"},
     ),

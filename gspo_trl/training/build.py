@@ -9,6 +9,7 @@ checkpoint when asked, and saves the model, the trainer state and the resolved r
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,37 @@ def _on_cpu_only() -> bool:
     return not torch.cuda.is_available()
 
 
+def _deepspeed_launch() -> bool:
+    """True under `accelerate launch` with a DeepSpeed config (accelerate sets this variable)."""
+    return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+
+
+def _weights_dtype(recipe: Recipe, dtype: Any) -> Any:
+    """The dtype to load trainable weights in: bfloat16 becomes float32 where nothing keeps
+    fp32 master weights.
+
+    torch's AdamW adds its ~lr-sized step (1e-6) straight onto the weights; on bf16 weights
+    (spacing ~1e-4 at magnitude 0.02) that rounds away for all but ~2% of them
+    (scripts/bench_bf16_updates.py: 1.95% vs 100% of weights changed). DeepSpeed keeps fp32
+    masters itself, and LoRA trains fp32 adapters over a frozen base (PEFT upcasts them), so
+    both keep bf16; `model.allow_pure_bf16: true` keeps it on purpose. The forward pass stays
+    bf16 through autocast (`bf16: true`, TRL's default on GPUs).
+    """
+    if str(dtype).removeprefix("torch.") != "bfloat16" or recipe.model.allow_pure_bf16:
+        return dtype
+    if _deepspeed_launch() or recipe.model.lora:
+        return dtype
+    logger.warning(
+        "model.dtype: bfloat16 without DeepSpeed: nothing keeps fp32 master weights, so AdamW would "
+        "round most updates away. Loading the weights in float32 and training under bf16 autocast "
+        "(bf16: true); set model.allow_pure_bf16: true to keep pure bf16 weights."
+    )
+    return "float32"
+
+
 def gspo_config(recipe: Recipe) -> Any:
-    """The GSPOConfig for the recipe: its algorithm's defaults, its keys, the rewards' weights."""
+    """The GSPOConfig for the recipe: its algorithm's defaults, its keys, the rewards' weights,
+    and weights in float32 where a bfloat16 dtype would lose updates (`_weights_dtype`)."""
     from gspo_trl.training.config import GSPOConfig
 
     training = dict(recipe.training)
@@ -42,6 +72,9 @@ def gspo_config(recipe: Recipe) -> Any:
         **model_init_kwargs(recipe.model),
         **(training.get("model_init_kwargs") or {}),
     }
+    if "dtype" in training["model_init_kwargs"]:
+        init_kwargs = training["model_init_kwargs"]
+        init_kwargs["dtype"] = _weights_dtype(recipe, init_kwargs["dtype"])
     if _on_cpu_only() and "use_cpu" not in recipe.explicit_keys:
         training["use_cpu"] = True
         if "bf16" not in recipe.explicit_keys:
