@@ -150,3 +150,27 @@ def test_a_rename_clash_with_no_free_name_is_refused(tmp_path: Path) -> None:
     path = _write_jsonl(tmp_path / "d.jsonl", [row])
     with pytest.raises(DataError, match=r"'answer' -> 'solution'.*'solution_original' is taken"):
         load_data(DataConfig(path=str(path), solution_column="answer"))
+
+
+def test_dapo_preset_grades_boxed_and_answer_line_alike() -> None:
+    """DAPO's own instruction asks for `Answer: N`, ours for \\boxed{}: the preset's grader reads both."""
+    import json
+    from pathlib import Path
+
+    import rewards
+    from gspo_trl.data.presets import default_reward
+
+    fixtures = Path(__file__).parent / "fixtures" / "datasets"
+    rows = [
+        json.loads(line) for line in (fixtures / "dapo-math.jsonl").read_text().splitlines() if line.strip()
+    ]
+    completions = [
+        json.loads(line)
+        for line in (fixtures / "dapo-math.completions.jsonl").read_text().splitlines()
+        if line
+    ]
+    spec, params = default_reward(DataConfig(preset="dapo-math"))
+    grader = rewards.get(spec, **params)
+    gold = [row["solution"] for row in rows]
+    for key, expected in (("correct", 1.0), ("correct_answer_line", 1.0), ("wrong", 0.0)):
+        assert grader([c[key] for c in completions], solution=gold) == [expected] * len(rows), key

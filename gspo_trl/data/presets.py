@@ -123,6 +123,9 @@ PRESETS: dict[str, Preset] = {
         "DAPO-Math-17k, deduplicated (open-r1/DAPO-Math-17k-Processed, en)",
         {"path": "open-r1/DAPO-Math-17k-Processed", "name": "en", "solution_column": "solution"},
         "math",
+        # DAPO's own instruction (its `source_prompt`) asks for an `Answer: $Answer` line, ours for
+        # \boxed{}: grade whichever the completion gives last, so either prompt is scored right.
+        reward_params={"answer_format": "any"},
     ),
     "openr1-math": Preset(
         "OpenR1-Math-220k problems with verified answers (open-r1/OpenR1-Math-220k, default)",
