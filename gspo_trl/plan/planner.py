@@ -133,7 +133,7 @@ def first_fix(shape: ModelShape, setup: Setup, verdict: Verdict, engine: VllmPla
 
 def plan(
     training: dict[str, Any],
-    model_name_or_path: str,
+    model_name_or_path: str | ModelShape,
     strategy: str = "ddp",
     nodes: int = 1,
     gpus_per_node: int = 8,
@@ -148,12 +148,16 @@ def plan(
     `training` holds TRL GRPOConfig keys (per_device_train_batch_size, max_completion_length,
     gradient_checkpointing, use_vllm, vllm_gpu_memory_utilization, ...; others are ignored), plus
     optional `max_prompt_length`. `model_name_or_path` is a local model directory, a config.json,
-    or a shipped hub id (`Qwen/Qwen3-8B`). `strategy` is ddp, zero2, zero3 or fsdp2; `lora` holds
-    peft.LoraConfig fields; `dtype` the weights' load dtype (None: the checkpoint's own).
+    a shipped hub id (`Qwen/Qwen3-8B`), or a `ModelShape` already read. `strategy` is ddp, zero2,
+    zero3 or fsdp2; `lora` holds peft.LoraConfig fields; `dtype` the weights' load dtype (None:
+    the checkpoint's own).
     `gpu_memory_gb` is the card's nominal size, read as GiB; `peak_tflops` and `bandwidth_tb_s`
     (H100 SXM by default) only scale the time estimates.
     """
-    shape = load_model_shape(model_name_or_path)
+    if isinstance(model_name_or_path, ModelShape):
+        shape = model_name_or_path
+    else:
+        shape = load_model_shape(model_name_or_path)
     setup = make_setup(training, shape, strategy, nodes, gpus_per_node, gpu_memory_gb, lora, dtype)
     terms, engine, verdict = judge(shape, setup)
     verdict = dataclasses.replace(verdict, fix=first_fix(shape, setup, verdict, engine))
