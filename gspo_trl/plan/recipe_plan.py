@@ -177,3 +177,42 @@ def plan_recipe(recipe: Recipe, topology: Topology, header: RecipeHeader | None 
     except PlanError as error:
         raise PlanError(f"recipe {recipe.source}: {error}") from None
     return RecipePlan(recipe, topology, result, batch, heldout_load(recipe, result), header.cost)
+
+
+def _plannable_offline(name: str) -> bool:
+    """A shipped config or a local directory with config.json: a plan that needs no download."""
+    from pathlib import Path
+
+    from gspo_trl.plan.model_shape import shipped_models
+
+    lowered = {hub_id.lower() for hub_id in shipped_models()}
+    local = Path(name).expanduser()
+    return name.lower() in lowered or (local.is_dir() and (local / "config.json").is_file())
+
+
+def header_hardware_warning(recipe: Recipe) -> str | None:
+    """One line when the recipe's own header hardware does not fit per the plan; else None.
+
+    Only for recipes whose header states GPU hardware and whose model plans offline; a plan
+    input that cannot work is itself reported as the warning, never raised.
+    """
+    from gspo_trl.plan.topology import resolve_topology
+    from gspo_trl.plan.verdict import DOES_NOT_FIT
+
+    header = read_header(recipe.source)
+    hardware = header.hardware
+    if hardware is None or not _plannable_offline(recipe.model.name_or_path):
+        return None
+    stated = f"{hardware.nodes} node(s) x {hardware.gpus_per_node} x {hardware.gpu_memory_gb:g} GB"
+    try:
+        result = plan_recipe(recipe, resolve_topology(recipe.training, header), header)
+    except PlanError as error:
+        return f"warning: the header's hardware ({stated}) cannot be planned: {error}"
+    verdict = result.plan.verdict
+    if verdict.status != DOES_NOT_FIT:
+        return None
+    return (
+        f"warning: does not fit the header's hardware ({stated}) per `gspo-trl plan`: peak "
+        f"{verdict.peak_bytes / 2**30:.0f} GiB per GPU, mostly {verdict.dominant.name}; "
+        f"first fix: {verdict.fix}"
+    )
