@@ -125,6 +125,8 @@ rewards: [gspo_trl.data.synthetic:digit_reversal_reward]
 num_generations: 16
 max_completion_length: 8192
 gradient_checkpointing: true
+use_vllm: true
+vllm_enable_sleep_mode: true
 save_strategy: "no"
 report_to: none
 """

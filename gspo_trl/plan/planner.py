@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gspo_trl.plan.activations import activation_term, logits_term
+from gspo_trl.plan.generation_memory import generate_kv_term
 from gspo_trl.plan.memory import MemoryTerm, model_state_terms
 from gspo_trl.plan.model_shape import ModelShape, load_model_shape
 from gspo_trl.plan.setup import Setup, make_setup
@@ -55,6 +56,8 @@ def memory_terms(shape: ModelShape, setup: Setup) -> tuple[list[MemoryTerm], Vll
     engine = vllm_plan(shape, setup) if setup.colocated_vllm else None
     if engine is not None:
         terms.append(vllm_term(engine, setup))
+    elif not setup.use_vllm:
+        terms.append(generate_kv_term(shape, setup))
     return terms, engine
 
 
