@@ -150,3 +150,15 @@ def test_validate_warns_when_the_header_hardware_does_not_fit(tmp_path, capsys, 
     assert len(warnings) == (1 if warns else 0), out
     if warns:
         assert "1 node(s) x 8 x 80 GB" in warnings[0] and "activations" in warnings[0]
+
+
+def test_docs_plan_example_commands_run(capsys):
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "plan.md").read_text(encoding="utf-8")
+    block = doc.split("```")[1]
+    commands = [line.split()[2:] for line in block.splitlines() if line.startswith("gspo-trl plan ")]
+    examples = [argv for argv in commands if "RECIPE" not in argv]
+    assert examples, "docs/plan.md shows no runnable example"
+    for argv in examples:
+        assert run_plan(capsys, *argv)[0] == 0, argv
