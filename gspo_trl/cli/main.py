@@ -34,6 +34,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check-logprobs": ("gspo_trl.cli.check_logprobs", "compare vLLM's log-probs with the trainer's"),
     "filter": ("gspo_trl.cli.filter", "keep prompts whose pass rate lies in a range"),
     "eval": ("gspo_trl.cli.eval", "pass@k of a model or run on a held-out set"),
+    "plan": ("gspo_trl.cli.plan", "will a recipe fit its GPUs: memory per GPU, verdict, first fix, cost"),
 }
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gspo_trl.errors import UserError
+
 SHIPPED_DIR = Path(__file__).parent / "model_configs"
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
 
 
-class PlanError(ValueError):
+class PlanError(UserError):
     """A plan input that cannot work; the message names the input and what to do."""
 
 

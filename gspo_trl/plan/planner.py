@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gspo_trl.plan.activations import activation_term, logits_term
+from gspo_trl.plan.generation_memory import generate_kv_term
 from gspo_trl.plan.memory import MemoryTerm, model_state_terms
 from gspo_trl.plan.model_shape import ModelShape, load_model_shape
 from gspo_trl.plan.setup import Setup, make_setup
@@ -55,6 +56,8 @@ def memory_terms(shape: ModelShape, setup: Setup) -> tuple[list[MemoryTerm], Vll
     engine = vllm_plan(shape, setup) if setup.colocated_vllm else None
     if engine is not None:
         terms.append(vllm_term(engine, setup))
+    elif not setup.use_vllm:
+        terms.append(generate_kv_term(shape, setup))
     return terms, engine
 
 
@@ -133,7 +136,7 @@ def first_fix(shape: ModelShape, setup: Setup, verdict: Verdict, engine: VllmPla
 
 def plan(
     training: dict[str, Any],
-    model_name_or_path: str,
+    model_name_or_path: str | ModelShape,
     strategy: str = "ddp",
     nodes: int = 1,
     gpus_per_node: int = 8,
@@ -148,12 +151,16 @@ def plan(
     `training` holds TRL GRPOConfig keys (per_device_train_batch_size, max_completion_length,
     gradient_checkpointing, use_vllm, vllm_gpu_memory_utilization, ...; others are ignored), plus
     optional `max_prompt_length`. `model_name_or_path` is a local model directory, a config.json,
-    or a shipped hub id (`Qwen/Qwen3-8B`). `strategy` is ddp, zero2, zero3 or fsdp2; `lora` holds
-    peft.LoraConfig fields; `dtype` the weights' load dtype (None: the checkpoint's own).
+    a shipped hub id (`Qwen/Qwen3-8B`), or a `ModelShape` already read. `strategy` is ddp, zero2,
+    zero3 or fsdp2; `lora` holds peft.LoraConfig fields; `dtype` the weights' load dtype (None:
+    the checkpoint's own).
     `gpu_memory_gb` is the card's nominal size, read as GiB; `peak_tflops` and `bandwidth_tb_s`
     (H100 SXM by default) only scale the time estimates.
     """
-    shape = load_model_shape(model_name_or_path)
+    if isinstance(model_name_or_path, ModelShape):
+        shape = model_name_or_path
+    else:
+        shape = load_model_shape(model_name_or_path)
     setup = make_setup(training, shape, strategy, nodes, gpus_per_node, gpu_memory_gb, lora, dtype)
     terms, engine, verdict = judge(shape, setup)
     verdict = dataclasses.replace(verdict, fix=first_fix(shape, setup, verdict, engine))

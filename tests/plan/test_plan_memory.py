@@ -189,3 +189,19 @@ def test_vllm_tensor_parallel_splits_kv_heads_and_weights(hub_id, tp, per_gpu):
     engine = vllm_plan(shape, make_setup(training, shape, "zero3", 1, 8, 80))
     assert engine.kv_bytes_per_token == per_gpu
     assert engine.weight_bytes == shape.total_params * 2 // tp
+
+
+@pytest.mark.parametrize(
+    ("steps_per_generation", "use_vllm", "expected"),
+    [(1, False, 32_768), (4, False, 131_072), (4, True, None)],
+)
+def test_generate_kv_cache_without_vllm(toy, steps_per_generation, use_vllm, expected):
+    # toy K+V per token in bf16: 2 x 2 layers x 2 KV heads x 16 x 2 bytes = 256; 2 per GPU x 64 tokens.
+    from gspo_trl.plan.planner import memory_terms
+
+    setup = toy_setup(toy, "ddp", steps_per_generation=steps_per_generation, use_vllm=use_vllm)
+    terms = {t.name: t for t in memory_terms(toy, setup)[0]}
+    kv = terms.get("generate KV cache (transformers)")
+    assert (kv.bytes if kv else None) == expected
+    if kv:
+        assert kv.phase == "rollout"
