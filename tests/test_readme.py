@@ -6,7 +6,8 @@ these documented adjustments so that the suite stays within CI's time on 2 cores
 training-type commands get FAST overrides appended (fewer steps, rows and samples).
 Commands that need GPUs or slurm are checked to be exercised elsewhere: the accelerate
 configs by tests/test_distributed.py (on 2 CPU processes), the recipes by
-tests/test_recipes.py (2 steps each on the tiny model), `sbatch` by its `--dry-run` twin.
+tests/test_recipe_fixtures.py (2 steps each on the tiny model, on rows of the dataset's real
+schema), `sbatch` by its `--dry-run` twin.
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ def test_gpu_launches_are_exercised_on_cpu_elsewhere(command: str) -> None:
     recipe = words[words.index("--config") + 1]
     assert (ROOT / config).is_file() and (ROOT / recipe).is_file()
     assert Path(config).name in (ROOT / "tests" / "test_distributed.py").read_text()
-    assert (ROOT / "tests" / "test_recipes.py").is_file()
+    fixture_tests = (ROOT / "tests" / "test_recipe_fixtures.py").read_text()
+    assert 'RECIPES = sorted((ROOT / "recipes").glob("**/*.yaml"))' in fixture_tests  # every recipe runs
 
 
 @pytest.mark.parametrize("command", [c for c in COMMANDS if kind(c) == "sbatch"])
