@@ -11,12 +11,30 @@ complete one (a real tmpfs, real runs).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import os
 import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from _gspo_helpers import tiny_model_dir
+from test_distributed import (
+    kill_leftover_launches,  # noqa: F401 - autouse fixture: kills launches a failed test left
+    start,
+    wait_or_kill,
+    write_mini_recipe,
+)
 from test_preflight import BASE_RECIPE
+from test_resume import RUN_TIMEOUT_S
 
 from gspo_trl.cli.main import main as gspo_trl_main
+from gspo_trl.model.checkpoints import latest_checkpoint
+from gspo_trl.training.checkpoint_guard import STAGING
 from gspo_trl.training.reward_guard import AsyncGuardedReward, RewardFailedError, guard_rewards
 
 COMPLETIONS = ["12", "34", "56", "78"]
@@ -135,3 +153,76 @@ def test_train_stops_on_a_broken_user_reward_in_one_line(tmp_path, capsys, rewar
     assert len(lines) == 1 and "Traceback" not in err, err
     for word in words:
         assert word in lines[0], lines[0]
+
+
+@contextlib.contextmanager
+def small_disk(folder: Path, size_mb: int) -> Iterator[Path]:
+    """A tmpfs of `size_mb` MiB mounted on `folder` (root only), unmounted after."""
+    folder.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(folder)], capture_output=True
+    )
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def _fill(disk: Path, leave_bytes: int) -> Path:
+    """Fill `disk` until `leave_bytes` are free; returns the filler file."""
+    filler = disk / "filler"
+    free = shutil.disk_usage(disk).free
+    with filler.open("wb") as file:
+        file.truncate(0)
+        os.posix_fallocate(file.fileno(), 0, max(0, free - leave_bytes))
+    return filler
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_disk_full_during_a_checkpoint_leaves_none_and_resume_continues(tmp_path: Path) -> None:
+    """Run to checkpoint-2; fill the disk to half a checkpoint; resuming to step 4 dies saving
+    checkpoint-4, which must not appear; free the disk; --resume finishes from checkpoint-2."""
+    model = tiny_model_dir(tmp_path)
+    recipe = write_mini_recipe(tmp_path, model)
+    with small_disk(tmp_path / "disk", 64) as disk:
+        out = disk / "run"
+
+        def train(max_steps: int, *extra: str) -> tuple[int, str]:
+            command = [
+                sys.executable,
+                "-m",
+                "gspo_trl.train",
+                "--config",
+                str(recipe),
+                "--output_dir",
+                str(out),
+            ]
+            command += ["--max_steps", str(max_steps), "--save_steps", "2", "--steps_per_generation", "2"]
+            log = tmp_path / f"train-{max_steps}-{len(extra)}.log"
+            process = start([*command, *extra], log)
+            return wait_or_kill(process, log, RUN_TIMEOUT_S), log.read_text(errors="replace")
+
+        status, log = train(2)
+        assert status == 0, log[-3000:]
+        checkpoint_bytes = sum(f.stat().st_size for f in (out / "checkpoint-2").rglob("*") if f.is_file())
+        filler = _fill(disk, checkpoint_bytes // 2)
+
+        status, log = train(4, "--resume")
+        assert status == 2 and "error: output_dir: the disk holding" in log, log[-3000:]
+        assert "Traceback" not in log, log[-3000:]
+        assert not (out / "checkpoint-4").exists(), "a crash mid-save left a checkpoint that looks complete"
+        assert latest_checkpoint(out) == out / "checkpoint-2"
+
+        filler.unlink()
+        status, log = train(4, "--resume")
+        assert status == 0, log[-3000:]
+        assert latest_checkpoint(out) == out / "checkpoint-4"
+        state = json.loads((out / "trainer_state.json").read_text())
+        assert state["global_step"] == 4
+        assert log.count("'loss':") == 2, (
+            f"did not continue from checkpoint-2 (steps 3-4 only):\n{log[-3000:]}"
+        )
+        assert not (out / STAGING).exists() or not any((out / STAGING).iterdir())

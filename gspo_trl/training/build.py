@@ -17,6 +17,7 @@ from gspo_trl.config.recipe import Recipe, recipe_as_yaml
 from gspo_trl.model.checkpoints import latest_checkpoint
 from gspo_trl.model.loading import load_tokenizer, lora_config, model_init_kwargs, resolve_model_path
 from gspo_trl.training.heldout import HeldoutCallback
+from gspo_trl.training.interrupt import StopOnInterrupt, TrainingInterrupted
 from gspo_trl.training.preflight import output_dir_of, preflight
 from gspo_trl.training.reward_guard import guard_rewards
 
@@ -101,7 +102,11 @@ def build_trainer(recipe: Recipe) -> Any:
 
 
 def run(recipe: Recipe, resume: bool = False) -> Any:
-    """Train `recipe` to the end and save; returns the trainer (its state holds the logs)."""
+    """Train `recipe` to the end and save; returns the trainer (its state holds the logs).
+
+    Ctrl-C saves a checkpoint at the end of the current step and raises TrainingInterrupted
+    (a KeyboardInterrupt: the CLI prints one line and exits 130); a second Ctrl-C aborts.
+    """
     trainer = build_trainer(recipe)
     checkpoint = latest_checkpoint(trainer.args.output_dir, purpose="--resume") if resume else None
     if resume and checkpoint is None:
@@ -109,7 +114,18 @@ def run(recipe: Recipe, resume: bool = False) -> Any:
     if trainer.accelerator.is_main_process:
         Path(trainer.args.output_dir).mkdir(parents=True, exist_ok=True)
         (Path(trainer.args.output_dir) / RESOLVED_RECIPE).write_text(recipe_as_yaml(recipe), encoding="utf-8")
-    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    stopper = StopOnInterrupt()
+    trainer.add_callback(stopper)
+    with stopper.installed():
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    if stopper.stopped_at_step is not None:
+        saved = latest_checkpoint(trainer.args.output_dir)
+        logger.warning(
+            "Interrupted at step %d; checkpoint %s saved: continue with --resume",
+            stopper.stopped_at_step,
+            saved,
+        )
+        raise TrainingInterrupted(str(saved) if saved else None)
     trainer.save_model(trainer.args.output_dir)
     trainer.save_state()
     return trainer
