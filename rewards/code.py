@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from rewards.code_tests import CallTest, StdioTest, read_tests, same_output, same_value
+from rewards.code_tests import CallTest, StdioTest, asserted_function, read_tests, same_output, same_value
 from rewards.completions import completion_texts
 from rewards.execution import sandbox as sandboxing
 from rewards.math_verify_reward import usable_cores
@@ -112,7 +112,7 @@ class CodeReward:
         scores: list[float | None] = [0.0] * len(texts)
         rows = []
         for index, (text, row_tests) in enumerate(zip(texts, tests, strict=True)):
-            name = entry_point[index] if entry_point is not None else None
+            name = (entry_point[index] if entry_point is not None else None) or asserted_function(row_tests)
             try:
                 cases = read_tests(row_tests, name)
             except ValueError as err:

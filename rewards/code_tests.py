@@ -7,11 +7,15 @@
   per line>", "output": "<JSON>"}`` (LiveCodeBench; the name comes from the row's
   ``entry_point``), or ``{"fn_name": f, "inputs": [[args]], "outputs": [ret]}`` (APPS/TACO):
   the function's return value must equal the output as JSON data, floats within 1e-6;
-* check code: a string of Python defining ``check(candidate)`` (HumanEval).
+* check code: a string of Python defining ``check(candidate)`` (HumanEval);
+* assert statements: a list of ``"assert f(1) == 2"`` strings (MBPP's ``test_list``), run as
+  the body of a ``check``; the function is the first non-builtin one they call.
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
 import json
 import math
 from collections.abc import Sequence
@@ -52,6 +56,8 @@ def read_tests(tests: Any, fn_name: str | None = None) -> Tests:
             tests = json.loads(stripped)
         except json.JSONDecodeError:
             return tests  # Python code that happens to start with a bracket
+    if _is_assert_list(tests):
+        return "def check(candidate):\n" + "".join(f"    {line.strip()}\n" for line in tests)
     if isinstance(tests, dict) and {"inputs", "outputs"} <= set(tests):
         name = tests.get("fn_name") or None
         pairs = zip(tests["inputs"], tests["outputs"], strict=True)
@@ -65,6 +71,37 @@ def read_tests(tests: Any, fn_name: str | None = None) -> Tests:
             raise ValueError("tests mix function-call and stdin/stdout cases")
         return [StdioTest(str(t["input"]), str(t["output"])) for t in tests]
     raise ValueError(f"expected a list of {{'input', 'output'}} or test code, got {str(tests)[:120]!r}")
+
+
+def _is_assert_list(tests: Any) -> bool:
+    return (
+        isinstance(tests, list)
+        and bool(tests)
+        and all(
+            isinstance(t, str) and t.strip().startswith("assert") and "\n" not in t.strip() for t in tests
+        )
+    )
+
+
+def asserted_function(tests: Any) -> str | None:
+    """The function an MBPP-style list of asserts tests: the first non-builtin name called."""
+    if isinstance(tests, str) and tests.lstrip().startswith("["):
+        try:
+            tests = json.loads(tests)
+        except json.JSONDecodeError:
+            return None
+    if not _is_assert_list(tests):
+        return None
+    for line in tests:
+        try:
+            tree = ast.parse(line.strip())
+        except SyntaxError:
+            return None
+        for node in ast.walk(tree):
+            called = node.func.id if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) else None
+            if called and not hasattr(builtins, called):
+                return called
+    return None
 
 
 def _has(test: Any, *keys: str) -> bool:

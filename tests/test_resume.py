@@ -134,14 +134,50 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_result(tmp_path: Path) -> No
         torch.testing.assert_close(final_resumed[name], tensor, rtol=1e-4, atol=1e-6, msg=name)
 
 
-def test_resume_skips_a_checkpoint_left_half_written(tmp_path: Path) -> None:
-    """A crash while saving leaves checkpoint-N without trainer_state.json: use the one before."""
-    for step, complete in ((4, True), (8, True), (12, False)):
-        checkpoint = tmp_path / f"checkpoint-{step}"
-        checkpoint.mkdir()
-        (checkpoint / "model.safetensors").write_bytes(b"")
-        if complete:
-            (checkpoint / "trainer_state.json").write_text("{}")
+def _write_checkpoint(folder: Path, step: int) -> None:
+    """A checkpoint in the formats the Trainer writes: safetensors, torch archives, JSON."""
+    from safetensors.torch import save_file
+
+    folder.mkdir()
+    save_file({"w": torch.ones(64, 64), "b": torch.zeros(64)}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps({"model_type": "qwen3"}))
+    torch.save({"state": {0: {"exp_avg": torch.ones(64, 64)}}}, folder / "optimizer.pt")
+    torch.save({"last_epoch": step}, folder / "scheduler.pt")
+    torch.save(
+        {"python": (3, (1, 2), None), "cpu": torch.ones(8, dtype=torch.uint8)}, folder / "rng_state.pth"
+    )
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
+
+
+def _cut(path: Path, keep: float) -> None:
+    path.write_bytes(path.read_bytes()[: int(path.stat().st_size * keep)])
+
+
+FULL_DISK_DAMAGE = [
+    # (what a crash or a full disk left in the newest checkpoint, the file the warning names)
+    ("no trainer_state.json", lambda c: (c / "trainer_state.json").unlink(), "no trainer_state.json"),
+    ("half a trainer_state.json", lambda c: _cut(c / "trainer_state.json", 0.5), "trainer_state.json"),
+    ("half the model", lambda c: _cut(c / "model.safetensors", 0.5), "model.safetensors"),
+    ("model header only", lambda c: _cut(c / "model.safetensors", 0.01), "model.safetensors"),
+    ("empty optimizer", lambda c: (c / "optimizer.pt").write_bytes(b""), "optimizer.pt: empty"),
+    ("half the optimizer", lambda c: _cut(c / "optimizer.pt", 0.5), "optimizer.pt"),
+    ("cut rng state", lambda c: _cut(c / "rng_state.pth", 0.9), "rng_state.pth"),
+    ("empty scheduler", lambda c: (c / "scheduler.pt").write_bytes(b""), "scheduler.pt"),
+    ("all of it", lambda c: [_cut(c / n, 0.5) for n in ("model.safetensors", "trainer_state.json")], "model"),
+]
+
+
+@pytest.mark.parametrize(("case", "damage", "named"), FULL_DISK_DAMAGE, ids=[c[0] for c in FULL_DISK_DAMAGE])
+def test_resume_skips_a_checkpoint_a_crash_left_incomplete(
+    tmp_path: Path, caplog, case, damage, named
+) -> None:
+    """The newest checkpoint is unusable: resume from the newest complete one, saying why."""
+    for step in (4, 8, 12):
+        _write_checkpoint(tmp_path / f"checkpoint-{step}", step)
     (tmp_path / "checkpoint-old").mkdir()
-    assert latest_checkpoint(tmp_path) == tmp_path / "checkpoint-8"
+    assert latest_checkpoint(tmp_path) == tmp_path / "checkpoint-12"
+    damage(tmp_path / "checkpoint-12")
+    with caplog.at_level("WARNING"):
+        assert latest_checkpoint(tmp_path, purpose="--resume") == tmp_path / "checkpoint-8"
+    assert f"skipping {tmp_path / 'checkpoint-12'}" in caplog.text and named in caplog.text, caplog.text
     assert latest_checkpoint(tmp_path / "missing") is None

@@ -10,12 +10,13 @@ decides how the model sees them, as in TRL.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from datasets import Dataset
 
 from gspo_trl.config.sections import DataConfig
+from gspo_trl.config.validation import check_column_renames, check_eval_size
 from gspo_trl.data import presets
 from gspo_trl.data.sources import load_split
 from gspo_trl.errors import DataError
@@ -39,6 +40,9 @@ def _rename_columns(dataset: Dataset, config: DataConfig) -> Dataset:
             f"data: column(s) {missing} not in {config.path!r}; its columns are {dataset.column_names}. "
             "Set data.prompt_column / data.solution_column / data.columns to match."
         )
+    # Explicit `data.columns` renames onto an existing column are refused (likely a slip); the
+    # gold/prompt column mappings move a clashing column aside instead (see below).
+    check_column_renames(config.columns, dataset.column_names, other_targets=renames.values())
     return dataset.rename_columns(_move_aside_clashes(renames, dataset.column_names)) if renames else dataset
 
 
@@ -109,18 +113,33 @@ def _to_conversation(example: dict[str, Any], system_prompt: str | None) -> dict
     return {"prompt": messages}
 
 
-def prepare(dataset: Dataset, config: DataConfig, source: str, required: Sequence[str] = ()) -> Dataset:
+RowCheck = Callable[[Dataset, str], None]
+"""A further check of a split's renamed rows (before any split or shuffle), given its source name."""
+
+
+def prepare(
+    dataset: Dataset,
+    config: DataConfig,
+    source: str,
+    required: Sequence[str] = (),
+    check: RowCheck | None = None,
+) -> Dataset:
     """Renamed, checked, conversational copy of one split."""
     if len(dataset) == 0:
         raise DataError(f"{source}: the dataset is empty")
     dataset = presets.transform_rows(dataset, config, source)
     dataset = _rename_columns(dataset, config)
     check_rows(dataset, source, required)
+    if check is not None:
+        check(dataset, source)
     return dataset.map(_to_conversation, fn_kwargs={"system_prompt": config.system_prompt})
 
 
-def load_data(config: DataConfig, required_columns: Sequence[str] = ()) -> tuple[Dataset, Dataset | None]:
-    """(train, eval or None) for the recipe; `required_columns` are those the rewards read.
+def load_data(
+    config: DataConfig, required_columns: Sequence[str] = (), check: RowCheck | None = None
+) -> tuple[Dataset, Dataset | None]:
+    """(train, eval or None) for the recipe; `required_columns` are those the rewards read,
+    `check` a further check of each split's rows (the rewards' own formats).
 
     Rows are checked before `eval_size` splits them off, so a bad row is named by its index
     in the source (file line order), not by its place in a shuffled split.
@@ -130,18 +149,15 @@ def load_data(config: DataConfig, required_columns: Sequence[str] = ()) -> tuple
     train = load_split(config, config.split)
     if config.max_rows is not None:
         train = train.select(range(min(config.max_rows, len(train))))
-    train = prepare(train, config, f"{source} split {config.split!r}", required_columns)
+    train = prepare(train, config, f"{source} split {config.split!r}", required_columns, check)
     evaluation = None
     if config.eval_split:
         evaluation = prepare(
-            load_split(config, config.eval_split), config, f"{source} (eval)", required_columns
+            load_split(config, config.eval_split), config, f"{source} (eval)", required_columns, check
         )
     elif config.eval_size:
+        check_eval_size(config.eval_size, len(train))
         size = int(config.eval_size) if config.eval_size >= 1 else config.eval_size
-        if isinstance(size, int) and size >= len(train):
-            raise DataError(
-                f"data.eval_size: {size} held-out rows leave none of the {len(train)} rows to train on"
-            )
         split = train.train_test_split(test_size=size, seed=config.seed)
         train, evaluation = split["train"], split["test"]
     logger.info("Training on %d rows, evaluating on %d", len(train), len(evaluation or []))

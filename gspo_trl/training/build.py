@@ -18,7 +18,9 @@ from gspo_trl.config.recipe import Recipe, recipe_as_yaml
 from gspo_trl.model.checkpoints import latest_checkpoint
 from gspo_trl.model.loading import load_tokenizer, lora_config, model_init_kwargs, resolve_model_path
 from gspo_trl.training.heldout import HeldoutCallback
+from gspo_trl.training.interrupt import StopOnInterrupt, TrainingInterrupted
 from gspo_trl.training.preflight import output_dir_of, preflight
+from gspo_trl.training.reward_guard import guard_rewards
 
 logger = logging.getLogger("gspo_trl")
 
@@ -93,7 +95,7 @@ def build_trainer(recipe: Recipe) -> Any:
 
     data = preflight(recipe)
     train_dataset, eval_dataset = data.train, data.eval
-    reward_funcs = [rewards.get(entry.spec, **entry.params) for entry in recipe.rewards]
+    reward_funcs = guard_rewards([rewards.get(entry.spec, **entry.params) for entry in recipe.rewards])
     args = gspo_config(recipe)
     model_path = resolve_model_path(recipe.model, args.output_dir)
     tokenizer = load_tokenizer(recipe.model, model_path)
@@ -133,7 +135,11 @@ def build_trainer(recipe: Recipe) -> Any:
 
 
 def run(recipe: Recipe, resume: bool = False) -> Any:
-    """Train `recipe` to the end and save; returns the trainer (its state holds the logs)."""
+    """Train `recipe` to the end and save; returns the trainer (its state holds the logs).
+
+    Ctrl-C saves a checkpoint at the end of the current step and raises TrainingInterrupted
+    (a KeyboardInterrupt: the CLI prints one line and exits 130); a second Ctrl-C aborts.
+    """
     trainer = build_trainer(recipe)
     checkpoint = latest_checkpoint(trainer.args.output_dir, purpose="--resume") if resume else None
     if resume and checkpoint is None:
@@ -141,7 +147,18 @@ def run(recipe: Recipe, resume: bool = False) -> Any:
     if trainer.accelerator.is_main_process:
         Path(trainer.args.output_dir).mkdir(parents=True, exist_ok=True)
         (Path(trainer.args.output_dir) / RESOLVED_RECIPE).write_text(recipe_as_yaml(recipe), encoding="utf-8")
-    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    stopper = StopOnInterrupt()
+    trainer.add_callback(stopper)
+    with stopper.installed():
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    if stopper.stopped_at_step is not None:
+        saved = latest_checkpoint(trainer.args.output_dir)
+        logger.warning(
+            "Interrupted at step %d; checkpoint %s saved: continue with --resume",
+            stopper.stopped_at_step,
+            saved,
+        )
+        raise TrainingInterrupted(str(saved) if saved else None)
     trainer.save_model(trainer.args.output_dir)
     trainer.save_state()
     return trainer

@@ -11,12 +11,19 @@ and an output directory that cannot be written.
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gspo_trl.config.recipe import Recipe
-from gspo_trl.config.validation import check_columns, required_columns, validate
+from gspo_trl.config.validation import (
+    check_code_tests,
+    check_columns,
+    check_reward_construction,
+    required_columns,
+    validate,
+)
 from gspo_trl.errors import RecipeError
 
 
@@ -42,8 +49,16 @@ def check_output_dir(output_dir: str) -> None:
     existing = path
     while not existing.exists():
         existing = existing.parent
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise RecipeError(f"output_dir: cannot write to {str(existing)!r} (for {output_dir!r})")
+    if not existing.is_dir():
+        raise RecipeError(f"output_dir: {str(existing)!r} is a file (for {output_dir!r}); give a directory")
+    try:  # a real write: os.access reads mode bits (root passes them all), not ACLs, quotas, NFS squash
+        descriptor, probe = tempfile.mkstemp(prefix=".gspo-write-probe-", dir=existing)
+        os.close(descriptor)
+        os.remove(probe)
+    except OSError as error:
+        raise RecipeError(
+            f"output_dir: cannot write to {str(existing)!r} (for {output_dir!r}): {error.strerror}"
+        ) from None
 
 
 def check_model_path(recipe: Recipe) -> None:
@@ -57,11 +72,16 @@ def check_model_path(recipe: Recipe) -> None:
 def preflight(recipe: Recipe, processes: int | None = None) -> PreparedData:
     """Run every model-free check on `recipe`; returns its data. Raises a UserError."""
     validate(recipe, processes)
+    check_reward_construction(recipe)
     check_model_path(recipe)
     check_output_dir(output_dir_of(recipe))
     from gspo_trl.data.loading import load_data  # `datasets` is slow to import: only past the checks
 
-    train, evaluation = load_data(recipe.data, required_columns=sorted(required_columns(recipe)))
+    train, evaluation = load_data(
+        recipe.data,
+        required_columns=sorted(required_columns(recipe)),
+        check=lambda rows, source: check_code_tests(recipe, rows, source),
+    )
     check_columns(recipe, train.column_names)
     if recipe.heldout is not None and evaluation is None:
         raise RecipeError("heldout: needs a held-out split; set data.eval_split or data.eval_size")

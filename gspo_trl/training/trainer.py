@@ -1,7 +1,7 @@
 """GSPOTrainer: TRL's GRPOTrainer with GSPO diagnostics and GSPO-token; the loss stays TRL's.
 
 GSPO itself is TRL configuration (`importance_sampling_level="sequence"`, `loss_type="grpo"`,
-beta 0, eps 3e-4/4e-4, 4 updates per rollout batch). This subclass adds two things and
+beta 0, eps 3e-4/4e-4, 4 updates per rollout batch). This subclass adds three things and
 never re-implements the loss:
 
 - Diagnostics (see `gspo_trl.training.diagnostics` for the metric keys). TRL computes the policy
@@ -9,6 +9,7 @@ never re-implements the loss:
   `_get_per_token_logps_and_entropies`, derive log s_i from the same tensors TRL uses, and
   gather one small row per response across ranks. No extra forward pass, no recomputed
   entropy.
+- Checkpoints written whole or not at all (gspo_trl.training.checkpoint_guard).
 - GSPO-token (`GSPOConfig(gspo_token=True)`, with `importance_sampling_level="token"`). TRL reads
   `inputs["old_per_token_logps"]` after computing `per_token_logps`; we set it to
   `per_token_logps.detach() - sg[log s_i]`, so TRL's own token ratio becomes
@@ -27,10 +28,11 @@ import torch
 from trl import GRPOTrainer
 
 from gspo_trl.config.sections import DiagnosticsConfig
+from gspo_trl.training.checkpoint_guard import StagedCheckpoints
 from gspo_trl.training.diagnostics import ROW_COLUMNS, ClipAlarm, sequence_log_ratio, summarize_rows
 
 
-class GSPOTrainer(GRPOTrainer):
+class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
     """GRPOTrainer plus GSPO diagnostics and GSPO-token; every argument is TRL's.
 
     Give it a `GSPOConfig` (gspo_trl.training.config): its `gspo_token` and `diagnostics`

@@ -1,0 +1,78 @@
+"""Checkpoints that appear whole or not at all: written into a staging folder, then renamed.
+
+transformers 5.x (`Trainer._save_checkpoint`) writes straight into `OUTPUT_DIR/checkpoint-N`,
+file after file: a crash or a full disk mid-save leaves a folder with the right name and
+some of the files, which `--resume` would then pick. `StagedCheckpoints` makes the Trainer
+write the whole checkpoint into `OUTPUT_DIR/.staging/checkpoint-N` (same file system) and,
+once every process has finished writing, renames it into place: one atomic step, so a
+`checkpoint-N` folder either holds everything or does not exist. A staging folder left by a
+crash is removed at the next save; the resolver (gspo_trl.model.checkpoints) never looks
+inside it. Old checkpoints are rotated (`save_total_limit`) after the rename.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from typing import Any
+
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+
+from gspo_trl.errors import UserError
+
+
+class CheckpointWriteError(UserError):
+    """A checkpoint could not be written (full disk); the message says how to continue."""
+
+
+DISK_FULL_BYTES = 16 << 20
+"""A failed save with less free space than this is reported as a full disk."""
+STAGING = ".staging"
+"""Folder under the run's output_dir where a checkpoint is written before it is renamed."""
+
+
+class StagedCheckpoints:
+    """Trainer mixin: `_save_checkpoint` writes into a staging folder, then renames it."""
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        run_dir = self._get_output_dir(trial=trial)
+        staging = os.path.join(run_dir, STAGING)
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        staged, final = os.path.join(staging, name), os.path.join(run_dir, name)
+        if self.args.should_save and os.path.exists(staged):
+            shutil.rmtree(staged)  # left by a crash during an earlier save
+        self.accelerator.wait_for_everyone()
+        self._get_output_dir = lambda trial=None: staging  # every writer below asks this
+        try:
+            super()._save_checkpoint(model, trial)
+        except (OSError, RuntimeError) as error:
+            free = shutil.disk_usage(staging).free
+            if free >= DISK_FULL_BYTES:
+                raise
+            raise CheckpointWriteError(
+                f"output_dir: the disk holding {run_dir!r} is full ({free} bytes free) while writing "
+                f"{name}; nothing of it was kept. Free space, then rerun with --resume "
+                f"(continues from the last complete checkpoint). ({type(error).__name__}: {error})"
+            ) from error
+        finally:
+            del self._get_output_dir
+        self.accelerator.wait_for_everyone()
+        if self.args.should_save:
+            if os.path.exists(final):  # saved again at the same step (e.g. at the end of training)
+                shutil.rmtree(final)
+            os.replace(staged, final)
+            if self.state.best_model_checkpoint and self.state.best_model_checkpoint.startswith(staging):
+                self.state.best_model_checkpoint = run_dir + self.state.best_model_checkpoint[len(staging) :]
+            with contextlib.suppress(OSError):  # not empty: another node's leftovers on a shared disk
+                os.rmdir(staging)
+            self._rotate(run_dir)
+        self.accelerator.wait_for_everyone()
+
+    def _rotate(self, run_dir: str) -> None:
+        rotate_checkpoints(
+            output_dir=run_dir,
+            save_total_limit=self.args.save_total_limit,
+            best_model_checkpoint=self.state.best_model_checkpoint,
+            use_mtime=True,
+        )
