@@ -308,18 +308,19 @@ def check_eval_size(eval_size: float, rows: int) -> None:
 def check_column_renames(
     renames: Mapping[str, str], columns: Iterable[str], other_targets: Iterable[str] = ()
 ) -> None:
-    """Refuse `data.columns` renames that would lose a column or leave two of the same name.
+    """Refuse `data.columns` renames that would replace the prompt or leave two of the same name.
 
-    A rename onto a column the data already has (one not itself renamed away) would silently
-    replace it, and renaming `prompt` away without giving another column that name leaves
-    nothing to prompt with; both fail deep in `datasets` otherwise.
+    A rename onto an existing `prompt` would silently replace what the model is asked, and
+    renaming `prompt` away without giving another column that name leaves nothing to prompt
+    with. A rename onto any other existing column moves that column aside instead
+    (gspo_trl.data.loading), as OpenR1-Math's and MATH-500's `answer -> solution` need.
     """
     present = set(columns)
     targets = list(renames.values())
     for source, target in renames.items():
         if source == target:
             continue
-        if target in present and target not in renames:
+        if target == "prompt" and target in present and target not in renames:
             raise RecipeError(
                 f"data.columns: renaming {source!r} to {target!r} would replace the existing column "
                 f"{target!r}; rename that one too (e.g. {{{target}: original_{target}}}) or pick another name"

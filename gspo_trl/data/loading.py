@@ -40,8 +40,6 @@ def _rename_columns(dataset: Dataset, config: DataConfig) -> Dataset:
             f"data: column(s) {missing} not in {config.path!r}; its columns are {dataset.column_names}. "
             "Set data.prompt_column / data.solution_column / data.columns to match."
         )
-    # Explicit `data.columns` renames onto an existing column are refused (likely a slip); the
-    # gold/prompt column mappings move a clashing column aside instead (see below).
     check_column_renames(config.columns, dataset.column_names, other_targets=renames.values())
     return dataset.rename_columns(_move_aside_clashes(renames, dataset.column_names)) if renames else dataset
 
