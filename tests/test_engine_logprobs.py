@@ -108,3 +108,17 @@ def test_gspo_config_carries_and_checks_the_engine_section(tmp_path):
             top_p=0.95,
             engine={"old_logprobs": "engine"},
         )
+
+
+@pytest.mark.parametrize("offset, key", [(0.0, "old_logprobs: engine"), (1e-3, "old_logprobs: trainer")])
+def test_check_logprobs_verdict_line_names_the_recipe_key(offset, key):
+    from gspo_trl.diagnose.check_logprobs import LogprobPairs, agreement_report, format_report
+
+    engine = [torch.full((4,), -1.0, dtype=torch.float64)] * 4
+    pairs = LogprobPairs(engine, [e + offset for e in engine], [[0] * 4] * 4, [[0]] * 4)
+    verdict = next(
+        line
+        for line in format_report(agreement_report(pairs, EPS_LOW, EPS_HIGH)).splitlines()
+        if "SAFE:" in line
+    )
+    assert key in verdict and verdict.startswith("SAFE" if offset == 0 else "UNSAFE")
