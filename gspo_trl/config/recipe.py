@@ -6,6 +6,7 @@
     rewards: [math, {name: format, weight: 0.2}]
     learning_rate: 1.0e-6            # any GRPOConfig field, at the top level
     diagnostics: {length_buckets: [256, 1024, 4096]}
+    engine: {old_logprobs: engine}   # pi_old from vLLM's log-probs (docs/engine-logprobs.md)
 
 Command-line overrides use the same keys, TRL-style: `--learning_rate 5e-7`, and dotted keys
 for sections: `--model.name_or_path Qwen/Qwen3-4B`, `--rewards "[math, format]"`. Values
@@ -32,7 +33,7 @@ from gspo_trl.config.shipped import resolve_recipe_path
 from gspo_trl.config.trl_fields import grpo_field_types
 from gspo_trl.errors import FieldTypeError, RecipeError
 
-SECTIONS = ("model", "data", "rewards", "diagnostics", "heldout")
+SECTIONS = ("model", "data", "rewards", "diagnostics", "heldout", "engine")
 RECIPE_KEYS = ("algorithm", "allow_on_policy")
 
 
@@ -49,6 +50,8 @@ class Recipe:
     diagnostics: dict[str, Any] = field(default_factory=dict)
     heldout: HeldoutConfig | None = None
     allow_on_policy: bool = False
+    engine: dict[str, Any] = field(default_factory=dict)
+    """`engine:` section (gspo_trl.config.sections.EngineConfig): where pi_old comes from."""
     explicit_keys: frozenset[str] = frozenset()
     """Training keys set by the recipe or an override (not by defaults): validation uses it."""
 
@@ -179,6 +182,7 @@ def recipe_as_yaml(recipe: Recipe) -> str:
         "rewards": [{"name": entry.spec, "weight": entry.weight, **entry.params} for entry in recipe.rewards],
         "diagnostics": dict(recipe.diagnostics),
         **({"heldout": asdict(recipe.heldout)} if recipe.heldout is not None else {}),
+        **({"engine": dict(recipe.engine)} if recipe.engine else {}),
         **recipe.training,
     }
     header = f"# Resolved by gspo-trl from {recipe.source} (defaults and overrides applied).\n"
@@ -237,5 +241,6 @@ def load_recipe(path: str | Path | None, overrides: Sequence[str] | dict[str, An
         diagnostics=_section(content, "diagnostics"),
         heldout=heldout,
         allow_on_policy=allow_on_policy,
+        engine=_section(content, "engine"),
         explicit_keys=frozenset(explicit),
     )

@@ -132,3 +132,51 @@ class DiagnosticsConfig:
             )
         if self.warn_after_steps < 1 or self.warn_no_clip_steps < 1:
             raise ValueError("diagnostics.warn_after_steps and warn_no_clip_steps must be >= 1")
+
+
+OLD_LOGPROBS_SOURCES = ("trainer", "engine")
+ON_MISMATCH_ACTIONS = ("warn", "recompute", "stop")
+
+
+@dataclass
+class EngineConfig:
+    """Recipe `engine:` section: where pi_old comes from, and the guard on that choice.
+
+    old_logprobs: `trainer` (TRL's default: one extra no-grad forward per rollout batch
+        recomputes the sampled tokens' log-probs) or `engine` (use the log-probs vLLM returned
+        while sampling; needs use_vllm, saves that forward). See docs/engine-logprobs.md.
+    on_mismatch: what the guard does when the first (on-policy) minibatch shows the engine
+        scoring tokens unlike the trainer: `warn` (log once), `recompute` (switch to trainer
+        log-probs from the next rollout batch on) or `stop` (end the run with a message).
+    max_bias_fraction: flag when |mean log s_i| on the on-policy minibatch exceeds this
+        fraction of the narrower clip half-range, min(log(1 + eps_high), -log(1 - eps_low)).
+    max_outside_clip: flag when more than this fraction (0-1) of the on-policy minibatch's
+        responses fall outside the clip range from the mismatch alone.
+    """
+
+    old_logprobs: str = "trainer"
+    on_mismatch: str = "warn"
+    max_bias_fraction: float = 0.25
+    max_outside_clip: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.old_logprobs not in OLD_LOGPROBS_SOURCES:
+            raise ValueError(
+                f"engine.old_logprobs must be one of {', '.join(OLD_LOGPROBS_SOURCES)}, "
+                f"got {self.old_logprobs!r}"
+            )
+        if self.on_mismatch not in ON_MISMATCH_ACTIONS:
+            raise ValueError(
+                f"engine.on_mismatch must be one of {', '.join(ON_MISMATCH_ACTIONS)}, "
+                f"got {self.on_mismatch!r}"
+            )
+        if not 0.0 < self.max_bias_fraction <= 1.0 or not 0.0 <= self.max_outside_clip <= 1.0:
+            raise ValueError(
+                "engine.max_bias_fraction must be in (0, 1] and engine.max_outside_clip in [0, 1], "
+                f"got {self.max_bias_fraction} and {self.max_outside_clip}"
+            )
+
+    @property
+    def from_engine(self) -> bool:
+        """True when pi_old is the engine's log-probs."""
+        return self.old_logprobs == "engine"

@@ -18,7 +18,7 @@ import rewards
 from gspo_trl.config.defaults import EPSILON_CLIP_LOSSES, TOKEN_SUM_LOSSES
 from gspo_trl.config.fields import build_dataclass
 from gspo_trl.config.recipe import Recipe
-from gspo_trl.config.sections import DiagnosticsConfig
+from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig
 from gspo_trl.config.trl_fields import grpo_default
 from gspo_trl.errors import FieldTypeError, RecipeError
 
@@ -253,6 +253,46 @@ def _check_diagnostics(recipe: Recipe) -> None:
         raise RecipeError(str(error)) from None
 
 
+SAMPLING_NEUTRAL = {
+    "top_p": (1.0, None),
+    "top_k": (0, -1, None),
+    "min_p": (0.0, None),
+    "repetition_penalty": (1.0, None),
+}
+"""Generation settings and the values that leave the sampler alone. Any other value makes vLLM
+sample from (and report log-probs of) a reshaped distribution, while the trainer scores the plain
+softmax of logits / temperature: with engine log-probs as pi_old, every s_i would be biased."""
+
+
+def check_engine_settings(engine: Mapping[str, Any], training: Mapping[str, Any]) -> EngineConfig:
+    """The `engine:` section, checked; engine log-probs need vLLM and an unreshaped sampler."""
+    try:
+        config = build_dataclass(EngineConfig, dict(engine), "engine")
+    except (FieldTypeError, ValueError, TypeError) as error:
+        raise RecipeError(str(error)) from None
+    if not config.from_engine:
+        return config
+    if not training.get("use_vllm"):
+        raise RecipeError(
+            "engine.old_logprobs: engine takes pi_old from vLLM's sampling log-probs; set use_vllm: true "
+            "or use old_logprobs: trainer"
+        )
+    extra = training.get("generation_kwargs") or {}
+    changed = []
+    for key, neutral in SAMPLING_NEUTRAL.items():
+        value = extra.get(key, training.get(key))
+        if value not in neutral:
+            changed.append(f"{key}={value!r}")
+    if changed:
+        raise RecipeError(
+            f"engine.old_logprobs: engine with {', '.join(changed)}: vLLM then reports log-probs of the "
+            "truncated/penalised distribution it sampled from, while the trainer's ratio uses the plain "
+            "softmax of logits / temperature, so every s_i would be biased. Reset those keys "
+            "(top_p: 1.0, top_k: 0, min_p: null, repetition_penalty: 1.0) or use old_logprobs: trainer."
+        )
+    return config
+
+
 def validate(recipe: Recipe, processes: int | None = None) -> None:
     """Raise RecipeError for the first setting that breaks GSPO or would fail later."""
     processes = processes or world_size()
@@ -265,6 +305,7 @@ def validate(recipe: Recipe, processes: int | None = None) -> None:
     _check_model(recipe)
     check_precision(recipe)
     _check_diagnostics(recipe)
+    check_engine_settings(recipe.engine, recipe.training)
 
 
 def required_columns(recipe: Recipe) -> set[str]:

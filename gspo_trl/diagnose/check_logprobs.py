@@ -15,7 +15,8 @@ the advantage distribution wholesale on the on-policy minibatch, where nothing s
    length bucket, and the fraction of responses delta alone would push outside
    [1 - eps_low, 1 + eps_high].
 
-Verdict: engine log-probs are "safe" for pi_old when at most `--max-clipped-fraction` of
+Verdict (it names the recipe key, `engine: {old_logprobs: engine | trainer}`; see
+docs/engine-logprobs.md): engine log-probs are "safe" for pi_old when at most `--max-clipped-fraction` of
 responses leave the clip range from the mismatch alone AND |mean delta| is at most
 `--max-bias-fraction` of the narrower half-range (a bias that small cannot tilt which side gets
 clipped). Exit status: 0 safe, 1 unsafe, 2 usage error.
@@ -190,7 +191,12 @@ def format_report(report: dict[str, Any]) -> str:
         f"{verdict}: engine log-probs as pi_old under eps_low={report['eps_low']:g}, "
         f"eps_high={report['eps_high']:g}: mismatch alone puts {report['clipped_fraction']:.1%} of responses "
         f"outside the clip range (limit {report['max_clipped_fraction']:.1%}); |bias| "
-        f"{abs(seq['mean']):.2e} vs limit {report['bias_limit']:.2e}."
+        f"{abs(seq['mean']):.2e} vs limit {report['bias_limit']:.2e}. "
+        + (
+            "Recipe key `engine: {old_logprobs: engine}` can be set (its guard rechecks every rollout batch)."
+            if report["safe"]
+            else "Keep `engine: {old_logprobs: trainer}` (the default)."
+        )
     )
     if not report["safe"]:
         lines.append("Keep recomputing pi_old with the trainer (TRL's default), or fix the engine mismatch.")

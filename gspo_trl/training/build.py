@@ -86,6 +86,7 @@ def gspo_config(recipe: Recipe) -> Any:
         gspo_token=recipe.algorithm == "gspo_token",
         diagnostics=dict(recipe.diagnostics),
         allow_on_policy=recipe.allow_on_policy,
+        engine=dict(recipe.engine),
     )
 
 

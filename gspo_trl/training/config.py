@@ -22,8 +22,8 @@ from trl import GRPOConfig
 
 from gspo_trl.config.defaults import GSPO_DEFAULTS
 from gspo_trl.config.fields import build_dataclass
-from gspo_trl.config.sections import DiagnosticsConfig
-from gspo_trl.config.validation import check_gspo_settings, updates_per_rollout_batch
+from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig
+from gspo_trl.config.validation import check_engine_settings, check_gspo_settings, updates_per_rollout_batch
 from gspo_trl.errors import FieldTypeError, RecipeError
 
 
@@ -39,6 +39,8 @@ class GSPOConfig(GRPOConfig):
         decision on every token (needs importance_sampling_level="token"); see docs/gspo.md.
     diagnostics: DiagnosticsConfig fields as a dict (length_buckets, warn thresholds, ...).
     allow_on_policy: run even when every update is on-policy (then GSPO is exactly GRPO).
+    engine: EngineConfig fields as a dict: `{"old_logprobs": "engine"}` takes pi_old from vLLM's
+        sampling log-probs instead of a trainer forward (docs/engine-logprobs.md).
     """
 
     importance_sampling_level: str = field(
@@ -67,6 +69,9 @@ class GSPOConfig(GRPOConfig):
     allow_on_policy: bool = field(
         default=False, metadata=_help("allow a run whose updates are all on-policy")
     )
+    engine: dict[str, Any] | None = field(
+        default=None, metadata=_help("EngineConfig fields: old_logprobs trainer|engine, on_mismatch")
+    )
 
     def __post_init__(self) -> None:
         if self.steps_per_generation is None and self.generation_batch_size is None:
@@ -77,6 +82,9 @@ class GSPOConfig(GRPOConfig):
         super().__post_init__()
         settings = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         check_gspo_settings(self.algorithm, settings)
+        if isinstance(self.engine, EngineConfig):
+            self.engine = dataclasses.asdict(self.engine)
+        check_engine_settings(self.engine or {}, settings)
         if self.gspo_token and self.importance_sampling_level != "token":
             raise RecipeError(
                 "gspo_token: needs importance_sampling_level='token' (it builds the sequence ratio per "
@@ -99,6 +107,12 @@ class GSPOConfig(GRPOConfig):
         if self.gspo_token:
             return "gspo_token"
         return "gspo" if self.importance_sampling_level == "sequence" else "grpo"
+
+    def engine_config(self) -> EngineConfig:
+        """The `engine` dict as a checked EngineConfig."""
+        return check_engine_settings(
+            self.engine or {}, {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        )
 
     def diagnostics_config(self) -> DiagnosticsConfig:
         """The `diagnostics` dict as a checked DiagnosticsConfig."""

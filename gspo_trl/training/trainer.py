@@ -17,6 +17,10 @@ never re-implements the loss:
   decision) of s_i, while the gradient flows through each token's log-prob with its own
   advantage A_it. The rewrite happens on a copy of the minibatch, so reused buffers
   (num_iterations > 1) keep the true old log-probs.
+
+With `engine={"old_logprobs": "engine"}` (recipe `engine:` section), pi_old is vLLM's sampling
+log-probs instead of TRL's recompute forward, and the on-policy minibatch's log s_i is judged
+as the engine mismatch on every rollout batch (gspo_trl.training.engine_logprobs, engine_guard).
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
-from gspo_trl.config.sections import DiagnosticsConfig
+from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig
 from gspo_trl.training.checkpoint_guard import StagedCheckpoints
 from gspo_trl.training.diagnostics import ROW_COLUMNS, ClipAlarm, sequence_log_ratio, summarize_rows
+from gspo_trl.training.engine_logprobs import EngineOldLogprobs
 
 
 class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
@@ -51,6 +56,8 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
         config = getattr(self.args, "diagnostics_config", None)
         self.diagnostics = config() if callable(config) else DiagnosticsConfig()
         self._gspo_alarm = ClipAlarm(self.diagnostics)
+        engine = getattr(self.args, "engine_config", None)
+        self.engine_logprobs = EngineOldLogprobs(self, engine() if callable(engine) else EngineConfig())
         if self.gspo_token and self.importance_sampling_level != "token":
             raise ValueError(
                 "gspo_token=True needs importance_sampling_level='token' (it builds the "
@@ -68,10 +75,44 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
             self._gspo_loss_inputs = None
         if self.diagnostics.enabled and self.model.training and self._gspo_captured:
             self._record_rows(inputs)
+        if self.engine_logprobs.active and self.model.training and self._gspo_captured:
+            self._judge_engine_mismatch()
         self._gspo_captured = {}
         return loss
 
+    # --- engine log-probs as pi_old (gspo_trl.training.engine_logprobs) -------------------------
+    def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+        self.engine_logprobs.begin_rollout(self.model.training)
+        try:
+            return super()._generate_and_score_completions(inputs)
+        finally:
+            self.engine_logprobs.end_rollout()
+
+    def _generate(self, prompts: list) -> tuple:
+        result = super()._generate(prompts)
+        self.engine_logprobs.capture(result[4])  # the sampled tokens' log-probs
+        return result
+
+    def _judge_engine_mismatch(self) -> None:
+        """On the on-policy minibatch, log s_i is trainer minus engine: feed it to the guard."""
+        if self._minibatch_index() != 1:
+            return
+        log_s = self._gspo_captured["log_s"].float()
+        if self.accelerator.num_processes > 1:
+            log_s = self.accelerator.gather(
+                self.accelerator.pad_across_processes(log_s, dim=0, pad_index=float("nan"))
+            )
+        self.engine_logprobs.observe_on_policy(log_s)
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        if self._step % generate_every == self.args.gradient_accumulation_steps - 1:
+            self.engine_logprobs.finish_on_policy(self)
+
     def _get_per_token_logps_and_entropies(self, model: Any, *args: Any, **kwargs: Any):
+        if self._gspo_loss_inputs is None and self.engine_logprobs.active:
+            width = kwargs.get("logits_to_keep", args[2] if len(args) > 2 else None)
+            old = self.engine_logprobs.old_logprobs(model, self.model, width, self.accelerator.device)
+            if old is not None:  # TRL's pi_old call, answered by the engine: no forward
+                return old, None, None
         logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
         inputs = self._gspo_loss_inputs
         if inputs is None:  # a no-grad pass (old / reference log-probs), not the loss
