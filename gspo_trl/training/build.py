@@ -94,6 +94,7 @@ def build_trainer(recipe: Recipe) -> Any:
                 num_samples=recipe.heldout.num_samples,
                 sample_temperature=recipe.heldout.sample_temperature,
                 pass_threshold=recipe.heldout.pass_threshold,
+                max_batch_tokens=recipe.heldout.max_batch_tokens,
             )
         )
     return trainer
