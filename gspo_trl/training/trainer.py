@@ -20,6 +20,7 @@ never re-implements the loss:
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from typing import Any
 
@@ -28,6 +29,23 @@ from trl import GRPOTrainer
 
 from gspo_trl.config.sections import DiagnosticsConfig
 from gspo_trl.training.diagnostics import ROW_COLUMNS, ClipAlarm, sequence_log_ratio, summarize_rows
+
+logger = logging.getLogger(__name__)
+
+
+def vllm_correction_summary(args: Any) -> str:
+    """One line naming TRL's vLLM importance-sampling correction as this run applies it."""
+    if not args.vllm_importance_sampling_correction:
+        return (
+            "vLLM importance-sampling correction: off (vllm_importance_sampling_correction: false; "
+            "the GSPO default, see docs/vllm.md); measure the engine/trainer gap with gspo-trl check-logprobs"
+        )
+    low = args.vllm_importance_sampling_clip_min
+    return (
+        f"vLLM importance-sampling correction: on, mode {args.vllm_importance_sampling_mode}, ratios "
+        f"outside [{low if low is not None else '-inf'}, {args.vllm_importance_sampling_clip_max}] "
+        "truncated or masked; it reweights the GSPO loss (sampling/importance_sampling_ratio/*)"
+    )
 
 
 class GSPOTrainer(GRPOTrainer):
@@ -49,6 +67,8 @@ class GSPOTrainer(GRPOTrainer):
         config = getattr(self.args, "diagnostics_config", None)
         self.diagnostics = config() if callable(config) else DiagnosticsConfig()
         self._gspo_alarm = ClipAlarm(self.diagnostics)
+        if self.use_vllm and self.accelerator.is_main_process:
+            logger.info(vllm_correction_summary(self.args))
         if self.gspo_token and self.importance_sampling_level != "token":
             raise ValueError(
                 "gspo_token=True needs importance_sampling_level='token' (it builds the "
