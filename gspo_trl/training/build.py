@@ -18,6 +18,7 @@ from gspo_trl.model.checkpoints import latest_checkpoint
 from gspo_trl.model.loading import load_tokenizer, lora_config, model_init_kwargs, resolve_model_path
 from gspo_trl.training.heldout import HeldoutCallback
 from gspo_trl.training.preflight import output_dir_of, preflight
+from gspo_trl.training.vllm_server import check_vllm_server
 
 logger = logging.getLogger("gspo_trl")
 
@@ -62,6 +63,7 @@ def build_trainer(recipe: Recipe) -> Any:
     train_dataset, eval_dataset = data.train, data.eval
     reward_funcs = [rewards.get(entry.spec, **entry.params) for entry in recipe.rewards]
     args = gspo_config(recipe)
+    check_vllm_server(args)  # before the model loads: a missing server fails in seconds
     model_path = resolve_model_path(recipe.model, args.output_dir)
     tokenizer = load_tokenizer(recipe.model, model_path)
     if args.use_vllm:
