@@ -63,12 +63,15 @@ def _colocated_vllm(trainer: Any, sampling: HeldoutSampling) -> HeldoutGenerator
     accelerator, tokenizer = trainer.accelerator, trainer.processing_class
     tensor_parallel = getattr(engine, "tensor_parallel_size", 1)
 
+    # Every rank syncs here, before any rank knows whether its share is empty: under ZeRO-3
+    # or FSDP the sync gathers the weights collectively. TRL's rollout reads the same step mark.
+    if trainer.state.global_step != trainer._last_loaded_step or engine._llm_weights_sleeping:
+        engine.sync_weights()
+        trainer._last_loaded_step = trainer.state.global_step
+
     def generate(prompts: Sequence[Any], n: int, temperature: float) -> list[list[str]]:
         from vllm import SamplingParams
 
-        if trainer.state.global_step != trainer._last_loaded_step or engine._llm_weights_sleeping:
-            engine.sync_weights()
-            trainer._last_loaded_step = trainer.state.global_step
         texts = [
             tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts
         ]
@@ -82,14 +85,7 @@ def _colocated_vllm(trainer: Any, sampling: HeldoutSampling) -> HeldoutGenerator
             top_k=sampling.top_k if temperature > 0 and sampling.top_k else -1,
             max_tokens=sampling.max_new_tokens,
         )
-        if engine.enable_sleep_mode:
-            engine.llm.wake_up(tags=["kv_cache"])
-        try:
-            outputs = engine.llm.generate(inputs, sampling_params=params, use_tqdm=False)
-        finally:
-            if engine.enable_sleep_mode:
-                engine.llm.sleep(level=2)
-                engine._llm_weights_sleeping = True
+        outputs = engine.llm.generate(inputs, sampling_params=params, use_tqdm=False)
         return [[choice.text for choice in output.outputs] for output in outputs]
 
     # Ranks of one tensor-parallel group must call generate with the same prompts.
@@ -114,7 +110,17 @@ def heldout_generator(trainer: Any, sampling: HeldoutSampling) -> Iterator[Heldo
     """The engine for this evaluation, usable inside the `with` block (weights gathered there)."""
     colocated = _colocated_vllm(trainer, sampling)
     if colocated is not None:
-        yield colocated
+        engine = trainer.vllm_generation
+        # Sleep mode: awake (weights synced above, KV cache here) for the whole evaluation, so
+        # the score and pass@k passes see the same weights; asleep again after, as TRL leaves it.
+        if engine.enable_sleep_mode:
+            engine.llm.wake_up(tags=["kv_cache"])
+        try:
+            yield colocated
+        finally:
+            if engine.enable_sleep_mode:
+                engine.llm.sleep(level=2)
+                engine._llm_weights_sleeping = True
         return
     from trl.models.utils import unwrap_model_for_generation
 
