@@ -26,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -293,8 +294,10 @@ def slurm_dry_run(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.distributed
-def test_slurm_dry_run_prints_one_vllm_server_and_one_launch_per_training_node() -> None:
-    """4 nodes: the last serves vLLM (TP 4 x DP 2), 3 train with c10d; every launch parses."""
+def test_slurm_dry_run_prints_server_health_wait_and_one_fail_fast_training_step() -> None:
+    """4 nodes: the last serves vLLM (TP 4 x DP 2); /health is polled before anything trains;
+    then one srun runs the 3 training nodes with c10d, killing them all when one fails, and
+    each node's launch (machine rank = its $SLURM_NODEID) parses."""
     from accelerate.commands.launch import launch_command_parser
 
     from gspo_trl.cli.recipe_args import split_argv
@@ -304,24 +307,30 @@ def test_slurm_dry_run_prints_one_vllm_server_and_one_launch_per_training_node()
     result = slurm_dry_run(
         *("--num-nodes", "4", "--model", "Qwen/Qwen3-30B-A3B", "--config", "configs/zero3.yaml"),
         *("--recipe", "recipes/qwen3-30b-a3b/math.yaml", "--vllm-tp", "4", "--vllm-dp", "2"),
-        *("--", "--learning_rate", "3e-7", "--resume"),
+        *("--vllm-health-timeout", "900", "--", "--learning_rate", "3e-7", "--resume"),
     )
     assert result.returncode == 0, result.stderr
     commands = [shlex.split(line.rstrip("&")) for line in result.stdout.splitlines() if line.strip()]
-    servers = [c for c in commands if "vllm-serve" in c]
-    launches = [c for c in commands if "accelerate" in c]
-    assert len(servers) == 1 and len(launches) == 3 and len(commands) == 4, result.stdout
+    assert [c[0] for c in commands] == ["srun", "curl", "srun"], result.stdout
+    server, health, training = commands
 
-    server = servers[0]
     assert "--nodelist=node4" in server
     assert server[server.index("--model") + 1] == "Qwen/Qwen3-30B-A3B"
     assert server[server.index("--tensor_parallel_size") + 1] == "4"
     assert server[server.index("--data_parallel_size") + 1] == "2"
+    assert server[server.index("--host") + 1] == "0.0.0.0"  # reachable from the training nodes
+
+    assert "http://node4:8000/health" in health and "900s," in health  # bounded wait, in the order run
+
+    assert "--kill-on-bad-exit=1" in training and any(a.startswith("--wait=") for a in training)
+    assert {"--nodes=3", "--ntasks=3", "--ntasks-per-node=1", "--nodelist=node1,node2,node3"} <= set(training)
+    script = training[training.index("-c") + 1]
+    assert script == 'exec accelerate launch --machine_rank "$SLURM_NODEID" "$@"'
+    launch_args = training[training.index("-c") + 3 :]  # after the script and its $0
 
     parser = launch_command_parser()
-    for rank, command in enumerate(launches):
-        assert f"--nodelist=node{rank + 1}" in command
-        args = parser.parse_args(command[command.index("launch") + 1 :])
+    for rank in range(3):
+        args = parser.parse_args(["--machine_rank", str(rank), *launch_args])
         assert (args.config_file, args.num_machines, args.num_processes) == ("configs/zero3.yaml", 3, 24)
         assert (args.machine_rank, args.main_process_ip, args.rdzv_backend) == (rank, "node1", "c10d")
         assert args.module and args.training_script == "gspo_trl.train"
@@ -330,12 +339,28 @@ def test_slurm_dry_run_prints_one_vllm_server_and_one_launch_per_training_node()
         recipe = load_recipe(ROOT / path, overrides)
         validate(recipe, processes=24)
         assert recipe.model.name_or_path == "Qwen/Qwen3-30B-A3B"
-        training = recipe.training
-        assert (training["vllm_mode"], training["vllm_server_host"], training["learning_rate"]) == (
+        training_keys = recipe.training
+        assert (
+            training_keys["vllm_mode"],
+            training_keys["vllm_server_host"],
+            training_keys["learning_rate"],
+        ) == (
             "server",
             "node4",
             3e-7,
         )
+
+
+def test_slurm_dry_run_without_overrides_works_with_set_u() -> None:
+    """No recipe overrides: the empty array must not trip `set -u` (bash < 4.4 treats
+    "${a[@]}" of an empty array as unbound; the script guards every possibly-empty array)."""
+    result = slurm_dry_run(*SLURM_GOOD_ARGS)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1].rstrip().endswith("--vllm_server_port 8000")
+    text = SLURM_SCRIPT.read_text()
+    for array in re.findall(r"^\s*(\w+)=\(\)", text, flags=re.MULTILINE):  # declared empty
+        bare = re.findall(r'(?<!\+)"\$\{' + array + r'\[@\]\}"', text)
+        assert not bare, f'{array}: "${{{array}[@]}}" unguarded under set -u (use ${{{array}[@]+...}})'
 
 
 SLURM_GOOD_ARGS = ("--model", "m", "--recipe", "recipes/qwen3-8b/math.yaml", "--config", "configs/zero3.yaml")
@@ -361,6 +386,57 @@ def test_slurm_refuses_bad_arguments(args: list[str], message: str) -> None:
     result = slurm_dry_run(*args)
     assert result.returncode == 2 and message in result.stderr, (result.returncode, result.stderr)
     assert not result.stdout, "printed commands despite refusing"
+
+
+FAKE_SRUN = """#!/bin/bash
+# Stands in for srun: logs its arguments; the vLLM server step behaves as $FAKE_SERVER says.
+echo "$*" >> "$SRUN_LOG"
+if [[ "$*" == *vllm-serve* ]]; then
+    [[ "$FAKE_SERVER" == dies ]] && exit 1
+    exec sleep 60
+fi
+"""
+
+
+@pytest.mark.parametrize(
+    ("server", "message"),
+    [
+        ("silent", "did not answer http://node2:8000/health within 2s"),
+        ("dies", "exited before answering http://node2:8000/health"),
+    ],
+)
+def test_slurm_stops_before_training_when_the_server_never_answers(
+    tmp_path: Path, server: str, message: str
+) -> None:
+    """Inside an allocation (fake srun/scontrol on PATH), a server that never answers /health
+    ends the job with a message once the wait is over, and no training step is started."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(FAKE_SRUN)
+    (bin_dir / "scontrol").write_text("#!/bin/bash\nprintf 'node1\\nnode2\\n'\n")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SLURM_")}
+    env.update(
+        PATH=f"{bin_dir}:{env['PATH']}",
+        SLURM_JOB_NODELIST="node[1-2]",
+        SRUN_LOG=str(tmp_path / "srun.log"),
+        FAKE_SERVER=server,
+        VLLM_HEALTH_POLL="1",
+    )
+    started = time.monotonic()
+    result = subprocess.run(
+        ["bash", str(SLURM_SCRIPT), *SLURM_GOOD_ARGS, "--vllm-health-timeout", "2"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert time.monotonic() - started < 30
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    calls = (tmp_path / "srun.log").read_text().splitlines()
+    assert len(calls) == 1 and "vllm-serve" in calls[0], calls  # the training step never ran
 
 
 def test_slurm_script_passes_shellcheck() -> None:

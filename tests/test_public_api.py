@@ -67,6 +67,11 @@ def test_gspo_trainer_trains_with_trl_style_arguments(tmp_path) -> None:
     assert any(key.startswith("gspo/mb1/") for entry in trainer.state.log_history for key in entry)
 
 
+def test_gspo_config_defaults_are_gspo_defaults(tmp_path) -> None:
+    config = GSPOConfig(output_dir=str(tmp_path))
+    assert {key: getattr(config, key) for key in GSPO_DEFAULTS} == dict(GSPO_DEFAULTS)
+
+
 @pytest.mark.parametrize(
     ("overrides", "words"),
     [

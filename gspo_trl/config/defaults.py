@@ -21,6 +21,13 @@ GSPO_DEFAULTS: MappingProxyType[str, Any] = MappingProxyType(
         "epsilon_high": 4e-4,
         "steps_per_generation": 4,  # 4 minibatch updates per rollout batch...
         "gradient_accumulation_steps": 1,  # ...each one optimizer step
+        # Off: no reweighting for the vLLM engine/trainer log-prob gap, as in the paper, whose
+        # length-normalised s_i tolerates engine noise (its clip bounds the effect). TRL's default
+        # (sequence_mask, C_max 3) weights by exp(SUM of token log-ratios), not GSPO's mean: a
+        # systematic 1e-3 nats/token gap zeroes every response longer than ~1100 tokens, a length
+        # bias. Measure the gap with `gspo-trl check-logprobs`; if it is large, prefer
+        # vllm_importance_sampling_mode: token_truncate (length-neutral) over the sequence modes.
+        "vllm_importance_sampling_correction": False,
     }
 )
 

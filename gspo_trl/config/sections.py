@@ -95,6 +95,8 @@ class HeldoutConfig:
     sample_temperature: float = 1.0
     pass_threshold: float = 1.0
     """A sample passes when its grade is at least this."""
+    max_batch_tokens: int = 65536
+    """Rows x (prompt + max_completion_length) tokens per HF generate batch: bounds its KV cache."""
 
 
 @dataclass

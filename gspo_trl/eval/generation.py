@@ -69,6 +69,42 @@ def _checkpoint_dtype(path: str) -> str:
     return str(dtype).removeprefix("torch.") if dtype is not None else "auto"
 
 
+DEFAULT_BATCH_TOKENS = 65536
+"""Prompt + new tokens one HF `generate` batch may hold. The KV cache grows with it: Qwen3-4B/8B
+keep ~144 KiB per token in bf16, so 65536 tokens is ~9 GiB, where 64 rows x 8k tokens is ~79 GB."""
+
+
+def token_bounded_batches(
+    prompt_lengths: Sequence[int], max_new_tokens: int, max_batch_tokens: int, max_batch_size: int = 64
+) -> list[range]:
+    """Consecutive index ranges whose rows x (longest prompt + max_new_tokens) <= max_batch_tokens.
+
+    A left-padded batch costs its longest prompt for every row, hence the max. A single row
+    that alone exceeds the budget still gets a batch of its own (generation cannot be split).
+    """
+    batches: list[range] = []
+    start, longest = 0, 0
+    for index, length in enumerate(prompt_lengths):
+        longest_with = max(longest, length)
+        rows = index - start + 1
+        if index > start and (
+            rows > max_batch_size or rows * (longest_with + max_new_tokens) > max_batch_tokens
+        ):
+            batches.append(range(start, index))
+            start, longest_with = index, length
+        longest = longest_with
+    if start < len(prompt_lengths):
+        batches.append(range(start, len(prompt_lengths)))
+    return batches
+
+
+def sampling_kwargs(temperature: float, top_p: float = 1.0, top_k: int | None = 0) -> dict[str, Any]:
+    """`generate` keywords: greedy at temperature 0, else sampling with the recipe's top_p/top_k."""
+    if temperature <= 0:
+        return {"do_sample": False}
+    return {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": top_k or None}
+
+
 @torch.no_grad()
 def generate_completions(
     model: Any,
@@ -78,22 +114,29 @@ def generate_completions(
     temperature: float = 0.0,
     num_samples: int = 1,
     batch_size: int = 64,
+    top_p: float = 1.0,
+    top_k: int | None = 0,
+    max_batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    synced_gpus: bool | None = None,
 ) -> list[list[str]]:
-    """`num_samples` completions (decoded text) per conversational prompt; temperature 0 = greedy."""
+    """`num_samples` completions (decoded text) per conversational prompt; temperature 0 = greedy.
+
+    Batches hold at most `batch_size` rows and `max_batch_tokens` prompt + new tokens (see
+    token_bounded_batches). `synced_gpus` (HF generate's option; None: on under ZeRO-3/FSDP with
+    several ranks) keeps ranks stepping together until all are done: needed when weights are
+    sharded, a deadlock when each rank generates different rows with whole weights.
+    """
     was_training = model.training
     model.eval()
     padding_side, tokenizer.padding_side = tokenizer.padding_side, "left"
     texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
-    sampling = (
-        {"do_sample": True, "temperature": temperature, "top_p": 1.0}
-        if temperature > 0
-        else {"do_sample": False}
-    )
+    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]] if texts else []
+    sampling = sampling_kwargs(temperature, top_p, top_k)
     results: list[list[str]] = [[] for _ in texts]
     try:
-        for start in range(0, len(texts), batch_size):
+        for rows in token_bounded_batches(lengths, max_new_tokens, max_batch_tokens, batch_size):
             batch = tokenizer(
-                texts[start : start + batch_size], return_tensors="pt", padding=True, add_special_tokens=False
+                texts[rows.start : rows.stop], return_tensors="pt", padding=True, add_special_tokens=False
             )
             batch = {key: value.to(model.device) for key, value in batch.items()}
             for _ in range(num_samples):
@@ -102,13 +145,14 @@ def generate_completions(
                     max_new_tokens=max_new_tokens,
                     pad_token_id=tokenizer.pad_token_id,
                     eos_token_id=tokenizer.eos_token_id,
+                    synced_gpus=synced_gpus,
                     **sampling,
                 )
                 decoded = tokenizer.batch_decode(
                     output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True
                 )
                 for offset, text in enumerate(decoded):
-                    results[start + offset].append(text)
+                    results[rows.start + offset].append(text)
     finally:
         tokenizer.padding_side = padding_side
         model.train(was_training)

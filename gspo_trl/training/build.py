@@ -21,6 +21,7 @@ from gspo_trl.training.heldout import HeldoutCallback
 from gspo_trl.training.interrupt import StopOnInterrupt, TrainingInterrupted
 from gspo_trl.training.preflight import output_dir_of, preflight
 from gspo_trl.training.reward_guard import guard_rewards
+from gspo_trl.training.vllm_server import check_vllm_server
 
 logger = logging.getLogger("gspo_trl")
 
@@ -98,6 +99,7 @@ def build_trainer(recipe: Recipe) -> Any:
     train_dataset, eval_dataset = data.train, data.eval
     reward_funcs = guard_rewards([rewards.get(entry.spec, **entry.params) for entry in recipe.rewards])
     args = gspo_config(recipe)
+    check_vllm_server(args)  # before the model loads: a missing server fails in seconds
     model_path = resolve_model_path(recipe.model, args.output_dir)
     tokenizer = load_tokenizer(recipe.model, model_path)
     if args.use_vllm:
@@ -130,6 +132,7 @@ def build_trainer(recipe: Recipe) -> Any:
                 num_samples=recipe.heldout.num_samples,
                 sample_temperature=recipe.heldout.sample_temperature,
                 pass_threshold=recipe.heldout.pass_threshold,
+                max_batch_tokens=recipe.heldout.max_batch_tokens,
             )
         )
     return trainer

@@ -64,6 +64,10 @@ class GSPOConfig(GRPOConfig):
         default=GSPO_DEFAULTS["gradient_accumulation_steps"],
         metadata=_help("one optimizer step per minibatch"),
     )
+    vllm_importance_sampling_correction: bool = field(
+        default=GSPO_DEFAULTS["vllm_importance_sampling_correction"],
+        metadata=_help("TRL's engine/trainer reweighting; off for GSPO (see gspo_trl.config.defaults)"),
+    )
     gspo_token: bool = field(default=False, metadata=_help("GSPO-token: per-token advantages"))
     diagnostics: dict[str, Any] | None = field(default=None, metadata=_help("DiagnosticsConfig fields"))
     allow_on_policy: bool = field(

@@ -25,6 +25,7 @@ as the engine mismatch on every rollout batch (gspo_trl.training.engine_logprobs
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from typing import Any
 
@@ -35,6 +36,23 @@ from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig
 from gspo_trl.training.checkpoint_guard import StagedCheckpoints
 from gspo_trl.training.diagnostics import ROW_COLUMNS, ClipAlarm, sequence_log_ratio, summarize_rows
 from gspo_trl.training.engine_logprobs import EngineOldLogprobs
+
+logger = logging.getLogger(__name__)
+
+
+def vllm_correction_summary(args: Any) -> str:
+    """One line naming TRL's vLLM importance-sampling correction as this run applies it."""
+    if not args.vllm_importance_sampling_correction:
+        return (
+            "vLLM importance-sampling correction: off (vllm_importance_sampling_correction: false; "
+            "the GSPO default, see docs/vllm.md); measure the engine/trainer gap with gspo-trl check-logprobs"
+        )
+    low = args.vllm_importance_sampling_clip_min
+    return (
+        f"vLLM importance-sampling correction: on, mode {args.vllm_importance_sampling_mode}, ratios "
+        f"outside [{low if low is not None else '-inf'}, {args.vllm_importance_sampling_clip_max}] "
+        "truncated or masked; it reweights the GSPO loss (sampling/importance_sampling_ratio/*)"
+    )
 
 
 class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
@@ -58,6 +76,8 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
         self._gspo_alarm = ClipAlarm(self.diagnostics)
         engine = getattr(self.args, "engine_config", None)
         self.engine_logprobs = EngineOldLogprobs(self, engine() if callable(engine) else EngineConfig())
+        if self.use_vllm and self.accelerator.is_main_process:
+            logger.info(vllm_correction_summary(self.args))
         if self.gspo_token and self.importance_sampling_level != "token":
             raise ValueError(
                 "gspo_token=True needs importance_sampling_level='token' (it builds the "

@@ -1,0 +1,68 @@
+"""Is the vLLM server a `vllm_mode: server` recipe needs up? Asked before the model loads.
+
+Without this, a server-mode run with no server loads the model, builds the trainer, then waits
+TRL's `vllm_server_timeout` (240 s) on every attempt before a ConnectionError; launched from
+the multi-GPU configs it costs minutes and a stack trace. Here the same health endpoint TRL's
+VLLMClient polls (`GET {base_url}/health`) is asked for a few seconds, and a missing server
+is a RecipeError naming the keys to fix and the command that starts one.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from gspo_trl.errors import RecipeError
+
+CHECK_TIMEOUT_S = 5.0
+"""How long a train start waits for the server to answer: it is meant to be up already (the
+slurm launcher waits for it); a first-time model download is waited for there, not here."""
+RETRY_INTERVAL_S = 0.5
+
+
+def server_base_url(args: Any) -> str:
+    """The URL TRL will connect to: vllm_server_base_url, else http://host:port."""
+    if args.vllm_server_base_url:
+        return str(args.vllm_server_base_url).rstrip("/")
+    return f"http://{args.vllm_server_host}:{args.vllm_server_port}"
+
+
+def _answers(url: str, timeout_s: float) -> str | None:
+    """None when `url` answers 200, else why not (one short phrase)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return None if response.status == 200 else f"HTTP {response.status}"
+    except urllib.error.HTTPError as error:
+        return f"HTTP {error.code}"
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        return str(reason) or type(error).__name__
+
+
+def check_vllm_server(args: Any, timeout_s: float = CHECK_TIMEOUT_S) -> None:
+    """Raise RecipeError unless a server-mode run's vLLM server answers its health check."""
+    if not getattr(args, "use_vllm", False) or getattr(args, "vllm_mode", None) != "server":
+        return
+    base_url = server_base_url(args)
+    url = f"{base_url}/health"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        problem = _answers(url, timeout_s=max(0.1, min(2.0, deadline - time.monotonic())))
+        if problem is None:
+            return
+        if time.monotonic() + RETRY_INTERVAL_S >= deadline:
+            break
+        time.sleep(RETRY_INTERVAL_S)
+    keys = (
+        f"vllm_server_base_url: {args.vllm_server_base_url}"
+        if args.vllm_server_base_url
+        else f"vllm_server_host: {args.vllm_server_host}, vllm_server_port: {args.vllm_server_port}"
+    )
+    raise RecipeError(
+        f"vllm_mode: server, but no vLLM server answers at {url} ({keys}) within {timeout_s:g} s: "
+        f"{problem}. Start one first, on a host the trainers can reach: `trl vllm-serve --model MODEL "
+        f"--host 0.0.0.0 --port {args.vllm_server_port}` (docs/vllm.md), then point "
+        "vllm_server_host (or vllm_server_base_url) at it; or train with vllm_mode: colocate."
+    )
