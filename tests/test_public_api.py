@@ -68,7 +68,7 @@ def test_gspo_trainer_trains_with_trl_style_arguments(tmp_path) -> None:
 
 
 def test_gspo_config_defaults_are_gspo_defaults(tmp_path) -> None:
-    config = GSPOConfig(output_dir=str(tmp_path))
+    config = GSPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False)
     assert {key: getattr(config, key) for key in GSPO_DEFAULTS} == dict(GSPO_DEFAULTS)
 
 
