@@ -86,12 +86,13 @@ class HeldoutConfig:
     every_steps: int = 0
     """Evaluate every N optimizer steps (0: only before and after training)."""
     max_rows: int = 256
-    temperature: float = 0.0
-    """0 = greedy decoding."""
+    temperature: float | None = None
+    """None: the recipe's own sampling temperature (what training samples from; the score is
+    then a pass@1 estimate over `num_samples` samples per row); 0: greedy decoding."""
     k: list[int] = field(default_factory=list)
     """Also log unbiased heldout/pass@k for these k (e.g. [1, 8]), from sampled completions."""
     num_samples: int | None = None
-    """Samples per row for pass@k (default: the largest k)."""
+    """Samples per row for pass@k (default: the largest k) and for a sampled score (default 1)."""
     sample_temperature: float = 1.0
     pass_threshold: float = 1.0
     """A sample passes when its grade is at least this."""

@@ -223,7 +223,7 @@ def _check_heldout(recipe: Recipe) -> None:
         )
     if heldout.max_rows < 1 or heldout.every_steps < 0:
         raise RecipeError("heldout.max_rows must be >= 1 and heldout.every_steps >= 0")
-    if heldout.temperature < 0 or heldout.sample_temperature <= 0:
+    if (heldout.temperature is not None and heldout.temperature < 0) or heldout.sample_temperature <= 0:
         raise RecipeError("heldout.temperature must be >= 0 (0 = greedy) and heldout.sample_temperature > 0")
 
 

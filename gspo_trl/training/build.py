@@ -126,7 +126,11 @@ def build_trainer(recipe: Recipe) -> Any:
                 rewards.get(grader_spec, **grader_params),
                 every_steps=recipe.heldout.every_steps,
                 max_rows=recipe.heldout.max_rows,
-                temperature=recipe.heldout.temperature,
+                temperature=(
+                    recipe.heldout.temperature
+                    if recipe.heldout.temperature is not None
+                    else float(args.temperature)
+                ),
                 max_new_tokens=args.max_completion_length,
                 ks=recipe.heldout.k,
                 num_samples=recipe.heldout.num_samples,
