@@ -27,8 +27,8 @@ def odd_length(completions, **_):
     return [float(len(c) % 2) for c in completions]
 '''
 REVERSAL = "gspo_trl.data.synthetic:digit_reversal_reward"
-ROWS, G, CHUNK = 10, 4, 4
-LOW, HIGH, THRESHOLD = 0.25, 0.75, 0.5
+ROWS, G, CHUNK = 16, 4, 4
+LOW, HIGH, THRESHOLD = 0.5, 0.75, 0.5  # P(a row in range) = 10/16: some kept, some dropped
 
 
 def _recipe(root: Path, model: str, data: str = "synthetic:reversal", extra: str = "") -> Path:

@@ -25,9 +25,9 @@ import yaml
 from _gspo_helpers import single_torch_thread, tiny_model_dir  # noqa: F401 (autouse fixture)
 
 import rewards
+from gspo_trl.config.data_checks import required_columns
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.sections import DataConfig
-from gspo_trl.config.validation import required_columns
 from gspo_trl.data.loading import load_data
 from gspo_trl.data.presets import PRESETS, apply_preset
 from gspo_trl.data.sources import HUMANEVAL_SOURCE

@@ -15,8 +15,8 @@ from typing import Any
 
 from datasets import Dataset
 
+from gspo_trl.config.data_checks import check_column_renames, check_eval_size
 from gspo_trl.config.sections import DataConfig
-from gspo_trl.config.validation import check_column_renames, check_eval_size
 from gspo_trl.data import presets
 from gspo_trl.data.sources import load_split
 from gspo_trl.errors import DataError

@@ -166,8 +166,8 @@ def write_rows(raw: Any, rates: Sequence[float], args: argparse.Namespace) -> An
 
 def run(args: argparse.Namespace, overrides: Sequence[str]) -> dict[str, Any]:
     """Score, filter and write as the arguments say; returns the summary (also written as JSON)."""
+    from gspo_trl.config.data_checks import check_columns
     from gspo_trl.config.recipe import load_recipe
-    from gspo_trl.config.validation import check_columns
     from gspo_trl.eval.generation import Sampler
     from gspo_trl.model.loading import resolve_model_path
 

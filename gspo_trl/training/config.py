@@ -21,9 +21,10 @@ from typing import Any
 from trl import GRPOConfig
 
 from gspo_trl.config.defaults import GSPO_DEFAULTS
+from gspo_trl.config.engine_checks import check_engine_settings
 from gspo_trl.config.fields import build_dataclass
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig
-from gspo_trl.config.validation import check_engine_settings, check_gspo_settings, updates_per_rollout_batch
+from gspo_trl.config.validation import check_gspo_settings, updates_per_rollout_batch
 from gspo_trl.errors import FieldTypeError, RecipeError
 
 

@@ -16,14 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gspo_trl.config.data_checks import check_code_tests, check_columns, required_columns
 from gspo_trl.config.recipe import Recipe
-from gspo_trl.config.validation import (
-    check_code_tests,
-    check_columns,
-    check_reward_construction,
-    required_columns,
-    validate,
-)
+from gspo_trl.config.validation import check_reward_construction, validate
 from gspo_trl.errors import RecipeError
 
 
