@@ -16,6 +16,7 @@ import rewards
 from gspo_trl.config.recipe import Recipe, recipe_as_yaml
 from gspo_trl.model.checkpoints import latest_checkpoint
 from gspo_trl.model.loading import load_tokenizer, lora_config, model_init_kwargs, resolve_model_path
+from gspo_trl.training.console import install_console
 from gspo_trl.training.heldout import HeldoutCallback
 from gspo_trl.training.preflight import output_dir_of, preflight
 
@@ -96,6 +97,8 @@ def build_trainer(recipe: Recipe) -> Any:
                 pass_threshold=recipe.heldout.pass_threshold,
             )
         )
+    rewards_names = [entry.spec for entry in recipe.rewards]
+    install_console(trainer, recipe.model.name_or_path, rewards_names, len(eval_dataset or ()))
     return trainer
 
 
