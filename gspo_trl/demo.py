@@ -35,13 +35,20 @@ def _heldout_callback(trainer: Any) -> HeldoutCallback:
     raise RuntimeError("the demo recipe must have a heldout: section")
 
 
+def stage(number: int, title: str) -> None:
+    """A stage header of the demo's output: where the time goes, in the order it goes."""
+    print(f"\n== {number}/4 {title}", flush=True)
+
+
 def run_demo(
     output_dir: Path, recipe_path: Path, sft_steps: int, overrides: Sequence[str] = ()
 ) -> dict[str, Any]:
     """Run the whole demo into `output_dir`; returns (and writes) the results."""
     started = time.time()
     task = ReversalTask()
+    stage(1, f"model: the tiny Qwen3 (built locally, no hub) in {output_dir / 'tiny-model'}")
     base = save_tiny_model(output_dir / "tiny-model")
+    stage(2, f"warm start: {sft_steps} steps of SFT on imperfect answers (cached between runs)")
     warm = warm_start(base, output_dir / "warm-start", task, steps=sft_steps)
     warm_seconds = time.time() - started
 
@@ -49,7 +56,9 @@ def run_demo(
         recipe_path,
         {"model.name_or_path": str(warm), "output_dir": str(output_dir / "gspo"), **_as_dict(overrides)},
     )
+    stage(3, f"GSPO: {recipe.source}, {recipe.training.get('max_steps')} steps, held-out score as it goes")
     trainer = run(recipe)
+    stage(4, "evaluation: held-out accuracy before and after, results.json, reward curve")
     history = _heldout_callback(trainer).history
     (step_before, before), (step_after, after) = history[0], history[-1]
 
