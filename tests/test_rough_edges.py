@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import sys
+
 import pytest
 
 from gspo_trl.diagnose.report import heldout_label, std_band
@@ -55,3 +58,61 @@ def test_warm_start_is_cached_by_its_inputs(tmp_path) -> None:
     warm_start(base, out, task, steps=3, batch_size=4)
     assert weights.stat().st_mtime_ns != first
     assert '"steps": 3' in (out / CACHE_KEY_FILE).read_text()
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "points_to"),
+    [
+        ("dataset_name", "openai/gsm8k", "data.path"),
+        ("torch_dtype", "bfloat16", "model.dtype"),
+        ("model_name_or_path", "Qwen/Qwen3-0.6B", "model.name_or_path"),
+        ("reward_funcs", ["math"], "rewards"),
+        (
+            "resume_from_checkpoint",
+            "runs/x/checkpoint-10",
+            "the command line: gspo-trl train RECIPE --resume",
+        ),
+    ],
+)
+def test_trl_and_open_r1_keys_point_to_the_recipe_key(key, value, points_to) -> None:
+    from gspo_trl.config.recipe import load_recipe
+    from gspo_trl.errors import RecipeError
+
+    with pytest.raises(RecipeError, match=rf"{key!r} is not a recipe key here: use {re.escape(points_to)}"):
+        load_recipe(None, {key: value})
+
+
+def test_recipe_imports_register_custom_rewards(tmp_path, monkeypatch, capsys) -> None:
+    """`imports: [pkg.module]` is imported (cwd on sys.path) before the rewards resolve, and
+    `rewards list --import` shows what it registers."""
+    import rewards
+    from gspo_trl.cli.main import main as gspo_trl_main
+    from gspo_trl.config.recipe import load_recipe
+    from gspo_trl.config.validation import validate
+
+    package = f"myrewards_{tmp_path.name.replace('-', '_')}"
+    reward_name = f"numeric_{package}"
+    (tmp_path / package).mkdir()
+    (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / package / "numeric.py").write_text(
+        "import rewards\n\n"
+        f"@rewards.register({reward_name!r})\n"
+        "def numeric(completions, solution, **_):\n"
+        '    """1.0 when the completion is the solution."""\n'
+        "    return [float(c.strip() == s) for c, s in zip(completions, solution)]\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    recipe = load_recipe(
+        None,
+        {"imports": [f"{package}.numeric"], "rewards": [reward_name], "data.solution_column": "solution"},
+    )
+    validate(recipe, processes=1)
+    assert rewards.get(reward_name)(["12", "3"], solution=["12", "4"]) == [1.0, 0.0]
+    assert gspo_trl_main(["rewards", "list", "--import", f"{package}.numeric"]) == 0
+    assert reward_name in capsys.readouterr().out
+
+    from gspo_trl.errors import RecipeError
+
+    with pytest.raises(RecipeError, match="imports: cannot import 'no_such_module_here'"):
+        load_recipe(None, {"imports": ["no_such_module_here"]})
