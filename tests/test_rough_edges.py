@@ -116,3 +116,52 @@ def test_recipe_imports_register_custom_rewards(tmp_path, monkeypatch, capsys) -
 
     with pytest.raises(RecipeError, match="imports: cannot import 'no_such_module_here'"):
         load_recipe(None, {"imports": ["no_such_module_here"]})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "weights", "params"),
+    [
+        ({"rewards.1.weight": "0.5"}, [1.0, 0.5], [{}, {}]),
+        ({"rewards.0.weight": "2", "rewards.1.label": "fmt"}, [2.0, 0.2], [{}, {"label": "fmt"}]),
+    ],
+)
+def test_one_reward_field_from_the_command_line(overrides, weights, params) -> None:
+    from gspo_trl.config.recipe import load_recipe
+
+    base = {"rewards": ["math", {"name": "format", "weight": 0.2}]}
+    recipe = load_recipe(None, {**base, **overrides})
+    assert [entry.weight for entry in recipe.rewards] == weights
+    assert [entry.params for entry in recipe.rewards] == params
+    assert [entry.spec for entry in recipe.rewards] == ["math", "format"]
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [("rewards.5.weight", "has 2 reward"), ("rewards.weight", "expected --rewards.INDEX.FIELD")],
+)
+def test_reward_override_names_what_is_wrong(key, message) -> None:
+    from gspo_trl.config.recipe import load_recipe
+    from gspo_trl.errors import RecipeError
+
+    with pytest.raises(RecipeError, match=message):
+        load_recipe(None, {"rewards": ["math", "format"], key: "0.5"})
+
+
+def test_recipe_reference_is_up_to_date() -> None:
+    """docs/recipe-reference.md is generated; regenerate: python -m gspo_trl.config.reference."""
+    from pathlib import Path
+
+    from gspo_trl.config import sections
+    from gspo_trl.config.reference import SECTION_CLASSES, recipe_reference
+
+    page = recipe_reference()
+    committed = (Path(__file__).resolve().parents[1] / "docs" / "recipe-reference.md").read_text()
+    assert committed == page, "run: python -m gspo_trl.config.reference > docs/recipe-reference.md"
+    documented = {cls for _, cls in SECTION_CLASSES}
+    assert documented == {
+        obj for obj in vars(sections).values() if isinstance(obj, type) and obj.__module__ == sections.__name__
+    }
+    for line in page.splitlines():  # every key of every section says what it means
+        cells = re.split(r"(?<!\\)\|", line)
+        if line.startswith("| `") and len(cells) == 6:
+            assert cells[4].strip(), line

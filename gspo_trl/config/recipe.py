@@ -8,7 +8,8 @@
     diagnostics: {length_buckets: [256, 1024, 4096]}
 
 Command-line overrides use the same keys, TRL-style: `--learning_rate 5e-7`, and dotted keys
-for sections: `--model.name_or_path Qwen/Qwen3-4B`, `--rewards "[math, format]"`. Values
+for sections: `--model.name_or_path Qwen/Qwen3-4B`, `--rewards "[math, format]"`, and one
+reward's field by its 0-based index: `--rewards.1.weight 0.5`. Values
 are read as YAML, then converted to the type each field declares.
 
 Precedence, lowest first: the algorithm's defaults (gspo_trl.config.defaults), the recipe file,
@@ -154,10 +155,27 @@ def parse_overrides(tokens: Sequence[str]) -> dict[str, Any]:
     return overrides
 
 
+def _override_reward(content: dict[str, Any], key: str, value: Any) -> None:
+    """`--rewards.1.weight 0.5`: one field of one reward (0-based, as `rewards[1]` in errors)."""
+    _, index_text, field_name = key.split(".", 2) if key.count(".") >= 2 else (key, "", "")
+    entries = content.get("rewards")
+    if not index_text.isdigit() or not field_name:
+        raise RecipeError(f"override --{key}: expected --rewards.INDEX.FIELD, e.g. --rewards.1.weight 0.5")
+    if not isinstance(entries, list) or int(index_text) >= len(entries):
+        count = len(entries) if isinstance(entries, list) else 0
+        raise RecipeError(f"override --{key}: the recipe has {count} reward(s), indexed from 0")
+    entry = entries[int(index_text)]
+    entry = {"name": entry} if isinstance(entry, str) else dict(entry)
+    entry[field_name] = value
+    entries[int(index_text)] = entry
+
+
 def _apply_overrides(content: dict[str, Any], overrides: dict[str, Any]) -> None:
     for key, value in overrides.items():
         section, dot, sub_key = key.partition(".")
-        if dot and section in SECTIONS and section != "rewards":
+        if dot and section == "rewards":
+            _override_reward(content, key, value)
+        elif dot and section in SECTIONS:
             target = content.setdefault(section, {})
             if not isinstance(target, dict):
                 raise RecipeError(f"override --{key}: recipe key {section!r} is not a mapping")
