@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 
@@ -159,9 +160,102 @@ def test_recipe_reference_is_up_to_date() -> None:
     assert committed == page, "run: python -m gspo_trl.config.reference > docs/recipe-reference.md"
     documented = {cls for _, cls in SECTION_CLASSES}
     assert documented == {
-        obj for obj in vars(sections).values() if isinstance(obj, type) and obj.__module__ == sections.__name__
+        obj
+        for obj in vars(sections).values()
+        if isinstance(obj, type) and obj.__module__ == sections.__name__
     }
     for line in page.splitlines():  # every key of every section says what it means
         cells = re.split(r"(?<!\\)\|", line)
         if line.startswith("| `") and len(cells) == 6:
             assert cells[4].strip(), line
+
+
+def _filter_recipe(root, eval_size: int) -> str:
+    from tests._gspo_helpers import tiny_model_dir
+
+    (root / "const.py").write_text("def zero(completions, **_):\n    return [0.0] * len(completions)\n")
+    path = root / "recipe.yaml"
+    path.write_text(
+        f"model: {{name_or_path: {tiny_model_dir(root)}}}\n"
+        f"data: {{path: synthetic:reversal, num_rows: 10, eval_size: {eval_size}, "
+        "solution_column: solution}\n"
+        f"rewards: [{root}/const.py:zero]\nnum_generations: 2\nmax_completion_length: 4\n"
+        f"output_dir: {root}/run\n"
+    )
+    return str(path)
+
+
+def test_filter_keeps_the_held_out_rows_out_of_the_training_data(tmp_path, capsys) -> None:
+    from gspo_trl.cli.main import main as gspo_trl_main
+    from gspo_trl.config.recipe import load_recipe
+    from gspo_trl.data.loading import load_data
+
+    recipe = _filter_recipe(tmp_path, eval_size=3)
+    output = tmp_path / "kept.jsonl"
+    args = [recipe, "--min", "0", "--max", "1", "--output", str(output), "--engine", "hf"]
+    assert gspo_trl_main(["filter", *args]) == 0, capsys.readouterr().err
+    kept = [json.loads(line)["prompt"] for line in output.read_text().splitlines()]
+    train, heldout = load_data(load_recipe(recipe).data)
+    assert len(kept) == 7 and sorted(kept) == sorted(train["prompt"][i][-1]["content"] for i in range(7))
+    assert not set(kept) & {row[-1]["content"] for row in heldout["prompt"]}
+
+
+def test_filter_that_keeps_nothing_fails_and_says_why(tmp_path, capsys) -> None:
+    from gspo_trl.cli.main import main as gspo_trl_main
+
+    output = tmp_path / "kept.jsonl"
+    args = [_filter_recipe(tmp_path, eval_size=0), "--min", "0.5", "--output", str(output), "--engine", "hf"]
+    assert gspo_trl_main(["filter", *args]) == 2
+    err = capsys.readouterr().err
+    assert "no prompt has a pass rate in [0.5, 1.0]" in err and "mean pass rate 0.000" in err
+    assert not output.exists()
+
+
+def _reversal_rows(path, n: int = 3) -> list[dict]:
+    from gspo_trl.data.synthetic import make_rl_rows
+
+    rows = make_rl_rows(n, seed=0)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("samples_per_row", "k", "ok"),
+    [(1, "1,4", False), (4, "1,4", True), (3, "4", False), (1, "1", True)],
+)
+def test_eval_refuses_a_k_the_given_completions_cannot_support(
+    tmp_path, capsys, samples_per_row, k, ok
+) -> None:
+    from gspo_trl.cli.main import main as gspo_trl_main
+
+    rows = _reversal_rows(tmp_path / "data.jsonl")
+    completions = tmp_path / "completions.jsonl"
+    completions.write_text("".join(json.dumps([row["solution"]] * samples_per_row) + "\n" for row in rows))
+    argv = ["eval", "--completions", str(completions), "--data", str(tmp_path / "data.jsonl")]
+    argv += ["--reward", "gspo_trl.data.synthetic:exact_match", "--k", k]
+    code = gspo_trl_main(argv)
+    captured = capsys.readouterr()
+    if ok:
+        assert code == 0, captured.err
+        assert f"pass@{k.split(',')[-1]}" in captured.out
+        assert (tmp_path / "completions.eval_results.json").is_file()  # beside the file, not in cwd
+    else:
+        assert code == 2 and f"needs at least {k.split(',')[-1]} completions per row" in captured.err
+
+
+def test_eval_defaults_results_next_to_the_model_and_says_evaluating(tmp_path, monkeypatch, caplog) -> None:
+    import logging
+
+    from gspo_trl.cli.main import main as gspo_trl_main
+    from tests._gspo_helpers import tiny_model_dir
+
+    model = tiny_model_dir(tmp_path)
+    _reversal_rows(tmp_path / "data.jsonl", n=2)
+    monkeypatch.chdir(tmp_path)
+    argv = ["eval", str(model), "--data", "data.jsonl", "--reward", "gspo_trl.data.synthetic:exact_match"]
+    with caplog.at_level(logging.INFO):
+        assert gspo_trl_main([*argv, "--max-new-tokens", "4", "--engine", "hf"]) == 0
+    assert (model / "eval_results.json").is_file() and not (tmp_path / "eval_results.json").exists()
+    messages = [record.getMessage() for record in caplog.records]
+    assert "Evaluating on 2 rows of data 'data.jsonl'" in messages
+    assert not [m for m in messages if m.startswith("Training on")]
