@@ -16,7 +16,7 @@ import rewards
 from gspo_trl.config.recipe import Recipe, recipe_as_yaml
 from gspo_trl.model.checkpoints import latest_checkpoint
 from gspo_trl.model.loading import load_tokenizer, lora_config, model_init_kwargs, resolve_model_path
-from gspo_trl.training.console import install_console
+from gspo_trl.training.console import install_console, quiet_tied_weights_warning
 from gspo_trl.training.heldout import HeldoutCallback
 from gspo_trl.training.preflight import output_dir_of, preflight
 
@@ -111,7 +111,10 @@ def run(recipe: Recipe, resume: bool = False) -> Any:
     if trainer.accelerator.is_main_process:
         Path(trainer.args.output_dir).mkdir(parents=True, exist_ok=True)
         (Path(trainer.args.output_dir) / RESOLVED_RECIPE).write_text(recipe_as_yaml(recipe), encoding="utf-8")
-    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    if checkpoint is not None:
+        logger.info("resuming from %s (step %s)", checkpoint, checkpoint.name.rsplit("-", 1)[-1])
+    with quiet_tied_weights_warning(trainer.model):
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     trainer.save_model(trainer.args.output_dir)
     trainer.save_state()
     return trainer
