@@ -34,6 +34,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check-logprobs": ("gspo_trl.cli.check_logprobs", "compare vLLM's log-probs with the trainer's"),
     "filter": ("gspo_trl.cli.filter", "keep prompts whose pass rate lies in a range"),
     "eval": ("gspo_trl.cli.eval", "pass@k of a model or run on a held-out set"),
+    "merge": ("gspo_trl.cli.merge", "merge a LoRA run's adapter into its base model: gspo-trl merge RUN OUT"),
 }
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

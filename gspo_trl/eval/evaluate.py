@@ -24,6 +24,7 @@ import json
 import logging
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -205,6 +206,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Evaluate as the arguments say; returns (and writes) the JSON result."""
     from gspo_trl.config.recipe import load_recipe
     from gspo_trl.eval.generation import Sampler
+    from gspo_trl.model.adapters import loadable_model
 
     recipe = load_recipe(args.recipe) if args.recipe else None
     try:
@@ -242,7 +244,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         kept["given"] = samples, grade_samples(grader, rows, samples, args.pass_threshold)
         results = {"given": summarize(kept["given"][1], ks)}
     else:
-        sampler = Sampler(args.model, args.engine, recipe.model if recipe is not None else None)
+        model = loadable_model(args.model)  # a LoRA adapter is merged into its base first
+        model_config = recipe.model if recipe is not None else None
+        if model_config is not None and model != args.model:
+            model_config = replace(model_config, name_or_path=model, lora=None)
+        sampler = Sampler(model, args.engine, model_config)
 
         def generate(prompts: Sequence[Any], n: int, temp: float) -> list[list[str]]:
             return sampler.generate(prompts, n, temp, max_new_tokens, args.seed)

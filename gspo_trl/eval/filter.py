@@ -181,6 +181,7 @@ def run(args: argparse.Namespace, overrides: Sequence[str]) -> dict[str, Any]:
     from gspo_trl.config.recipe import load_recipe
     from gspo_trl.config.validation import check_columns
     from gspo_trl.eval.generation import Sampler
+    from gspo_trl.model.adapters import loadable_model
     from gspo_trl.model.loading import resolve_model_path
 
     _check_args(args)
@@ -224,7 +225,8 @@ def run(args: argparse.Namespace, overrides: Sequence[str]) -> dict[str, Any]:
     if shape["temperature"] <= 0:
         raise FilterError(f"temperature {shape['temperature']}: G samples per prompt need a temperature > 0")
     model_path = resolve_model_path(recipe.model, recipe.training.get("output_dir") or "runs/filter")
-    sampler = Sampler(model_path, args.engine, recipe.model)
+    model_path = loadable_model(model_path)  # a LoRA adapter is merged into its base first
+    sampler = Sampler(model_path, args.engine, replace(recipe.model, lora=None))
     settings = {
         **shape,
         "model": model_path,
