@@ -1,7 +1,8 @@
 """`gspo-trl demo` (what `make demo` runs): GSPO that visibly learns, on 2 CPU cores, no hub.
 
 1. build the tiny Qwen3 model and tokenizer locally (gspo_trl.model.tiny);
-2. warm-start it with a short SFT on imperfect data (gspo_trl.training.warm_start);
+2. warm-start it with a short SFT on imperfect data (gspo_trl.training.warm_start), reused
+   from OUTPUT_DIR/warm-start when a previous run made it from the same inputs;
 3. train it with GSPO through the same path as `gspo-trl train recipes/tiny/reversal.yaml`,
    scoring held-out exact-match accuracy (greedy) before and after;
 4. save the model, `results.json`, the held-out rows, and a PNG of the reward curve.
@@ -35,13 +36,20 @@ def _heldout_callback(trainer: Any) -> HeldoutCallback:
     raise RuntimeError("the demo recipe must have a heldout: section")
 
 
+def stage(number: int, title: str) -> None:
+    """A stage header of the demo's output: where the time goes, in the order it goes."""
+    print(f"\n== {number}/4 {title}", flush=True)
+
+
 def run_demo(
     output_dir: Path, recipe_path: Path, sft_steps: int, overrides: Sequence[str] = ()
 ) -> dict[str, Any]:
     """Run the whole demo into `output_dir`; returns (and writes) the results."""
     started = time.time()
     task = ReversalTask()
+    stage(1, f"model: the tiny Qwen3 (built locally, no hub) in {output_dir / 'tiny-model'}")
     base = save_tiny_model(output_dir / "tiny-model")
+    stage(2, f"warm start: {sft_steps} steps of SFT on imperfect answers (cached between runs)")
     warm = warm_start(base, output_dir / "warm-start", task, steps=sft_steps)
     warm_seconds = time.time() - started
 
@@ -49,7 +57,9 @@ def run_demo(
         recipe_path,
         {"model.name_or_path": str(warm), "output_dir": str(output_dir / "gspo"), **_as_dict(overrides)},
     )
+    stage(3, f"GSPO: {recipe.source}, {recipe.training.get('max_steps')} steps, held-out score as it goes")
     trainer = run(recipe)
+    stage(4, "evaluation: held-out accuracy before and after, results.json, reward curve")
     history = _heldout_callback(trainer).history
     (step_before, before), (step_after, after) = history[0], history[-1]
 

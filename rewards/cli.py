@@ -1,6 +1,7 @@
 """``gspo-trl rewards ...``: list the rewards a recipe can name, or describe one.
 
 gspo-trl rewards list                 # every reward: parameters (with defaults), columns
+gspo-trl rewards list --import myrewards.numeric   # ... and the ones a module of yours registers
 gspo-trl rewards describe cosine      # one reward, or a path: my_pkg.mod:fn, file.py:fn
 """
 
@@ -30,12 +31,25 @@ def format_info(info: RewardInfo) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gspo-trl rewards", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="every reward with its parameters and the dataset columns it needs")
+    listing = sub.add_parser("list", help="every reward with its parameters and the dataset columns it needs")
+    listing.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import a module of your own rewards first (as a recipe's `imports:` does); repeatable",
+    )
     describe = sub.add_parser("describe", help="one reward, by name or path")
     describe.add_argument("spec")
     args = parser.parse_args(argv)
     if args.command == "list":
-        print("\n\n".join(format_info(info) for info in rewards.available()))
+        try:
+            infos = rewards.available(args.imports)
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print("\n\n".join(format_info(info) for info in infos))
         return 0
     try:
         print(format_info(rewards.describe(args.spec)))

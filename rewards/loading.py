@@ -60,6 +60,29 @@ def _load_file(spec: str, path: Path) -> Any:
     return module
 
 
+def import_modules(modules: list[str] | tuple[str, ...]) -> None:
+    """Import the modules (``pkg.mod``) or files (``path/file.py``) a recipe's ``imports:`` lists.
+
+    Importing registers the rewards they define with ``@rewards.register``, so the recipe can
+    then name them. The working directory goes on ``sys.path`` first (as for ``python -m``),
+    so a ``myrewards/`` package next to the recipe's launch directory imports without an install.
+    """
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    for name in modules:
+        if name.endswith(".py") or "/" in name or os.sep in name:
+            _load_file(f"imports: {name}", Path(name))
+            continue
+        try:
+            importlib.import_module(name)
+        except ImportError as err:
+            raise UnknownRewardError(
+                f"imports: cannot import {name!r} ({err}); it must be importable from {cwd} "
+                "or installed (`pip install -e .` for your own package)"
+            ) from err
+
+
 def entry_points() -> dict[str, importlib.metadata.EntryPoint]:
     """Installed rewards of the ``gspo_trl.rewards`` entry-point group, by name."""
     return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}

@@ -146,8 +146,10 @@ def describe(spec: str) -> RewardInfo:
     )
 
 
-def available() -> list[RewardInfo]:
-    """Every registered reward plus every ``gspo_trl.rewards`` entry point, sorted by name."""
+def available(imports: list[str] | tuple[str, ...] = ()) -> list[RewardInfo]:
+    """Every registered reward plus every ``gspo_trl.rewards`` entry point, sorted by name,
+    after importing `imports` (a recipe's ``imports:`` modules, which register their own)."""
+    loading.import_modules(imports)
     names = set(_REGISTRY) | set(loading.entry_points())
     infos = []
     for name in sorted(names):

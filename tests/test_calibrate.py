@@ -88,5 +88,6 @@ def test_calibrate_a_real_recipe(tmp_path, capsys):
     assert gspo_trl_main(["calibrate", *argv]) == 0
     out = capsys.readouterr().out
     assert "log s_i on 48 off-policy responses" in out  # 2 batches x 3 off-policy updates x 8
-    assert "recommended" in out and "Reasoning:" in out
+    # An untrained tiny model ties most groups: too few signed responses to recommend anything.
+    assert "too few to judge" in out and "No recommendation:" in out and "recommended" not in out
     assert not list(tmp_path.glob("checkpoint-*")) and not (tmp_path / "optimizer.pt").exists()

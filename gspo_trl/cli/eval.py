@@ -36,7 +36,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--completions", help="grade these completions (jsonl, a line per row) instead of a model"
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", default="eval_results.json", help="JSON result file")
+    parser.add_argument(
+        "--output", help="JSON result file (default: MODEL_DIR/eval_results.json; see the docstring)"
+    )
     parser.add_argument("--save-samples", action="store_true", help="also write OUTPUT.samples.jsonl")
     return parser.parse_args(list(argv))
 
@@ -46,5 +48,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     output = run(args)
     print(f"{output['rows']} rows of {output['data']}, graded by {output['reward']}")
     print(format_table(output["results"]))
-    print(f"results: {args.output}")
+    print(f"results: {output['output']}")
     return 0

@@ -35,6 +35,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "filter": ("gspo_trl.cli.filter", "keep prompts whose pass rate lies in a range"),
     "eval": ("gspo_trl.cli.eval", "pass@k of a model or run on a held-out set"),
     "plan": ("gspo_trl.cli.plan", "will a recipe fit its GPUs: memory per GPU, verdict, first fix, cost"),
+    "merge": ("gspo_trl.cli.merge", "merge a LoRA run's adapter into its base model: gspo-trl merge RUN OUT"),
 }
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

@@ -9,7 +9,8 @@
     engine: {old_logprobs: engine}   # pi_old from vLLM's log-probs (docs/engine-logprobs.md)
 
 Command-line overrides use the same keys, TRL-style: `--learning_rate 5e-7`, and dotted keys
-for sections: `--model.name_or_path Qwen/Qwen3-4B`, `--rewards "[math, format]"`. Values
+for sections: `--model.name_or_path Qwen/Qwen3-4B`, `--rewards "[math, format]"`, and one
+reward's field by its 0-based index: `--rewards.1.weight 0.5`. Values
 are read as YAML, then converted to the type each field declares.
 
 Precedence, lowest first: the algorithm's defaults (gspo_trl.config.defaults), the recipe file,
@@ -32,9 +33,35 @@ from gspo_trl.config.sections import DataConfig, HeldoutConfig, ModelConfig, Rew
 from gspo_trl.config.shipped import resolve_recipe_path
 from gspo_trl.config.trl_fields import grpo_field_types
 from gspo_trl.errors import FieldTypeError, RecipeError
+from rewards import loading as reward_loading
+from rewards.errors import UnknownRewardError
 
 SECTIONS = ("model", "data", "rewards", "diagnostics", "heldout", "engine")
-RECIPE_KEYS = ("algorithm", "allow_on_policy")
+RECIPE_KEYS = ("algorithm", "allow_on_policy", "imports")
+
+MOVED_KEYS = {
+    # TRL / open-r1 script arguments that are not GRPOConfig fields here
+    "dataset_name": "data.path",
+    "dataset_config": "data.name",
+    "dataset_train_split": "data.split",
+    "dataset_test_split": "data.eval_split",
+    "model_name_or_path": "model.name_or_path",
+    "model_revision": "model.revision",
+    "torch_dtype": "model.dtype",
+    "dtype": "model.dtype",
+    "attn_implementation": "model.attn_implementation",
+    "trust_remote_code": "model.trust_remote_code",
+    "use_peft": "model.lora (a mapping of peft.LoraConfig fields)",
+    "lora_r": "model.lora.r",
+    "lora_alpha": "model.lora.lora_alpha",
+    "lora_target_modules": "model.lora.target_modules",
+    "system_prompt": "data.system_prompt",
+    "chat_template": "model.chat_template",
+    "reward_funcs": "rewards (a list of names or {name, weight, ...})",
+    # a GRPOConfig field a recipe must not set: resuming is a property of the launch
+    "resume_from_checkpoint": "the command line: gspo-trl train RECIPE --resume",
+}
+"""Keys a TRL `trl grpo` config or an open-r1 recipe uses, and where they live in a recipe."""
 
 
 @dataclass
@@ -52,6 +79,8 @@ class Recipe:
     allow_on_policy: bool = False
     engine: dict[str, Any] = field(default_factory=dict)
     """`engine:` section (gspo_trl.config.sections.EngineConfig): where pi_old comes from."""
+    imports: list[str] = field(default_factory=list)
+    """Modules (or .py files) imported before the rewards resolve: they register custom rewards."""
     explicit_keys: frozenset[str] = frozenset()
     """Training keys set by the recipe or an override (not by defaults): validation uses it."""
 
@@ -129,10 +158,27 @@ def parse_overrides(tokens: Sequence[str]) -> dict[str, Any]:
     return overrides
 
 
+def _override_reward(content: dict[str, Any], key: str, value: Any) -> None:
+    """`--rewards.1.weight 0.5`: one field of one reward (0-based, as `rewards[1]` in errors)."""
+    _, index_text, field_name = key.split(".", 2) if key.count(".") >= 2 else (key, "", "")
+    entries = content.get("rewards")
+    if not index_text.isdigit() or not field_name:
+        raise RecipeError(f"override --{key}: expected --rewards.INDEX.FIELD, e.g. --rewards.1.weight 0.5")
+    if not isinstance(entries, list) or int(index_text) >= len(entries):
+        count = len(entries) if isinstance(entries, list) else 0
+        raise RecipeError(f"override --{key}: the recipe has {count} reward(s), indexed from 0")
+    entry = entries[int(index_text)]
+    entry = {"name": entry} if isinstance(entry, str) else dict(entry)
+    entry[field_name] = value
+    entries[int(index_text)] = entry
+
+
 def _apply_overrides(content: dict[str, Any], overrides: dict[str, Any]) -> None:
     for key, value in overrides.items():
         section, dot, sub_key = key.partition(".")
-        if dot and section in SECTIONS and section != "rewards":
+        if dot and section == "rewards":
+            _override_reward(content, key, value)
+        elif dot and section in SECTIONS:
             target = content.setdefault(section, {})
             if not isinstance(target, dict):
                 raise RecipeError(f"override --{key}: recipe key {section!r} is not a mapping")
@@ -177,6 +223,7 @@ def recipe_as_yaml(recipe: Recipe) -> str:
     content: dict[str, Any] = {
         "algorithm": recipe.algorithm,
         "allow_on_policy": recipe.allow_on_policy,
+        **({"imports": list(recipe.imports)} if recipe.imports else {}),
         "model": asdict(recipe.model),
         "data": asdict(recipe.data),
         "rewards": [{"name": entry.spec, "weight": entry.weight, **entry.params} for entry in recipe.rewards],
@@ -204,6 +251,11 @@ def load_recipe(path: str | Path | None, overrides: Sequence[str] | dict[str, An
     grpo_fields = grpo_field_types()
     known = set(SECTIONS) | set(RECIPE_KEYS) | set(grpo_fields)
     for key in content:
+        if key in MOVED_KEYS:
+            raise RecipeError(
+                f"recipe {source}: {key!r} is not a recipe key here: use {MOVED_KEYS[key]} "
+                "(a recipe is not a `trl grpo` config: docs/recipe-reference.md)"
+            )
         if key not in known:
             raise RecipeError(f"recipe {source}: unknown key {key!r}{did_you_mean(key, known)}")
 
@@ -226,7 +278,13 @@ def load_recipe(path: str | Path | None, overrides: Sequence[str] | dict[str, An
             else None
         )
         allow_on_policy = coerce(content.get("allow_on_policy", False), bool, "allow_on_policy")
+        raw_imports = content.get("imports") or []
+        imports = coerce([raw_imports] if isinstance(raw_imports, str) else raw_imports, list[str], "imports")
     except FieldTypeError as error:
+        raise RecipeError(f"recipe {source}: {error}") from None
+    try:
+        reward_loading.import_modules(imports)  # before anything resolves a reward name
+    except UnknownRewardError as error:
         raise RecipeError(f"recipe {source}: {error}") from None
     if "generation_batch_size" in explicit and "steps_per_generation" not in explicit:
         training.pop("steps_per_generation", None)  # TRL derives it; it refuses both being set
@@ -242,5 +300,6 @@ def load_recipe(path: str | Path | None, overrides: Sequence[str] | dict[str, An
         heldout=heldout,
         allow_on_policy=allow_on_policy,
         engine=_section(content, "engine"),
+        imports=imports,
         explicit_keys=frozenset(explicit),
     )

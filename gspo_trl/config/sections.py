@@ -30,6 +30,7 @@ class ModelConfig:
     name_or_path: str = TINY
     """Hub id or local directory, or `tiny` for the locally built CPU model."""
     revision: str | None = None
+    """A hub branch, tag or commit of the model; None = the default branch."""
     dtype: str | None = None
     """Weights dtype: bfloat16 on GPUs; float32 on CPU. None = the checkpoint's own.
     Without DeepSpeed (no fp32 master copy) bfloat16 is loaded as float32 and run under bf16
@@ -40,6 +41,7 @@ class ModelConfig:
     attn_implementation: str | None = None
     """e.g. sdpa, flash_attention_2, kernels-community/vllm-flash-attn3."""
     trust_remote_code: bool = False
+    """Run the model repository's own Python code (needed by some hub models)."""
     chat_template: str | None = None
     """A Jinja chat template (string or path to a .jinja file) that replaces the tokenizer's."""
     lora: dict[str, Any] | None = None
@@ -59,7 +61,9 @@ class DataConfig:
     name: str | None = None
     """Hub dataset configuration name (e.g. `main` for gsm8k)."""
     revision: str | None = None
+    """A hub branch, tag or commit of the dataset."""
     split: str = "train"
+    """The split the training rows come from."""
     prompt_column: str = "prompt"
     """Column holding the question: a string, or a list of chat messages."""
     solution_column: str | None = None
@@ -67,14 +71,17 @@ class DataConfig:
     columns: dict[str, str] = field(default_factory=dict)
     """Further renames, source -> target (e.g. {test_list: tests})."""
     system_prompt: str | None = None
+    """A system message put before every prompt."""
     eval_split: str | None = None
     """A split to evaluate on; else `eval_size` rows are held out of the training split."""
     eval_size: float = 0
     """Held-out rows: a count (>= 1) or a fraction of the training split (< 1)."""
     max_rows: int | None = None
+    """Keep only the first N training rows (None: all)."""
     num_rows: int = 2000
     """Rows generated for synthetic tasks."""
     seed: int = 0
+    """Seed of the held-out split and of synthetic data."""
 
 
 @dataclass
@@ -86,6 +93,7 @@ class HeldoutConfig:
     every_steps: int = 0
     """Evaluate every N optimizer steps (0: only before and after training)."""
     max_rows: int = 256
+    """Held-out rows scored (the first N of the eval split)."""
     temperature: float | None = None
     """None: the recipe's own sampling temperature (what training samples from; the score is
     then a pass@1 estimate over `num_samples` samples per row); 0: greedy decoding."""
@@ -94,6 +102,7 @@ class HeldoutConfig:
     num_samples: int | None = None
     """Samples per row for pass@k (default: the largest k) and for a sampled score (default 1)."""
     sample_temperature: float = 1.0
+    """Sampling temperature for pass@k."""
     pass_threshold: float = 1.0
     """A sample passes when its grade is at least this."""
     max_batch_tokens: int = 65536

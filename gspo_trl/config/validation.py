@@ -254,6 +254,40 @@ def _check_diagnostics(recipe: Recipe) -> None:
         raise RecipeError(str(error)) from None
 
 
+TRACKER_PACKAGES: dict[str, tuple[tuple[str, ...], str]] = {
+    "tensorboard": (("tensorboard", "tensorboardX"), "tensorboard"),
+    "wandb": (("wandb",), "wandb"),
+    "trackio": (("trackio",), "trackio"),
+    "mlflow": (("mlflow",), "mlflow"),
+    "comet_ml": (("comet_ml",), "comet-ml"),
+    "clearml": (("clearml",), "clearml"),
+    "neptune": (("neptune",), "neptune"),
+    "dvclive": (("dvclive",), "dvclive"),
+    "swanlab": (("swanlab",), "swanlab"),
+    "codecarbon": (("codecarbon",), "codecarbon"),
+    "azure_ml": (("azureml",), "azureml-core"),
+    "dagshub": (("dagshub",), "dagshub"),
+    "flyte": (("flytekit",), "flytekit"),
+}
+"""report_to name -> (modules any one of which the Trainer's integration imports, pip package)."""
+
+
+def _check_trackers(recipe: Recipe) -> None:
+    """A tracker in report_to whose package is missing crashes `train` after the model loads."""
+    import importlib.util
+
+    report_to = recipe.training.get("report_to") or []
+    for name in [report_to] if isinstance(report_to, str) else list(report_to):
+        if name not in TRACKER_PACKAGES:
+            continue  # "none", "all" (whatever is installed) and names TRL itself refuses
+        modules, package = TRACKER_PACKAGES[name]
+        if not any(importlib.util.find_spec(module) for module in modules):
+            raise RecipeError(
+                f"report_to: {name!r} needs the {package!r} package, which is not installed: "
+                f"`pip install {package}`, or drop it from report_to (metrics.jsonl is always written)"
+            )
+
+
 def validate(recipe: Recipe, processes: int | None = None) -> None:
     """Raise RecipeError for the first setting that breaks GSPO or would fail later."""
     processes = processes or world_size()
@@ -267,6 +301,7 @@ def validate(recipe: Recipe, processes: int | None = None) -> None:
     check_precision(recipe)
     _check_diagnostics(recipe)
     check_engine_settings(recipe.engine, recipe.training)
+    _check_trackers(recipe)
 
 
 def check_reward_construction(recipe: Recipe) -> None:

@@ -92,13 +92,15 @@ def length_table(
     lengths: torch.Tensor,
     buckets: tuple[int, ...],
     current: tuple[float, float],
-    rec: Recommendation,
+    rec: Recommendation | None,
 ) -> str:
-    """Per length bucket: count, spread of log s_i and clip rate now / with the recommendation."""
-    lines = [f"  {'bucket':>14} {'n':>6} {'std':>10} {'p5':>11} {'p95':>11} {'clip now':>9} {'clip rec':>9}"]
+    """Per length bucket: count, spread of log s_i and clip rate now / with the recommendation
+    (that column only when there is one)."""
+    header = f"  {'bucket':>14} {'n':>6} {'std':>10} {'p5':>11} {'p95':>11} {'clip now':>9}"
+    lines = [header + (f" {'clip rec':>9}" if rec else "")]
     edges = [0, *buckets, math.inf]
     now = clip_fraction_by_length(log_s, adv, lengths, *current, buckets)
-    new = clip_fraction_by_length(log_s, adv, lengths, rec.eps_low, rec.eps_high, buckets)
+    new = clip_fraction_by_length(log_s, adv, lengths, rec.eps_low, rec.eps_high, buckets) if rec else {}
     for label, lo, hi in zip(bucket_labels(buckets), edges[:-1], edges[1:], strict=True):
         sel = (lengths >= lo) & (lengths < hi)
         if not sel.any():
@@ -106,7 +108,8 @@ def length_table(
         q = log_ratio_quantiles(log_s[sel])
         lines.append(
             f"  {label[4:] + ' tok':>14} {int(sel.sum()):>6} {q['std']:>10.2e} {q['p5']:>+11.2e} "
-            f"{q['p95']:>+11.2e} {now['clip/' + label]:>9.1%} {new['clip/' + label]:>9.1%}"
+            f"{q['p95']:>+11.2e} {now['clip/' + label]:>9.1%}"
+            + (f" {new['clip/' + label]:>9.1%}" if rec else "")
         )
     return "\n".join(lines)
 
@@ -135,18 +138,28 @@ def analyse_rows(
         mq = log_ratio_quantiles(r[:, 0])
         per_mb.append(f"mb{mb}: p5 {mq['p5']:+.2e}, p95 {mq['p95']:+.2e}")
     verdict = _verdict(log_s, adv, current, target_range)
+    judgeable = int((adv != 0).sum()) >= MIN_PER_SIGN
+    summary = [
+        f"log s_i on {len(log_s)} off-policy responses (minibatches 2..k), nats per token:",
+        f"  mean {q['mean']:+.2e}  std {q['std']:.2e}  p5 {q['p5']:+.2e}  p50 {q['p50']:+.2e}  "
+        f"p95 {q['p95']:+.2e}  min {q['min']:+.2e}  max {q['max']:+.2e}",
+        log_ratio_histogram(log_s),
+        "",
+        "Spread by response length (log s_i is a token mean: its spread shrinks ~1/sqrt(length)):",
+        length_table(log_s, adv, lengths, buckets, current, rec if judgeable else None),
+        "",
+        f"{'':24}{'eps_low':>10} {'eps_high':>10} {'clipped':>8} {'A>0 clip':>9} {'A<0 clip':>9}",
+        _clip_line("current", current, now),
+    ]
+    zero_advantage = (
+        f"- {float((adv == 0).double().mean()):.0%} of these responses have zero advantage "
+        "(tied groups): they never clip and carry no signal."
+    )
+    if not judgeable:  # a recommendation from tied groups would be noise dressed as advice
+        return "\n".join([*summary, "", "No recommendation:", f"- Current range: {verdict}", zero_advantage])
     return "\n".join(
         [
-            f"log s_i on {len(log_s)} off-policy responses (minibatches 2..k), nats per token:",
-            f"  mean {q['mean']:+.2e}  std {q['std']:.2e}  p5 {q['p5']:+.2e}  p50 {q['p50']:+.2e}  "
-            f"p95 {q['p95']:+.2e}  min {q['min']:+.2e}  max {q['max']:+.2e}",
-            log_ratio_histogram(log_s),
-            "",
-            "Spread by response length (log s_i is a token mean: its spread shrinks ~1/sqrt(length)):",
-            length_table(log_s, adv, lengths, buckets, current, rec),
-            "",
-            f"{'':24}{'eps_low':>10} {'eps_high':>10} {'clipped':>8} {'A>0 clip':>9} {'A<0 clip':>9}",
-            _clip_line("current", current, now),
+            *summary,
             _clip_line("recommended", (rec.eps_low, rec.eps_high), new),
             "",
             "Reasoning:",
@@ -158,8 +171,7 @@ def analyse_rows(
             f"responses clip high and A<0 low (PPO's min), so each sign loses ~{target:.0%}; "
             "zero-advantage responses (tied groups) never clip.",
             f"- Current range: {verdict}",
-            f"- {float((adv == 0).double().mean()):.0%} of these responses have zero advantage "
-            "(tied groups): they never clip and carry no signal.",
+            zero_advantage,
             f"- Drift grows with the update index ({'; '.join(per_mb)}) and with the learning rate: "
             "re-calibrate after changing lr, batch size or steps_per_generation.",
             "- Short responses have the widest log s_i, so they clip first (see the table); if length "

@@ -1,8 +1,9 @@
 """`gspo-trl report RUN_DIR`: PNG plots of a finished or running GSPO run, no GUI needed.
 
-Reads the HF Trainer `log_history` from `RUN_DIR/trainer_state.json` (written at the end of
-a run) or, for a run still going, from the newest `RUN_DIR/checkpoint-*/trainer_state.json`
-(or the same one folder down: `gspo-trl report runs/demo` finds runs/demo/gspo).
+Reads `RUN_DIR/metrics.jsonl` (every log event, written as the run goes by
+gspo_trl.training.console), else the HF Trainer `log_history` from `RUN_DIR/trainer_state.json`
+(written at the end of a run) or the newest `RUN_DIR/checkpoint-*/trainer_state.json` (or the
+same one folder down: `gspo-trl report runs/demo` finds runs/demo/gspo).
 Writes, by default to `RUN_DIR/report/`, one 1000 x 560 px PNG per question:
 
     reward.png             training reward (+- its std) and held-out scores (`heldout/*`)
@@ -29,16 +30,22 @@ import matplotlib.pyplot as plt
 
 from gspo_trl.model.checkpoints import TRAINER_STATE, latest_checkpoint
 
+METRICS_FILE = "metrics.jsonl"
+"""Written by gspo_trl.training.console; named again here so `report` does not import transformers."""
 FIGSIZE_IN, DPI = (10.0, 5.6), 100
 """Every PNG is FIGSIZE_IN * DPI = 1000 x 560 pixels."""
 
 
 def find_trainer_state(run_dir: Path) -> Path:
-    """RUN_DIR/trainer_state.json, else the highest-step checkpoint-*'s, else a sub-run's.
+    """RUN_DIR/metrics.jsonl or trainer_state.json, else the highest-step checkpoint-*'s
+    trainer_state.json, else the same in a sub-run.
 
     The last case serves `gspo-trl report runs/demo`, whose GSPO run lives in runs/demo/gspo.
     """
     for folder in (run_dir, *sorted(p for p in run_dir.iterdir() if p.is_dir())) if run_dir.is_dir() else ():
+        metrics = folder / METRICS_FILE
+        if metrics.is_file() and metrics.stat().st_size:
+            return metrics
         direct = folder / "trainer_state.json"
         if direct.is_file():
             return direct
@@ -52,9 +59,14 @@ def find_trainer_state(run_dir: Path) -> Path:
 
 
 def load_log_history(run_dir: str | Path) -> list[dict]:
-    """The Trainer's log_history: one dict per logging event, each with a 'step'."""
-    state = json.loads(find_trainer_state(Path(run_dir)).read_text())
-    return [entry for entry in state.get("log_history", []) if "step" in entry]
+    """The run's log events (metrics.jsonl or the Trainer's log_history), each with a 'step'."""
+    path = find_trainer_state(Path(run_dir))
+    if path.name == METRICS_FILE:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        entries = [json.loads(line) for line in lines if line.strip()]
+    else:
+        entries = json.loads(path.read_text()).get("log_history", [])
+    return [entry for entry in entries if "step" in entry]
 
 
 def series(history: list[dict], key: str) -> tuple[list[int], list[float]]:
@@ -104,24 +116,42 @@ def _finish(fig, ax, path: Path, plotted: bool, missing: str) -> bool:
     return plotted
 
 
+def heldout_label(key: str) -> str:
+    """'heldout/score' -> 'held-out score (greedy)', 'eval_heldout/pass@4' -> 'held-out pass@4 (eval)'."""
+    name = key.split("heldout/", 1)[1]
+    label = "held-out score (greedy)" if name == "score" else f"held-out {name}"
+    if name.startswith("pass@"):
+        label += " (sampled)"
+    return label + (" (eval)" if key.startswith("eval_") else "")
+
+
+def std_band(mean: list[float], std: list[float], values: list[float]) -> tuple[list[float], list[float]]:
+    """mean -+ std, kept inside the range the plotted scores live in: [0, 1] widened to
+    `values` (a 0-1 reward's band stops at 1.0; a reward that reaches 3 may go to 3)."""
+    lowest, highest = min([0.0, *values]), max([1.0, *values])
+    low = [max(lowest, m - s) for m, s in zip(mean, std, strict=True)]
+    high = [min(highest, m + s) for m, s in zip(mean, std, strict=True)]
+    return low, high
+
+
 def plot_reward(history: list[dict], path: Path) -> bool:
     fig, ax = _new_figure("Reward and held-out score", "score")
     plotted = False
+    scores = [  # held-out scores; heldout/judged is coverage (share of rows graded), not a score
+        k for k in keys_matching(history, r"(eval_)?heldout/.+") if not k.endswith("/judged")
+    ]
+    values_seen = [v for key in ["reward", *scores] for v in series(history, key)[1]]
     steps, mean = series(history, "reward")
     if steps:
         ax.plot(steps, mean, label="train reward (mean)", color="C0")
         s_std, std = series(history, "reward_std")
         if s_std == steps:
-            low = [m - s for m, s in zip(mean, std, strict=True)]
-            high = [m + s for m, s in zip(mean, std, strict=True)]
-            ax.fill_between(steps, low, high, color="C0", alpha=0.15, label="train reward +- std")
+            low, high = std_band(mean, std, values_seen)
+            ax.fill_between(steps, low, high, color="C0", alpha=0.15, label="train reward ± std")
         plotted = True
-    scores = [  # held-out scores; heldout/judged is coverage (share of rows graded), not a score
-        k for k in keys_matching(history, r"(eval_)?heldout/.+") if not k.endswith("/judged")
-    ]
     for i, key in enumerate(scores):
         steps, values = series(history, key)
-        ax.plot(steps, values, marker="o", label=key, color=f"C{i + 1}")
+        ax.plot(steps, values, marker="o", label=heldout_label(key), color=f"C{i + 1}")
         plotted = True
     return _finish(fig, ax, path, plotted, "'reward' / 'heldout/*' not logged")
 

@@ -12,7 +12,9 @@ verifiers; see pass_at_k.py for partial-credit rewards).
 
 The grader: `--reward`, else the recipe's `heldout.reward`, else its first reward, else the
 preset's verifier, else `code` (binary) when the data has `tests` or `math` when it has
-`solution`. Results go to a JSON file (`--output`, default eval_results.json) and a table.
+`solution`. Results go to a JSON file (`--output`; default: MODEL_DIR/eval_results.json for a
+local model or run, FILE.eval_results.json for --completions, runs/eval/<hub id>/ for a hub
+model) and a table.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ import json
 import logging
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import rewards
 from gspo_trl.config.sections import DataConfig
-from gspo_trl.data.loading import load_data
+from gspo_trl.data.loading import load_data, load_split, prepare
 from gspo_trl.data.presets import apply_preset, default_reward
 from gspo_trl.errors import DataError, EvalError, ModelNotFoundError
 from gspo_trl.eval.pass_at_k import GradedSamples, grade_samples
@@ -152,9 +155,14 @@ def load_rows(args: argparse.Namespace, recipe: Any) -> tuple[Any, DataConfig]:
         config = apply_preset(config)
         config.split = args.split or config.eval_split or config.split
         config.eval_split, config.eval_size = None, 0
-        rows, _ = load_data(config)
+        source = f"data {config.path!r} split {config.split!r}"
+        raw = load_split(config, config.split)
+        if config.max_rows is not None:
+            raw = raw.select(range(min(config.max_rows, len(raw))))
+        rows = prepare(raw, config, source)
     if args.max_rows:
         rows = rows.select(range(min(args.max_rows, len(rows))))
+    logger.info("Evaluating on %d rows of data %r", len(rows), config.path)
     return rows, config
 
 
@@ -198,6 +206,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Evaluate as the arguments say; returns (and writes) the JSON result."""
     from gspo_trl.config.recipe import load_recipe
     from gspo_trl.eval.generation import Sampler
+    from gspo_trl.model.adapters import loadable_model
 
     recipe = load_recipe(args.recipe) if args.recipe else None
     try:
@@ -226,10 +235,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         sample_count(ks, args.num_samples, temperature)  # refuse bad options before loading a model
     if args.completions:
         samples = read_completions(args.completions, len(rows))
+        fewest = min(len(row) for row in samples)
+        if max(ks) > fewest:
+            raise EvalError(
+                f"--k {args.k}: pass@{max(ks)} needs at least {max(ks)} completions per row, but "
+                f"{args.completions} has {fewest} for some rows; lower --k or give more samples"
+            )
         kept["given"] = samples, grade_samples(grader, rows, samples, args.pass_threshold)
         results = {"given": summarize(kept["given"][1], ks)}
     else:
-        sampler = Sampler(args.model, args.engine, recipe.model if recipe is not None else None)
+        model = loadable_model(args.model)  # a LoRA adapter is merged into its base first
+        model_config = recipe.model if recipe is not None else None
+        if model_config is not None and model != args.model:
+            model_config = replace(model_config, name_or_path=model, lora=None)
+        sampler = Sampler(model, args.engine, model_config)
 
         def generate(prompts: Sequence[Any], n: int, temp: float) -> list[list[str]]:
             return sampler.generate(prompts, n, temp, max_new_tokens, args.seed)
@@ -256,8 +275,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "max_new_tokens": max_new_tokens,
         "results": results,
     }
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(output, indent=2) + "\n", encoding="utf-8")
+    path = Path(args.output) if args.output else default_output(args.model, args.completions)
+    output["output"] = str(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(output, indent=2) + "\n", encoding="utf-8")
     if args.save_samples:
-        write_samples(Path(args.output).with_suffix(".samples.jsonl"), kept)
+        write_samples(path.with_suffix(".samples.jsonl"), kept)
     return output
+
+
+def default_output(model: str | None, completions: str | None) -> Path:
+    """Where results go without --output: next to what was evaluated, never the working dir.
+
+    A local model or run directory gets `DIR/eval_results.json`; a completions file
+    `FILE.eval_results.json` beside it; a hub id `runs/eval/<owner>--<name>/eval_results.json`.
+    """
+    if completions:
+        return Path(completions).with_suffix(".eval_results.json")
+    if model and Path(model).is_dir():
+        return Path(model) / "eval_results.json"
+    return Path("runs") / "eval" / str(model).replace("/", "--") / "eval_results.json"

@@ -164,16 +164,30 @@ def write_rows(raw: Any, rates: Sequence[float], args: argparse.Namespace) -> An
     return kept
 
 
+def training_rows(dataset: Any, config: Any) -> Any:
+    """The rows `gspo_trl.data.loading.load_data` trains on when the recipe sets `eval_size`.
+
+    The same `train_test_split(test_size, seed)` on a dataset of the same length picks the same
+    rows, so this works on the source rows as on the prepared ones.
+    """
+    size = int(config.eval_size) if config.eval_size >= 1 else config.eval_size
+    if isinstance(size, int) and size >= len(dataset):
+        raise DataError(f"data.eval_size: {size} held-out rows leave none of the {len(dataset)} to filter")
+    return dataset.train_test_split(test_size=size, seed=config.seed)["train"]
+
+
 def run(args: argparse.Namespace, overrides: Sequence[str]) -> dict[str, Any]:
     """Score, filter and write as the arguments say; returns the summary (also written as JSON)."""
     from gspo_trl.config.data_checks import check_columns
     from gspo_trl.config.recipe import load_recipe
     from gspo_trl.eval.generation import Sampler
+    from gspo_trl.model.adapters import loadable_model
     from gspo_trl.model.loading import resolve_model_path
 
     _check_args(args)
     recipe = load_recipe(args.recipe, overrides)
-    config = replace(apply_preset(recipe.data), eval_split=None, eval_size=0)
+    full = apply_preset(recipe.data)
+    config = replace(full, eval_split=None, eval_size=0)
     config.split = args.split or config.split
     raw = load_split(config, config.split)
     if config.max_rows is not None:
@@ -188,6 +202,13 @@ def run(args: argparse.Namespace, overrides: Sequence[str]) -> dict[str, Any]:
         )
         needed = {column for e in recipe.rewards for column in rewards.describe(e.spec).columns}
     prepared = prepare(raw, config, source, sorted(needed & set(raw.column_names)))
+    if full.eval_size and not full.eval_split and config.split == full.split:
+        # The recipe holds eval_size rows of this split out for scoring: never train on them.
+        before = len(raw)
+        raw, prepared = (training_rows(dataset, full) for dataset in (raw, prepared))
+        logger.info(
+            "filter: %d training rows (the recipe's %d held-out rows left out)", len(raw), before - len(raw)
+        )
     missing = sorted(needed - set(prepared.column_names))
     if missing:
         if not args.reward:
@@ -204,7 +225,8 @@ def run(args: argparse.Namespace, overrides: Sequence[str]) -> dict[str, Any]:
     if shape["temperature"] <= 0:
         raise FilterError(f"temperature {shape['temperature']}: G samples per prompt need a temperature > 0")
     model_path = resolve_model_path(recipe.model, recipe.training.get("output_dir") or "runs/filter")
-    sampler = Sampler(model_path, args.engine, recipe.model)
+    model_path = loadable_model(model_path)  # a LoRA adapter is merged into its base first
+    sampler = Sampler(model_path, args.engine, replace(recipe.model, lora=None))
     settings = {
         **shape,
         "model": model_path,
@@ -221,6 +243,14 @@ def run(args: argparse.Namespace, overrides: Sequence[str]) -> dict[str, Any]:
     work = _work_dir(args.output)
     _start_work(work, json.loads(json.dumps(settings)), args.resume)
     rates = score_chunks(sampler, prepared, grader, work, args, shape)
+    if not any(in_range(rate, args.low, args.high) for rate in rates):
+        histogram = pass_rate_histogram(rates, shape["num_samples"], args.low, args.high)
+        raise FilterError(
+            f"no prompt has a pass rate in [{args.low}, {args.high}] "
+            f"(mean pass rate {sum(rates) / len(rates):.3f} over {len(rates)} prompts), so nothing "
+            f"was written to {args.output}. Pass rates:\n{histogram}\nWiden --min/--max, or "
+            "use a stronger (warm-started) or weaker model; `--resume` refilters without sampling."
+        )
     kept = write_rows(raw, rates, args)
 
     histogram = pass_rate_histogram(rates, shape["num_samples"], args.low, args.high)

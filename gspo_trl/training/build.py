@@ -17,6 +17,7 @@ import rewards
 from gspo_trl.config.recipe import Recipe, recipe_as_yaml
 from gspo_trl.model.checkpoints import latest_checkpoint
 from gspo_trl.model.loading import load_tokenizer, lora_config, model_init_kwargs, resolve_model_path
+from gspo_trl.training.console import install_console, quiet_tied_weights_warning
 from gspo_trl.training.heldout import HeldoutCallback
 from gspo_trl.training.interrupt import StopOnInterrupt, TrainingInterrupted
 from gspo_trl.training.preflight import output_dir_of, preflight
@@ -139,6 +140,8 @@ def build_trainer(recipe: Recipe) -> Any:
                 max_batch_tokens=recipe.heldout.max_batch_tokens,
             )
         )
+    rewards_names = [entry.spec for entry in recipe.rewards]
+    install_console(trainer, recipe.model.name_or_path, rewards_names, len(eval_dataset or ()))
     return trainer
 
 
@@ -155,9 +158,11 @@ def run(recipe: Recipe, resume: bool = False) -> Any:
     if trainer.accelerator.is_main_process:
         Path(trainer.args.output_dir).mkdir(parents=True, exist_ok=True)
         (Path(trainer.args.output_dir) / RESOLVED_RECIPE).write_text(recipe_as_yaml(recipe), encoding="utf-8")
+    if checkpoint is not None:
+        logger.info("resuming from %s (step %s)", checkpoint, checkpoint.name.rsplit("-", 1)[-1])
     stopper = StopOnInterrupt()
     trainer.add_callback(stopper)
-    with stopper.installed():
+    with stopper.installed(), quiet_tied_weights_warning(trainer.model):
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if stopper.stopped_at_step is not None:
         saved = latest_checkpoint(trainer.args.output_dir)

@@ -3,15 +3,29 @@
 GSPO, like GRPO, is run after a supervised cold start: a policy that never produces a
 right answer gets no signal from a verifier. The demo's warm-start data is deliberately
 imperfect (see gspo_trl.data.synthetic), so the verifier has something to fix.
+
+The result is cached: `output_dir/warm_start.json` records a hash of everything that decides
+the weights (the base model's files, the task, the SFT settings, the library versions), and
+a second run with the same hash reuses the saved model instead of training again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
+import datasets
 from datasets import Dataset
+from transformers import TrainerCallback
 
 from gspo_trl.data.synthetic import ReversalTask, make_warm_start_rows
+
+logger = logging.getLogger(__name__)
+CACHE_KEY_FILE = "warm_start.json"
 
 
 def warm_start_rows(n: int, seed: int, task: ReversalTask) -> Dataset:
@@ -26,6 +40,41 @@ def warm_start_rows(n: int, seed: int, task: ReversalTask) -> Dataset:
     return Dataset.from_list(rows)
 
 
+def warm_start_key(model_dir: str | Path, task: ReversalTask, settings: dict[str, Any]) -> str:
+    """sha256 over the base model's files, the task, the SFT settings and library versions."""
+    import torch
+    import transformers
+    import trl
+
+    digest = hashlib.sha256()
+    for path in sorted(p for p in Path(model_dir).rglob("*") if p.is_file()):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    versions = {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__}
+    text = json.dumps({"task": asdict(task), "settings": settings, "versions": versions}, sort_keys=True)
+    digest.update(text.encode())
+    return digest.hexdigest()
+
+
+class _ProgressBar(TrainerCallback):
+    """A tqdm bar over the SFT steps, instead of a printed dict per logging step."""
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=state.max_steps, desc="warm-start SFT", unit="step")
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.bar.update(1)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+        if logs and "loss" in logs:
+            self.bar.set_postfix(loss=f"{logs['loss']:.3f}")
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.bar.close()
+
+
 def warm_start(
     model_dir: str | Path,
     output_dir: str | Path,
@@ -35,9 +84,22 @@ def warm_start(
     learning_rate: float = 3e-3,
     seed: int = 0,
 ) -> Path:
-    """Fine-tune `model_dir` on the flawed warm-start data for `steps` steps; save to `output_dir`."""
+    """Fine-tune `model_dir` on the flawed warm-start data for `steps` steps; save to `output_dir`.
+
+    Returns at once when `output_dir` holds a warm start made from the same inputs (see
+    `warm_start_key`).
+    """
     from transformers import AutoTokenizer
+    from transformers.trainer_callback import PrinterCallback
     from trl import SFTConfig, SFTTrainer
+
+    settings = {"steps": steps, "batch_size": batch_size, "learning_rate": learning_rate, "seed": seed}
+    key = warm_start_key(model_dir, task, settings)
+    key_file = Path(output_dir) / CACHE_KEY_FILE
+    if key_file.is_file() and json.loads(key_file.read_text()).get("key") == key:
+        logger.info("warm start: reusing %s (same base model, task and settings)", output_dir)
+        return Path(output_dir)
+    key_file.unlink(missing_ok=True)
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     config = SFTConfig(
@@ -55,13 +117,22 @@ def warm_start(
         seed=seed,
         disable_tqdm=True,
     )
-    trainer = SFTTrainer(
-        model=str(model_dir),
-        processing_class=tokenizer,
-        train_dataset=warm_start_rows(steps * batch_size, seed + 1, task),
-        args=config,
-    )
+    bars_were_on = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()  # four tokenizing bars over 32k rows would bury the SFT bar
+    try:
+        trainer = SFTTrainer(
+            model=str(model_dir),
+            processing_class=tokenizer,
+            train_dataset=warm_start_rows(steps * batch_size, seed + 1, task),
+            args=config,
+            callbacks=[_ProgressBar()],
+        )
+    finally:
+        if bars_were_on:
+            datasets.enable_progress_bars()
+    trainer.remove_callback(PrinterCallback)
     trainer.train()
     trainer.save_model(str(output_dir))
     tokenizer.save_pretrained(str(output_dir))
+    key_file.write_text(json.dumps({"key": key, **settings}) + "\n", encoding="utf-8")
     return Path(output_dir)

@@ -1,0 +1,91 @@
+"""LoRA runs: find a PEFT adapter, and merge it into its base model so it loads like any model.
+
+A recipe with `model.lora` saves an adapter (adapter_config.json + adapter weights, no
+config.json) into its output_dir and checkpoints. vLLM and `AutoModelForCausalLM` want a
+whole model, so `gspo-trl merge` (and `eval` / `filter`, given an adapter) load the base
+model named in adapter_config.json, apply the adapter with peft and `merge_and_unload()` it:
+W + (alpha / r) * B @ A, the weights the adapter computes with, in one matrix.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from gspo_trl.errors import ModelNotFoundError
+from gspo_trl.model.checkpoints import latest_checkpoint
+
+logger = logging.getLogger(__name__)
+
+ADAPTER_CONFIG = "adapter_config.json"
+MERGED_DIR = "merged"
+"""`eval` / `filter` merge an adapter into ADAPTER_DIR/merged once and reuse it after."""
+
+
+def is_adapter_dir(path: str | Path) -> bool:
+    """A PEFT adapter folder: adapter_config.json and no full model config.json."""
+    path = Path(path)
+    return (path / ADAPTER_CONFIG).is_file() and not (path / "config.json").is_file()
+
+
+def find_adapter(run_or_adapter: str | Path) -> Path:
+    """The adapter folder itself, else the newest checkpoint-N of a run that holds one."""
+    path = Path(run_or_adapter)
+    if is_adapter_dir(path):
+        return path
+    checkpoint = latest_checkpoint(path, needs=ADAPTER_CONFIG) if path.is_dir() else None
+    if checkpoint is not None:
+        return checkpoint
+    raise ModelNotFoundError(
+        f"{str(path)!r}: no PEFT adapter ({ADAPTER_CONFIG}) in it or in its checkpoint-N folders; "
+        "`gspo-trl merge` is for runs with model.lora"
+    )
+
+
+def base_model_of(adapter_dir: str | Path) -> str:
+    """The base model the adapter was trained on, as adapter_config.json names it."""
+    config = json.loads((Path(adapter_dir) / ADAPTER_CONFIG).read_text())
+    base = config.get("base_model_name_or_path")
+    if not base:
+        raise ModelNotFoundError(f"{adapter_dir}/{ADAPTER_CONFIG}: no base_model_name_or_path")
+    return str(base)
+
+
+def merge_adapter(adapter_dir: str | Path, output_dir: str | Path, base: str | None = None) -> Path:
+    """Base model + adapter, merged and saved (with the tokenizer) to `output_dir`."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    adapter_dir, output_dir = Path(adapter_dir), Path(output_dir)
+    base = base or base_model_of(adapter_dir)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(base, dtype="auto")
+    except OSError as error:
+        raise ModelNotFoundError(
+            f"base model {base!r} of adapter {str(adapter_dir)!r}: cannot load it "
+            f"({str(error).splitlines()[0]}); give it with --base"
+        ) from error
+    merged = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+    merged.save_pretrained(output_dir)
+    tokenizer_source = adapter_dir if (adapter_dir / "tokenizer_config.json").is_file() else base
+    AutoTokenizer.from_pretrained(tokenizer_source).save_pretrained(output_dir)
+    logger.info("merged adapter %s into base %s: %s", adapter_dir, base, output_dir)
+    return output_dir
+
+
+def loadable_model(model_or_run: str) -> str:
+    """`model_or_run` unchanged, unless it is an adapter (or a LoRA run's output_dir): then the
+    merged model, made once under ADAPTER/merged and reused while newer than the adapter."""
+    path = Path(model_or_run)
+    if not path.is_dir() or (path / "config.json").is_file():
+        return model_or_run
+    try:
+        adapter = find_adapter(path)
+    except ModelNotFoundError:
+        return model_or_run  # not a LoRA run: the caller's own resolution reports what it is
+    merged = adapter / MERGED_DIR
+    newest_input = max(p.stat().st_mtime for p in adapter.iterdir() if p.is_file())
+    if not (merged / "config.json").is_file() or (merged / "config.json").stat().st_mtime < newest_input:
+        merge_adapter(adapter, merged)
+    return str(merged)
