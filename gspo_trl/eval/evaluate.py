@@ -30,6 +30,7 @@ from typing import Any
 
 import rewards
 from gspo_trl.config.sections import DataConfig
+from gspo_trl.config.trl_fields import grpo_default
 from gspo_trl.data.loading import load_data, load_split, prepare
 from gspo_trl.data.presets import apply_preset, default_reward
 from gspo_trl.errors import DataError, EvalError, ModelNotFoundError
@@ -226,9 +227,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     grader = rewards.get(spec, **params)
     training = recipe.training if recipe is not None else {}
     temperature = (
-        args.temperature if args.temperature is not None else float(training.get("temperature", 1.0))
+        args.temperature
+        if args.temperature is not None
+        else float(training.get("temperature", grpo_default("temperature")))
     )
-    max_new_tokens = args.max_new_tokens or int(training.get("max_completion_length") or 1024)
+    max_new_tokens = args.max_new_tokens or int(
+        training.get("max_completion_length") or grpo_default("max_completion_length")
+    )
 
     kept: dict[str, tuple[list[list[str]], GradedSamples]] = {}
     if not args.completions:

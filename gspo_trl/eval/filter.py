@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import rewards
+from gspo_trl.config.trl_fields import grpo_default
 from gspo_trl.data.loading import load_split, prepare
 from gspo_trl.data.presets import apply_preset
 from gspo_trl.errors import DataError, FilterError
@@ -218,9 +219,12 @@ def run(args: argparse.Namespace, overrides: Sequence[str]) -> dict[str, Any]:
         )
 
     shape = {
-        "num_samples": args.num_samples or int(recipe.training.get("num_generations") or 8),
-        "temperature": float(recipe.training.get("temperature", 1.0)),
-        "max_new_tokens": int(recipe.training.get("max_completion_length") or 256),
+        "num_samples": args.num_samples
+        or int(recipe.training.get("num_generations") or grpo_default("num_generations")),
+        "temperature": float(recipe.training.get("temperature", grpo_default("temperature"))),
+        "max_new_tokens": int(
+            recipe.training.get("max_completion_length") or grpo_default("max_completion_length")
+        ),
     }
     if shape["temperature"] <= 0:
         raise FilterError(f"temperature {shape['temperature']}: G samples per prompt need a temperature > 0")

@@ -174,7 +174,11 @@ class HeldoutCallback(TrainerCallback):
     def _evaluate(self, step: int) -> None:
         logs = self.evaluate()
         self.history.append((step, logs["heldout/score"]))
+        # Trainer.log ends in on_log, which clears control.should_log: called from on_step_end,
+        # it would cancel this step's own training log. Keep the flag as it was.
+        should_log = self.trainer.control.should_log
         Trainer.log(self.trainer, logs)
+        self.trainer.control.should_log = should_log
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._evaluate(state.global_step)
