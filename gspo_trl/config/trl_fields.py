@@ -111,11 +111,5 @@ def grpo_default(name: str) -> Any:
     return None if value == _NO_DEFAULT else value
 
 
-def training_setting(training: dict[str, Any], name: str) -> Any:
-    """A recipe's value for a GRPOConfig field, else TRL's default (one fallback, not a copy)."""
-    value = training.get(name)
-    return grpo_default(name) if value is None else value
-
-
 if __name__ == "__main__":
     print(f"wrote {snapshot()}")
