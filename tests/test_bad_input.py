@@ -18,9 +18,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from test_preflight import BASE_RECIPE
 
 from gspo_trl.cli.main import main as gspo_trl_main
+from tests._cli_helpers import refused_alike
+from tests.test_preflight import BASE_RECIPE
 
 
 def _write(tmp_path: Path, name: str, data: bytes) -> str:
@@ -108,20 +109,6 @@ CASES: list[tuple[str, str, Callable[[Path], list[str]], list[str]]] = [
         ["rewards[0] (code)", "row 0", "tests"],
     ),
 ]
-
-
-def refused_alike(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    """Run validate and train on argv; both must exit 2 with the same one-line error."""
-    messages = {}
-    for command in ("validate", "train"):
-        assert gspo_trl_main([command, *argv]) == 2, f"{command} accepted {argv}"
-        err = capsys.readouterr().err
-        assert "Traceback" not in err, err
-        lines = [line for line in err.splitlines() if line.startswith("error: ")]
-        assert len(lines) == 1, err
-        messages[command] = lines[0]
-    assert messages["validate"] == messages["train"]
-    return messages["train"]
 
 
 def _recipe(tmp_path: Path, extra: str = "", output_dir: Path | None = None) -> Path:

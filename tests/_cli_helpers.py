@@ -1,0 +1,21 @@
+"""Shared by the refusal tables: run `validate` and `train` on the same argv and compare."""
+
+from __future__ import annotations
+
+import pytest
+
+from gspo_trl.cli.main import main as gspo_trl_main
+
+
+def refused_alike(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """Run validate and train on argv; both must exit 2 with the same one-line error."""
+    messages = {}
+    for command in ("validate", "train"):
+        assert gspo_trl_main([command, *argv]) == 2, f"{command} accepted {argv}"
+        err = capsys.readouterr().err
+        assert "Traceback" not in err, err
+        lines = [line for line in err.splitlines() if line.startswith("error: ")]
+        assert len(lines) == 1, err
+        messages[command] = lines[0]
+    assert messages["validate"] == messages["train"]
+    return messages["train"]
