@@ -36,6 +36,9 @@ def test_heldout_generates_with_the_colocated_engine(tmp_path: Path) -> None:
         "HF_HUB_OFFLINE": "1",
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "TOKENIZERS_PARALLELISM": "false",
+        # the checkout first: run as a script, tests/ is sys.path[0], and its rewards/ test folder
+        # would otherwise shadow the `rewards` package (an editable install resolves it too late)
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
     proc = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "_heldout_vllm_run.py"), str(out), str(model)],
