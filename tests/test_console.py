@@ -14,13 +14,13 @@ from gspo_trl.config.sections import DiagnosticsConfig
 from gspo_trl.diagnose import report
 from gspo_trl.training.build import run
 from gspo_trl.training.console import (
-    METRICS_FILE,
     ZERO_VARIANCE_STEPS,
     ConsoleCallback,
     _CloseConsole,
     step_line,
 )
 from gspo_trl.training.diagnostics import ClipAlarm
+from gspo_trl.training.metrics_file import METRICS_FILE
 from tests._gspo_helpers import single_torch_thread  # noqa: F401  (fixture: one torch thread)
 
 ROOT = Path(__file__).resolve().parents[1]

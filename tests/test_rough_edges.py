@@ -325,7 +325,7 @@ def test_tied_weights_filter_drops_only_the_tied_copy(tmp_path, missing, dropped
 
     from transformers import AutoModelForCausalLM
 
-    from gspo_trl.training.console import MISSING_KEYS_PREFIX, TiedWeightsFilter
+    from gspo_trl.training.resume_warnings import MISSING_KEYS_PREFIX, TiedWeightsFilter
     from tests._gspo_helpers import tiny_model_dir
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir(tmp_path))

@@ -31,7 +31,7 @@ import matplotlib.pyplot as plt
 from gspo_trl.model.checkpoints import TRAINER_STATE, latest_checkpoint
 
 METRICS_FILE = "metrics.jsonl"
-"""Written by gspo_trl.training.console; named again here so `report` does not import transformers."""
+"""Written by gspo_trl.training.metrics_file; named again here so `report` does not import transformers."""
 FIGSIZE_IN, DPI = (10.0, 5.6), 100
 """Every PNG is FIGSIZE_IN * DPI = 1000 x 560 pixels."""
 

@@ -16,21 +16,18 @@ integrations) and, always, to OUTPUT_DIR/metrics.jsonl (one JSON object per even
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import math
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
+from gspo_trl.training.metrics_file import MetricsFileCallback
+
 logger = logging.getLogger(__name__)
 
-METRICS_FILE = "metrics.jsonl"
 ALARM_LOGGER = "gspo_trl.training.diagnostics"
 """The ClipAlarm warns on this logger; the console shows those warnings as `!` lines."""
 HELDOUT_LOGGER = "gspo_trl.training.heldout"
@@ -226,37 +223,6 @@ class ConsoleCallback(TrainerCallback):
             )
 
 
-class MetricsFileCallback(TrainerCallback):
-    """Appends every log event, all keys, to OUTPUT_DIR/metrics.jsonl (main process only).
-
-    A fresh run (step 0 at the start) truncates the file; a resumed run appends to it.
-    """
-
-    def __init__(self, output_dir: str | Path) -> None:
-        self.path = Path(output_dir) / METRICS_FILE
-
-    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if state.is_world_process_zero:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            if state.global_step == 0:
-                self.path.write_text("", encoding="utf-8")
-
-    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
-        if not state.is_world_process_zero or not logs:
-            return
-        entry = {"step": state.global_step, **{k: _jsonable(v) for k, v in logs.items()}}
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(entry) + "\n")
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, int | float | str | bool) or value is None:
-        return value
-    return str(value)
-
-
 class _CloseConsole(TrainerCallback):
     """Last in the callback list, so the console's log filters outlive the final held-out score."""
 
@@ -265,49 +231,6 @@ class _CloseConsole(TrainerCallback):
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.console.close()
-
-
-MISSING_KEYS_PREFIX = "There were missing keys in the checkpoint model loaded: "
-
-
-class TiedWeightsFilter(logging.Filter):
-    """Drops transformers' "missing keys ['lm_head.weight']" warning on resume, and only it.
-
-    A model with tied embeddings saves the shared matrix once, so its checkpoint lacks the
-    tied copies by design; the Trainer still warns (its ignore list is empty for these
-    models). Any other missing key is a real problem and passes through.
-    """
-
-    def __init__(self, model: Any) -> None:
-        super().__init__()
-        config = getattr(model, "config", None)
-        tied = getattr(model, "_tied_weights_keys", None) or {}
-        self.tied = set(tied) if getattr(config, "tie_word_embeddings", False) else set()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if not message.startswith(MISSING_KEYS_PREFIX) or not self.tied:
-            return True
-        import ast
-
-        try:
-            missing = ast.literal_eval(message[len(MISSING_KEYS_PREFIX) :].rstrip("."))
-        except (ValueError, SyntaxError):
-            return True
-        # PEFT and DDP wrappers prefix the names (base_model.model.lm_head.weight)
-        return not all(any(key == t or key.endswith("." + t) for t in self.tied) for key in missing)
-
-
-@contextlib.contextmanager
-def quiet_tied_weights_warning(model: Any) -> Iterator[TiedWeightsFilter]:
-    """TiedWeightsFilter on transformers' trainer logger for the duration of the block."""
-    log_filter = TiedWeightsFilter(model)
-    trainer_logger = logging.getLogger("transformers.trainer")
-    trainer_logger.addFilter(log_filter)
-    try:
-        yield log_filter
-    finally:
-        trainer_logger.removeFilter(log_filter)
 
 
 def install_console(
