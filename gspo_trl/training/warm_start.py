@@ -62,7 +62,8 @@ class _ProgressBar(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         from tqdm.auto import tqdm
 
-        self.bar = tqdm(total=state.max_steps, desc="warm-start SFT", unit="step")
+        # disable=None: tqdm stays quiet when stderr is not a terminal (a log file, CI)
+        self.bar = tqdm(total=state.max_steps, desc="warm-start SFT", unit="step", disable=None)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.bar.update(1)
