@@ -218,3 +218,20 @@ def test_cli_user_errors_exit_nonzero_without_traceback(
 
 def test_every_shipped_tiny_recipe_validates() -> None:
     validate(load_recipe(TINY_RECIPE), processes=1)
+
+
+TINY_RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "reversal.yaml"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [({"heldout.k": "[1, 4]"}, [1, 4]), ({"heldout.k": "[]"}, []), (["--heldout.k", "[2]"], [2])],
+)
+def test_a_list_written_as_text_is_read_as_a_list(overrides, expected) -> None:
+    assert load_recipe(TINY_RECIPE, overrides).heldout.k == expected
+
+
+@pytest.mark.parametrize("text", ["abc", "[1, 2", "{a: 1}"])
+def test_text_that_is_no_list_is_refused_for_a_list_field(text) -> None:
+    with pytest.raises(RecipeError, match=r"heldout\.k"):
+        load_recipe(TINY_RECIPE, {"heldout.k": text})

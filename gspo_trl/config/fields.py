@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from functools import cache
 from typing import Any, Union
 
+import yaml
+
 from gspo_trl.errors import FieldTypeError
 
 _NONE_WORDS = {"none", "null", "~", ""}
@@ -83,9 +85,15 @@ def coerce(value: Any, annotation: Any, where: str) -> Any:
                 return _coerce_scalar(value, target, prefer_string=str in members)
             except (FieldTypeError, ValueError):
                 continue
-        if any(typing.get_origin(t) in (list, dict, tuple) or t in (list, dict, tuple) for t in members):
-            return value
         names = " or ".join(getattr(t, "__name__", str(t)) for t in members)
+        if _accepts(members, (list, tuple, dict)) and value.lstrip().startswith(("[", "{")):
+            # a list or mapping written as text (a command line, a dict of overrides): read it
+            # as YAML and check it like any other value, never hand the text on as a list
+            try:
+                parsed = yaml.safe_load(value)
+            except yaml.YAMLError as error:
+                raise FieldTypeError(f"{where}: expected {names}, got {value!r} ({error})") from None
+            return coerce(parsed, annotation, where)
         raise FieldTypeError(f"{where}: expected {names}, got {value!r}")
     if value is None:
         if type(None) in members:
