@@ -26,12 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rewards import loading
 from rewards.errors import RewardParameterError, UnknownRewardError
+from rewards.loading import entry_points, import_modules, load_object
 from rewards.params import REQUIRED, RewardParam, check_type
 
 log = logging.getLogger(__name__)
-ENTRY_POINT_GROUP = loading.ENTRY_POINT_GROUP
 
 # Keyword arguments TRL passes to every reward function itself; they are not dataset columns.
 TRL_PROVIDED = frozenset(
@@ -149,8 +148,8 @@ def describe(spec: str) -> RewardInfo:
 def available(imports: list[str] | tuple[str, ...] = ()) -> list[RewardInfo]:
     """Every registered reward plus every ``gspo_trl.rewards`` entry point, sorted by name,
     after importing `imports` (a recipe's ``imports:`` modules, which register their own)."""
-    loading.import_modules(imports)
-    names = set(_REGISTRY) | set(loading.entry_points())
+    import_modules(imports)
+    names = set(_REGISTRY) | set(entry_points())
     infos = []
     for name in sorted(names):
         try:
@@ -334,9 +333,9 @@ def _resolve(spec: str) -> _Entry:
     if spec in _ALIASES:
         return _REGISTRY[_ALIASES[spec]]
     if ":" in spec:
-        attr, obj = loading.load_object(spec)
+        attr, obj = load_object(spec)
         return _entry_from_object(attr, obj, spec)
-    eps = loading.entry_points()
+    eps = entry_points()
     if spec in eps:
         try:
             obj = eps[spec].load()

@@ -1,9 +1,10 @@
 """The package's shape: no import cycles, and every import points down the layers.
 
 Read from the source with `ast` (nothing is imported), counting imports inside functions
-too: a lazy import is still a dependency, and the cycles this test was written against
-(`train -> heldout -> evaluate -> train`) were lazy ones. Imports under `if TYPE_CHECKING:`
-are left out (they never run). `python tests/test_architecture.py` prints the graph.
+and under `if TYPE_CHECKING:` too: a lazy or typing-only import is still a dependency, and
+the cycles this test was written against (`train -> heldout -> evaluate -> train`) were lazy
+ones. `from pkg import name` depends on `pkg` itself (its `__init__` runs) and on
+`pkg.name` when that is a module. `python tests/test_architecture.py` prints the graph.
 
 Layers, lowest first; a module may import its own layer or lower ones, never higher:
 
@@ -58,24 +59,12 @@ def module_files() -> dict[str, Path]:
     return modules
 
 
-def _type_checking_lines(tree: ast.Module) -> set[int]:
-    lines = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.body:
-                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
-    return lines
-
-
 def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
     """The modules of the two packages that `name` imports (resolved to modules, not packages' names)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    skipped = _type_checking_lines(tree)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
     for node in ast.walk(tree):
-        if getattr(node, "lineno", None) in skipped:
-            continue
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -83,9 +72,8 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
-            for alias in node.names:
-                candidate = f"{base}.{alias.name}"
-                found.add(candidate if candidate in known else base)
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
     return {m for m in found if m in known and m != name}
 
 

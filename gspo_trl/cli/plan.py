@@ -39,6 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gspo_trl.config.recipe import load_recipe
     from gspo_trl.plan.launch import parse_gpu_memory, read_header
     from gspo_trl.plan.recipe_plan import plan_recipe
+    from gspo_trl.plan.recipe_report import format_recipe_plan
     from gspo_trl.plan.topology import resolve_topology
     from gspo_trl.plan.verdict import DOES_NOT_FIT
 
@@ -47,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     memory = parse_gpu_memory(args.gpu_memory) if args.gpu_memory is not None else None
     topology = resolve_topology(recipe.training, header, args.config, args.nodes, args.gpus_per_node, memory)
     result = plan_recipe(recipe, topology, header)
-    print(result.format())
+    print(format_recipe_plan(result))
     if result.batch.problem:
         raise RecipeError(f"{recipe.source}: {result.batch.problem}")
     return 1 if result.plan.verdict.status == DOES_NOT_FIT else 0

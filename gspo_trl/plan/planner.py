@@ -42,12 +42,6 @@ class Plan:
     verdict: Verdict
     throughput: Throughput
 
-    def format(self) -> str:
-        """The printed report (see gspo_trl.plan.report)."""
-        from gspo_trl.plan.report import format_plan
-
-        return format_plan(self)
-
 
 def memory_terms(shape: ModelShape, setup: Setup) -> tuple[list[MemoryTerm], VllmPlan | None]:
     """Every per-GPU term, and the colocated engine's plan when there is one."""

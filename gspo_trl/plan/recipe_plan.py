@@ -69,11 +69,6 @@ class RecipePlan:
     def header_minutes_per_step(self) -> tuple[float, float] | None:
         return parse_cost_minutes(self.header_cost)
 
-    def format(self) -> str:
-        from gspo_trl.plan.recipe_report import format_recipe_plan
-
-        return format_recipe_plan(self)
-
 
 def tiny_shape() -> ModelShape:
     """The locally built CPU model's shape (gspo_trl.model.tiny), without building it."""

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from gspo_trl.plan.recipe_plan import RecipePlan
 from gspo_trl.plan.report import _memory_table, _topology, _verdict, _vllm, _work
 from gspo_trl.plan.vllm_memory import GIB
-
-if TYPE_CHECKING:
-    from gspo_trl.plan.recipe_plan import RecipePlan
 
 
 def _launch(result: RecipePlan) -> list[str]:

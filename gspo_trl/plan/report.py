@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from gspo_trl.plan.planner import Plan
 from gspo_trl.plan.vllm_memory import GIB
-
-if TYPE_CHECKING:
-    from gspo_trl.plan.planner import Plan
 
 
 def _gib(n: float) -> str:

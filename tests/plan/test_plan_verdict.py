@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gspo_trl.plan import PlanError, plan
+from gspo_trl.plan import PlanError, format_plan, plan
 from gspo_trl.plan.memory import MemoryTerm
 from gspo_trl.plan.verdict import DOES_NOT_FIT, FITS, TIGHT, classify
 
@@ -41,7 +41,7 @@ def test_qwen3_8b_16x8192_ddp_does_not_fit_and_names_activations(checkpointing):
     assert "-> fits" in result.verdict.fix or "-> tight" in result.verdict.fix
     if not checkpointing:
         assert result.verdict.fix.startswith("gradient_checkpointing: true")
-    report = result.format()
+    report = format_plan(result)
     assert "Verdict: DOES NOT FIT" in report
     assert "dominant term: activations" in report
 
@@ -58,7 +58,7 @@ def test_qwen3_1_7b_zero2_8xh100_batch_8x4096_fits(use_vllm):
     assert result.setup.micro_batch_tokens == 8 * 4096
     assert result.verdict.status == FITS
     assert result.verdict.fix is None
-    assert ("vLLM" in result.format()) == use_vllm
+    assert ("vLLM" in format_plan(result)) == use_vllm
 
 
 def test_vllm_that_cannot_hold_its_weights_does_not_fit():
@@ -81,7 +81,7 @@ def test_sleep_mode_frees_vllm_during_training():
 
 
 def test_report_sections():
-    report = plan({"use_vllm": True}, "Qwen/Qwen3-30B-A3B", strategy="fsdp2", nodes=2).format()
+    report = format_plan(plan({"use_vllm": True}, "Qwen/Qwen3-30B-A3B", strategy="fsdp2", nodes=2))
     for section in ("topology  2 node(s) x 8 GPU(s) = 16", "Memory per GPU", "vLLM", "Verdict:", "Work per"):
         assert section in report
     assert "3.35B active" in report
