@@ -34,3 +34,12 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "held-out exact-match accuracy after GSPO" in result.stdout
     return workdir / "runs" / "demo"
+
+
+@pytest.fixture
+def terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make capsys's streams claim to be a terminal. The class is patched, not sys.stderr:
+    capsys puts its stream in place only when the test body starts, after the fixtures."""
+    from _pytest.capture import CaptureIO
+
+    monkeypatch.setattr(CaptureIO, "isatty", lambda self: True)

@@ -9,7 +9,7 @@ ones. `from pkg import name` depends on `pkg` itself (its `__init__` runs) and o
 Layers, lowest first; a module may import its own layer or lower ones, never higher:
 
     rewards                       the verifier library (knows nothing of gspo_trl)
-    gspo_trl.errors               user-facing errors
+    gspo_trl.errors, .progress    user-facing errors; progress bars
     gspo_trl.config               defaults, typed sections, recipe loading, validation
     gspo_trl.data, gspo_trl.model sources/presets/loading; model loading, checkpoints
     gspo_trl.eval                 sampling, pass@k, grading
@@ -33,6 +33,7 @@ PACKAGES = ("gspo_trl", "rewards")
 LAYERS: dict[str, int] = {
     "rewards": 0,
     "gspo_trl.errors": 1,
+    "gspo_trl.progress": 1,
     "gspo_trl.config": 2,
     "gspo_trl.data": 3,
     "gspo_trl.model": 3,

@@ -302,9 +302,26 @@ def test_option_errors_come_before_any_model_loads(
     assert code == 2 and re.search(message, last), last
 
 
+def test_eval_shows_progress_on_a_terminal_only(
+    checkpoint: dict[str, Any], capsys: pytest.CaptureFixture[str], request: pytest.FixtureRequest
+) -> None:
+    args = ["eval", str(checkpoint["model"]), "--data", str(checkpoint["heldout"]), "--engine", "hf"]
+    args += ["--reward", EXACT_MATCH, "--max-new-tokens", "6", "--k", "1,2"]
+    args += ["--output", str(checkpoint["root"] / "progress.json")]
+    assert gspo_trl_main(args) == 0
+    assert "eval (" not in capsys.readouterr().err  # a pipe or a log file: no bar
+    request.getfixturevalue("terminal")
+    assert gspo_trl_main(args) == 0
+    err = capsys.readouterr().err
+    assert re.search(r"eval \(greedy\).*12/12 \[", err), err[-2000:]
+    assert re.search(r"eval \(2 samples at T=[\d.]+\).*24/24 \[", err), err[-2000:]
+
+
 @pytest.mark.vllm
 @pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is None, reason="vLLM not installed")
-def test_eval_with_vllm_engine(checkpoint: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+def test_eval_with_vllm_engine(
+    checkpoint: dict[str, Any], capsys: pytest.CaptureFixture[str], terminal
+) -> None:
     args = [
         str(checkpoint["model"]),
         "--data",
@@ -313,6 +330,10 @@ def test_eval_with_vllm_engine(checkpoint: dict[str, Any], capsys: pytest.Captur
         checkpoint["spread_spec"],
     ]
     args += ["--max-new-tokens", "12", "--k", "1,2", "--engine", "vllm"]
-    result = _eval(args, checkpoint["root"] / "vllm.json", capsys)
+    output = checkpoint["root"] / "vllm.json"
+    assert gspo_trl_main(["eval", *args, "--output", str(output)]) == 0
+    err = capsys.readouterr().err
+    assert re.search(r"eval \(greedy\).*12/12 \[", err), err[-2000:]  # vLLM's bar, renamed
+    result = json.loads(output.read_text())
     sampled = result["results"]["sampled"]
     assert sampled["samples"] == 2 and 0 <= sampled["pass@1"] <= sampled["pass@2"] <= 1

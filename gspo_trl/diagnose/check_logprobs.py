@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from gspo_trl.progress import progress_bar
 from gspo_trl.training.diagnostics import bucket_labels
 
 
@@ -73,6 +74,7 @@ def trainer_logprobs(
     was_training = model.training
     model.eval()
     out: list[torch.Tensor] = []
+    bar = progress_bar(len(prompt_ids), "trainer log-probs", unit="completion")
     try:
         for start in range(0, len(prompt_ids), batch_size):
             prompts = prompt_ids[start : start + batch_size]
@@ -89,7 +91,9 @@ def trainer_logprobs(
             for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
                 positions = torch.arange(len(p) - 1, len(p) + len(c) - 1, device=device)
                 out.append(logps[i, positions, torch.tensor(c, device=device)].double().cpu())
+            bar.update(len(rows))
     finally:
+        bar.close()
         model.train(was_training)
     return out
 
@@ -219,7 +223,10 @@ def run_check(
     if train_steps > 0:
         trainer.vllm_generation.sync_weights()
         before = sample_and_recompute(trainer, prompts, num_generations)
+        from gspo_trl.training.step_progress import show_steps_as_bar
+
         trainer.args.max_steps = train_steps
+        show_steps_as_bar(trainer, "GSPO steps")  # stdout is for the report
         trainer.train()
     trainer.vllm_generation.sync_weights()
     report = agreement_report(sample_and_recompute(trainer, prompts, num_generations), *eps, **report_kwargs)

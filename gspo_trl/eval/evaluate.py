@@ -256,7 +256,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         sampler = Sampler(model, args.engine, model_config)
 
         def generate(prompts: Sequence[Any], n: int, temp: float) -> list[list[str]]:
-            return sampler.generate(prompts, n, temp, max_new_tokens, args.seed)
+            decoding = "greedy" if temp <= 0 else f"{n} samples at T={temp:g}"
+            bar = f"eval ({decoding})"
+            return sampler.generate(prompts, n, temp, max_new_tokens, args.seed, progress=bar)
 
         results = evaluate_policy(
             generate,

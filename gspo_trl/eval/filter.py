@@ -43,6 +43,7 @@ from gspo_trl.data.presets import apply_preset
 from gspo_trl.errors import DataError, FilterError
 from gspo_trl.eval.histogram import in_range, pass_rate_histogram, plot_histogram
 from gspo_trl.eval.pass_at_k import grade_samples
+from gspo_trl.progress import progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -108,10 +109,8 @@ def score_chunks(
     sampler: Any, prepared: Any, grader: Callable[..., Any], work: Path, args: argparse.Namespace, shape: dict
 ) -> list[float]:
     """Pass rate of every row, chunk by chunk, saving each finished chunk; see the module docstring."""
-    from tqdm.auto import tqdm
-
     rates: list[float] = []
-    progress = tqdm(total=len(prepared), desc="filter", unit="prompt")
+    progress = progress_bar(len(prepared), "filter", unit="prompt")
     for chunk, start in enumerate(range(0, len(prepared), args.chunk_size)):
         path = work / f"chunk-{chunk:05d}.jsonl"
         if not path.is_file():

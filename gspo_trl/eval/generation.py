@@ -25,6 +25,7 @@ from gspo_trl.config.sections import ModelConfig
 from gspo_trl.errors import ModelNotFoundError
 from gspo_trl.model.checkpoints import MODEL_CONFIG, latest_checkpoint
 from gspo_trl.model.loading import load_tokenizer
+from gspo_trl.progress import progress_bar, vllm_progress
 
 logger = logging.getLogger(__name__)
 
@@ -118,13 +119,15 @@ def generate_completions(
     top_k: int | None = 0,
     max_batch_tokens: int = DEFAULT_BATCH_TOKENS,
     synced_gpus: bool | None = None,
+    progress: str | None = None,
 ) -> list[list[str]]:
     """`num_samples` completions (decoded text) per conversational prompt; temperature 0 = greedy.
 
     Batches hold at most `batch_size` rows and `max_batch_tokens` prompt + new tokens (see
     token_bounded_batches). `synced_gpus` (HF generate's option; None: on under ZeRO-3/FSDP with
     several ranks) keeps ranks stepping together until all are done: needed when weights are
-    sharded, a deadlock when each rank generates different rows with whole weights.
+    sharded, a deadlock when each rank generates different rows with whole weights. `progress`
+    names a bar over the completions (terminal only); None, as during training, shows none.
     """
     was_training = model.training
     model.eval()
@@ -133,6 +136,7 @@ def generate_completions(
     lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]] if texts else []
     sampling = sampling_kwargs(temperature, top_p, top_k)
     results: list[list[str]] = [[] for _ in texts]
+    bar = progress_bar(len(texts) * num_samples, progress, unit="sample") if progress else None
     try:
         for rows in token_bounded_batches(lengths, max_new_tokens, max_batch_tokens, batch_size):
             batch = tokenizer(
@@ -153,7 +157,11 @@ def generate_completions(
                 )
                 for offset, text in enumerate(decoded):
                     results[rows.start + offset].append(text)
+                if bar is not None:
+                    bar.update(len(decoded))
     finally:
+        if bar is not None:
+            bar.close()
         tokenizer.padding_side = padding_side
         model.train(was_training)
     return results
@@ -208,14 +216,18 @@ class Sampler:
         temperature: float,
         max_new_tokens: int,
         seed: int = 0,
+        progress: str | None = None,
     ) -> list[list[str]]:
-        """`n` completions per prompt; temperature 0 is greedy (then n must be 1)."""
+        """`n` completions per prompt; temperature 0 is greedy (then n must be 1). `progress`
+        names a bar (counts and time left, on a terminal only)."""
         if temperature <= 0 and n != 1:
             raise ValueError("greedy decoding (temperature 0) gives one completion per prompt; use n=1")
         if self.engine == "vllm":
-            return self._generate_vllm(prompts, n, temperature, max_new_tokens, seed)
+            return self._generate_vllm(prompts, n, temperature, max_new_tokens, seed, progress)
         torch.manual_seed(seed)
-        return generate_completions(self.model, self.tokenizer, prompts, max_new_tokens, temperature, n)
+        return generate_completions(
+            self.model, self.tokenizer, prompts, max_new_tokens, temperature, n, progress=progress
+        )
 
     def _generate_vllm(
         self,
@@ -224,6 +236,7 @@ class Sampler:
         temperature: float,
         max_new_tokens: int,
         seed: int,
+        progress: str | None = None,
     ) -> list[list[str]]:
         from vllm import SamplingParams
 
@@ -231,5 +244,5 @@ class Sampler:
         texts = [
             self.tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts
         ]
-        outputs = self.model.generate(texts, params, use_tqdm=False)
+        outputs = self.model.generate(texts, params, use_tqdm=vllm_progress(progress) if progress else False)
         return [[choice.text for choice in output.outputs] for output in outputs]

@@ -251,3 +251,10 @@ def install_console(
     trainer.callback_handler.callbacks[:0] = [console, MetricsFileCallback(trainer.args.output_dir)]
     trainer.add_callback(_CloseConsole(console))
     return console
+
+
+def remove_console(trainer: Any) -> None:
+    """Undo install_console's printing (the metrics file stays): for tools that show a bar."""
+    for callback in list(trainer.callback_handler.callbacks):
+        if isinstance(callback, ConsoleCallback | _CloseConsole):
+            trainer.callback_handler.remove_callback(callback)

@@ -20,9 +20,9 @@ from typing import Any
 
 import datasets
 from datasets import Dataset
-from transformers import TrainerCallback
 
 from gspo_trl.data.synthetic import ReversalTask, make_warm_start_rows
+from gspo_trl.training.step_progress import StepProgressBar
 
 logger = logging.getLogger(__name__)
 CACHE_KEY_FILE = "warm_start.json"
@@ -54,26 +54,6 @@ def warm_start_key(model_dir: str | Path, task: ReversalTask, settings: dict[str
     text = json.dumps({"task": asdict(task), "settings": settings, "versions": versions}, sort_keys=True)
     digest.update(text.encode())
     return digest.hexdigest()
-
-
-class _ProgressBar(TrainerCallback):
-    """A tqdm bar over the SFT steps, instead of a printed dict per logging step."""
-
-    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        from tqdm.auto import tqdm
-
-        # disable=None: tqdm stays quiet when stderr is not a terminal (a log file, CI)
-        self.bar = tqdm(total=state.max_steps, desc="warm-start SFT", unit="step", disable=None)
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.bar.update(1)
-
-    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
-        if logs and "loss" in logs:
-            self.bar.set_postfix(loss=f"{logs['loss']:.3f}")
-
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.bar.close()
 
 
 def warm_start(
@@ -126,7 +106,7 @@ def warm_start(
             processing_class=tokenizer,
             train_dataset=warm_start_rows(steps * batch_size, seed + 1, task),
             args=config,
-            callbacks=[_ProgressBar()],
+            callbacks=[StepProgressBar("warm-start SFT")],
         )
     finally:
         if bars_were_on:

@@ -1,0 +1,38 @@
+"""Progress bars for the long commands (eval, filter, calibrate, check-logprobs, warm start).
+
+One look: counts done / total, rate and time left, on stderr so that a command's report on
+stdout stays clean. `disable=None` is tqdm's "only on a terminal": a batch job's log file or
+CI's captured output gets no carriage-return noise, only the command's own lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def progress_bar(total: int | None, desc: str, unit: str = "it", **kwargs: Any) -> Any:
+    """A tqdm bar on stderr, shown only when stderr is a terminal."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, disable=None, dynamic_ncols=True, **kwargs)
+
+
+def vllm_progress(desc: str, unit: str = "prompt") -> Callable[..., Any]:
+    """What to pass as vLLM's `use_tqdm`: its bars, under the terminal-only rule.
+
+    vLLM calls it two ways: over an iterable while it queues requests (kept quiet: it takes
+    no time worth showing), and with `total=` for the requests it processes, named "Processed
+    prompts"; that one keeps vLLM's counts and postfix, but takes our name and unit.
+    """
+
+    def make(*args: Any, **kwargs: Any) -> Any:
+        if args:  # vllm.utils.tqdm_utils.maybe_tqdm(iterable, ...): adding requests
+            from tqdm.auto import tqdm
+
+            return tqdm(*args, **{**kwargs, "disable": True})
+        kwargs.pop("desc", None)
+        kwargs.pop("dynamic_ncols", None)
+        return progress_bar(kwargs.pop("total", None), desc, unit, **kwargs)
+
+    return make
