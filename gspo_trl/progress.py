@@ -7,6 +7,7 @@ CI's captured output gets no carriage-return noise, only the command's own lines
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -18,13 +19,17 @@ def progress_bar(total: int | None, desc: str, unit: str = "it", **kwargs: Any) 
     return tqdm(total=total, desc=desc, unit=unit, disable=None, dynamic_ncols=True, **kwargs)
 
 
-def vllm_progress(desc: str, unit: str = "prompt") -> Callable[..., Any]:
-    """What to pass as vLLM's `use_tqdm`: its bars, under the terminal-only rule.
+def vllm_progress(desc: str) -> Callable[..., Any] | bool:
+    """What to pass as vLLM's `use_tqdm`: False off a terminal, else a maker of its bars.
 
-    vLLM calls it two ways: over an iterable while it queues requests (kept quiet: it takes
-    no time worth showing), and with `total=` for the requests it processes, named "Processed
-    prompts"; that one keeps vLLM's counts and postfix, but takes our name and unit.
+    Off a terminal it must be False, not a disabled bar: vLLM divides by the bar's elapsed
+    time, which a disabled bar keeps at 0. vLLM calls the maker two ways: over an iterable
+    while it queues requests (kept quiet: it takes no time worth showing), and with `total=`
+    for the samples it generates (vLLM counts each of a prompt's n samples as a request);
+    that bar keeps vLLM's counts and postfix, with our name.
     """
+    if not sys.stderr.isatty():
+        return False
 
     def make(*args: Any, **kwargs: Any) -> Any:
         if args:  # vllm.utils.tqdm_utils.maybe_tqdm(iterable, ...): adding requests
@@ -33,6 +38,6 @@ def vllm_progress(desc: str, unit: str = "prompt") -> Callable[..., Any]:
             return tqdm(*args, **{**kwargs, "disable": True})
         kwargs.pop("desc", None)
         kwargs.pop("dynamic_ncols", None)
-        return progress_bar(kwargs.pop("total", None), desc, unit, **kwargs)
+        return progress_bar(kwargs.pop("total", None), desc, unit="sample", **kwargs)
 
     return make

@@ -334,6 +334,7 @@ def test_eval_with_vllm_engine(
     assert gspo_trl_main(["eval", *args, "--output", str(output)]) == 0
     err = capsys.readouterr().err
     assert re.search(r"eval \(greedy\).*12/12 \[", err), err[-2000:]  # vLLM's bar, renamed
+    assert re.search(r"eval \(2 samples at T=[\d.]+\).*24/24 \[", err), err[-2000:]  # 12 x 2 samples
     result = json.loads(output.read_text())
     sampled = result["results"]["sampled"]
     assert sampled["samples"] == 2 and 0 <= sampled["pass@1"] <= sampled["pass@2"] <= 1

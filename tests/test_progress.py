@@ -46,11 +46,18 @@ def test_a_bar_shows_counts_and_time_left_on_a_terminal(terminal, capsys: pytest
 def test_vllm_bar_keeps_its_counts_under_our_name(terminal, capsys: pytest.CaptureFixture[str]) -> None:
     """vLLM calls `use_tqdm(total=..., desc="Processed prompts", dynamic_ncols=True, postfix=...)`."""
     bar = vllm_progress("eval (greedy)")(total=3, desc="Processed prompts", dynamic_ncols=True, postfix="x")
-    _drive(bar, 3)
+    for _ in range(3):
+        bar.update(1)
+    bar.close()
     err = capsys.readouterr().err
     assert "eval (greedy)" in err and "3/3" in err and "Processed prompts" not in err
     queued = list(vllm_progress("eval (greedy)")(["a", "b"], desc="Adding requests"))
     assert queued == ["a", "b"] and "Adding requests" not in capsys.readouterr().err
+
+
+def test_vllm_gets_no_bar_off_a_terminal() -> None:
+    """A disabled bar is not enough: vLLM divides by its elapsed time, which stays 0."""
+    assert vllm_progress("eval (greedy)") is False
 
 
 @pytest.mark.parametrize("on_terminal", [False, True])

@@ -17,7 +17,7 @@ from gspo_trl.config.validation import updates_per_rollout_batch, validate
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted((ROOT / "recipes").glob("**/*.yaml"))
 RECIPE_IDS = [str(path.relative_to(ROOT / "recipes")) for path in RECIPES]
-HEADER_FIELDS = ("Hardware:", "Launch:", "Cost:")
+HEADER_FIELDS = ("Hardware:", "Launch:", "Cost:", "Tracker:")
 
 
 def test_recipes_exist() -> None:
@@ -45,6 +45,9 @@ def test_recipe_header_and_validation(path: Path) -> None:
         assert field in text, f"{path}: header comment lacks {field!r}"
     assert "gspo_trl.train" in text or "gspo-trl train" in text or "train.slurm" in text
     recipe = load_recipe(path)
+    tracker = recipe.training.get("report_to", "none")
+    tracker = tracker if isinstance(tracker, str) else ", ".join(tracker)
+    assert re.search(rf"# Tracker: +report_to: {re.escape(tracker)}\b", text), f"{path}: Tracker line"
     validate(recipe, processes=1)
     if recipe.training.get("save_strategy") == "steps":
         updates = updates_per_rollout_batch(recipe.training, processes=1)

@@ -121,26 +121,26 @@ def build_trainer(recipe: Recipe) -> Any:
     if recipe.heldout is not None:
         grader_spec = recipe.heldout.reward or recipe.rewards[0].spec
         grader_params = {} if recipe.heldout.reward else recipe.rewards[0].params
-        trainer.add_callback(
-            HeldoutCallback(
-                trainer,
-                eval_dataset,
-                rewards.get(grader_spec, **grader_params),
-                every_steps=recipe.heldout.every_steps,
-                max_rows=recipe.heldout.max_rows,
-                temperature=(
-                    recipe.heldout.temperature
-                    if recipe.heldout.temperature is not None
-                    else float(args.temperature)
-                ),
-                max_new_tokens=args.max_completion_length,
-                ks=recipe.heldout.k,
-                num_samples=recipe.heldout.num_samples,
-                sample_temperature=recipe.heldout.sample_temperature,
-                pass_threshold=recipe.heldout.pass_threshold,
-                max_batch_tokens=recipe.heldout.max_batch_tokens,
-            )
+        heldout = HeldoutCallback(
+            trainer,
+            eval_dataset,
+            rewards.get(grader_spec, **grader_params),
+            every_steps=recipe.heldout.every_steps,
+            max_rows=recipe.heldout.max_rows,
+            temperature=(
+                recipe.heldout.temperature
+                if recipe.heldout.temperature is not None
+                else float(args.temperature)
+            ),
+            max_new_tokens=args.max_completion_length,
+            ks=recipe.heldout.k,
+            num_samples=recipe.heldout.num_samples,
+            sample_temperature=recipe.heldout.sample_temperature,
+            pass_threshold=recipe.heldout.pass_threshold,
+            max_batch_tokens=recipe.heldout.max_batch_tokens,
         )
+        trainer.add_callback(heldout)  # after the trackers: they are set up when it first logs
+        trainer.callback_handler.callbacks.insert(0, heldout.final_score_first())
     rewards_names = [entry.spec for entry in recipe.rewards]
     install_console(trainer, recipe.model.name_or_path, rewards_names, len(eval_dataset or ()))
     return trainer

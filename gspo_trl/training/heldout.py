@@ -136,6 +136,7 @@ class HeldoutCallback(TrainerCallback):
         self.ks, self.num_samples, self.pass_threshold = tuple(ks), num_samples, pass_threshold
         self.sample_temperature = sample_temperature
         self.history: list[tuple[int, float]] = []
+        self._final_done = False
 
     def _sampling(self) -> HeldoutSampling:
         args = self.trainer.args
@@ -181,6 +182,7 @@ class HeldoutCallback(TrainerCallback):
         self.trainer.control.should_log = should_log
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._final_done = False
         self._evaluate(state.global_step)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -192,4 +194,22 @@ class HeldoutCallback(TrainerCallback):
             self._evaluate(state.global_step)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._evaluate(state.global_step)
+        if not self._final_done:  # once, whichever of this and _FinalScore comes first
+            self._final_done = True
+            self._evaluate(state.global_step)
+
+    def final_score_first(self) -> TrainerCallback:
+        """A callback to put ahead of the trackers': it logs the final score in on_train_end
+        before theirs close the run (trackio would open a second run, at step 0, for a score
+        logged later). This callback stays after them, so they are set up when it first logs."""
+        return _FinalScore(self)
+
+
+class _FinalScore(TrainerCallback):
+    """HeldoutCallback's final evaluation, run from a place earlier in the callback list."""
+
+    def __init__(self, heldout: HeldoutCallback) -> None:
+        self.heldout = heldout
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.heldout.on_train_end(args, state, control, **kwargs)
