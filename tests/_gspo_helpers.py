@@ -52,6 +52,7 @@ def make_trainer(
     trainer_cls: type | None = None,
     n_prompts: int = 64,
     trainer_kwargs: dict[str, Any] | None = None,
+    eval_dataset: Any = None,
     **config: Any,
 ):
     """A real (GSPO)Trainer on the tiny model: CPU, no reporting, GSPO settings by default."""
@@ -89,5 +90,6 @@ def make_trainer(
         reward_funcs=[length_reward],
         args=config_cls(**args, **gspo_fields),
         train_dataset=Dataset.from_list(prompts),
+        eval_dataset=eval_dataset,
         **(trainer_kwargs or {}),
     )

@@ -225,3 +225,31 @@ def test_a_disk_full_during_a_checkpoint_leaves_none_and_resume_continues(tmp_pa
         trained = re.findall(r"^step \d/4 \| (?!held-out)", log, re.MULTILINE)  # a console line a step
         assert len(trained) == 2, f"did not continue from checkpoint-2 (steps 3-4 only):\n{log[-3000:]}"
         assert not (out / STAGING).exists() or not any((out / STAGING).iterdir())
+
+
+@pytest.mark.slow
+def test_the_best_checkpoint_recorded_in_each_checkpoint_exists(tmp_path: Path) -> None:
+    """metric_for_best_model picks a checkpoint during its (staged) save: the trainer_state.json
+    inside every checkpoint, which --resume reads, must name the renamed folder, not the staging
+    one (which is gone: load_best_model_at_end would fail after a resume)."""
+    from _gspo_helpers import make_trainer
+    from datasets import Dataset
+
+    eval_rows = Dataset.from_list([{"prompt": f"add {i} and 1"} for i in range(8)])
+    trainer = make_trainer(
+        tiny_model_dir(tmp_path),
+        tmp_path / "run",
+        eval_dataset=eval_rows,
+        eval_strategy="steps",
+        eval_steps=2,
+        save_strategy="steps",
+        save_steps=2,
+        metric_for_best_model="reward",
+        load_best_model_at_end=True,
+    )
+    trainer.train()
+    checkpoints = sorted((tmp_path / "run").glob("checkpoint-*"))
+    assert [c.name for c in checkpoints] == ["checkpoint-2", "checkpoint-4"]
+    for checkpoint in checkpoints:
+        best = json.loads((checkpoint / "trainer_state.json").read_text())["best_model_checkpoint"]
+        assert STAGING not in Path(best).parts and Path(best).is_dir(), (checkpoint.name, best)

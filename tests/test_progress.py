@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -142,3 +143,19 @@ def test_check_logprobs_rescoring_shows_a_bar(
     assert len(logps) == 6 and all(x.numel() == 2 for x in logps)
     err = capsys.readouterr().err
     assert "trainer log-probs" in err and "6/6" in err
+
+
+@pytest.mark.slow
+def test_a_logged_run_holds_no_library_bars(tmp_path: Path) -> None:
+    """`gspo-trl train` into a log file: no bar of transformers (weights loaded and saved) or
+    datasets (map) in it, only the run's own lines."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_DISABLE_PROGRESS_BARS")}
+    command = [sys.executable, "-m", "gspo_trl.cli.main", "train", str(REPO / "recipes/tiny/reversal.yaml")]
+    command += ["--max_steps", "2", "--output_dir", str(tmp_path / "run")]
+    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "step 2/2" in proc.stdout
+    for bar in ("Loading weights", "Writing model shards", "Map:", "\r"):
+        assert bar not in proc.stderr, proc.stderr[-3000:]

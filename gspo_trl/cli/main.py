@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -48,11 +49,26 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+LIBRARY_BAR_SWITCHES = ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS")
+"""Environment switches of the Hugging Face libraries' bars (hub downloads, transformers'
+weight loading and saving, datasets' map): read when each library is first imported."""
+
+
+def quiet_library_bars_off_a_terminal() -> None:
+    """Off a terminal (a log file, a Slurm job, CI) the libraries' bars write a line per update
+    into the log; turn them off there, as gspo_trl.progress does for ours. A switch the user
+    set stays as set. Runs before any subcommand imports those libraries."""
+    if not sys.stderr.isatty():
+        for switch in LIBRARY_BAR_SWITCHES:
+            os.environ.setdefault(switch, "1")
+
+
 def run_command(name: str, main: Callable[[list[str]], int | None], argv: Sequence[str]) -> int:
     """Run one subcommand's `main`: logging set up once, user errors as one line and exit 2."""
     from gspo_trl.errors import USER_ERRORS
 
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    quiet_library_bars_off_a_terminal()
     try:
         return int(main(list(argv)) or 0)
     except USER_ERRORS as error:

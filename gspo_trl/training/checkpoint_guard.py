@@ -17,6 +17,7 @@ import os
 import shutil
 from typing import Any
 
+from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from gspo_trl.errors import UserError
@@ -62,12 +63,20 @@ class StagedCheckpoints:
             if os.path.exists(final):  # saved again at the same step (e.g. at the end of training)
                 shutil.rmtree(final)
             os.replace(staged, final)
-            if self.state.best_model_checkpoint and self.state.best_model_checkpoint.startswith(staging):
-                self.state.best_model_checkpoint = run_dir + self.state.best_model_checkpoint[len(staging) :]
+            best = self.state.best_model_checkpoint
+            if best and best.startswith(staging):  # chosen during this save, named in staging
+                self.state.best_model_checkpoint = run_dir + best[len(staging) :]
+                self._write_state(final)  # its copy in the checkpoint is what --resume reads
             with contextlib.suppress(OSError):  # not empty: another node's leftovers on a shared disk
                 os.rmdir(staging)
             self._rotate(run_dir)
         self.accelerator.wait_for_everyone()
+
+    def _write_state(self, checkpoint: str) -> None:
+        """Rewrite the checkpoint's trainer_state.json from the (corrected) state, atomically."""
+        path = os.path.join(checkpoint, TRAINER_STATE_NAME)
+        self.state.save_to_json(path + ".tmp")
+        os.replace(path + ".tmp", path)
 
     def _rotate(self, run_dir: str) -> None:
         rotate_checkpoints(
