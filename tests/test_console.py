@@ -113,6 +113,22 @@ def test_clip_alarm_prints_a_bang_line_instead_of_a_log_record(caplog: pytest.Lo
     assert not [r for r in caplog.records if "clipped" in r.getMessage() and r.levelno >= logging.WARNING]
 
 
+def test_engine_mismatch_warning_is_a_bang_line(caplog: pytest.LogCaptureFixture) -> None:
+    """The engine log-prob guard's warning (engine.on_mismatch: warn / recompute) stands out too."""
+    from gspo_trl.training import engine_logprobs
+
+    printed: list[str] = []
+    console = ConsoleCallback("banner", printer=lambda text, flush: printed.append(text))
+    args = TrainingArguments(output_dir="unused", report_to="none")
+    state, control = TrainerState(max_steps=4), TrainerControl()
+    with caplog.at_level(logging.INFO):
+        console.on_train_begin(args, state, control)
+        engine_logprobs.logger.warning("engine.old_logprobs: engine: vLLM and the trainer disagree")
+        _CloseConsole(console).on_train_end(args, state, control)
+    assert printed[1:] == ["! engine.old_logprobs: engine: vLLM and the trainer disagree"], printed
+    assert not [r for r in caplog.records if "disagree" in r.getMessage()]
+
+
 @pytest.mark.slow
 def test_four_step_run_prints_short_lines_and_writes_every_key(
     tmp_path: Path, capsys: pytest.CaptureFixture

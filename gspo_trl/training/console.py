@@ -28,8 +28,9 @@ from gspo_trl.training.metrics_file import MetricsFileCallback
 
 logger = logging.getLogger(__name__)
 
-ALARM_LOGGER = "gspo_trl.training.diagnostics"
-"""The ClipAlarm warns on this logger; the console shows those warnings as `!` lines."""
+ALARM_LOGGERS = ("gspo_trl.training.diagnostics", "gspo_trl.training.engine_logprobs")
+"""The ClipAlarm and the engine mismatch guard warn on these; the console shows their
+warnings as `!` lines."""
 HELDOUT_LOGGER = "gspo_trl.training.heldout"
 """Its INFO lines repeat the held-out score the console already prints; they are held back."""
 ZERO_VARIANCE_STEPS = 3
@@ -148,7 +149,8 @@ class ConsoleCallback(TrainerCallback):
         self._printed_step = -1
         self._pending_heldout: dict[str, Any] | None = None
         self._zero_streak = 0
-        self._filters = {ALARM_LOGGER: _AlarmFilter(self), HELDOUT_LOGGER: _QuietInfo()}
+        self._filters: dict[str, logging.Filter] = {name: _AlarmFilter(self) for name in ALARM_LOGGERS}
+        self._filters[HELDOUT_LOGGER] = _QuietInfo()
 
     def _print(self, text: str) -> None:
         self.printer(text, flush=True)

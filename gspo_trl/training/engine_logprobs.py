@@ -34,7 +34,7 @@ from gspo_trl.config.sections import EngineConfig
 from gspo_trl.errors import RecipeError, UserError
 from gspo_trl.training.engine_guard import EngineMismatchGuard, MismatchVerdict
 
-logger = logging.getLogger("gspo_trl")
+logger = logging.getLogger(__name__)  # the console shows its warnings as `!` alarm lines
 
 
 class EngineOldLogprobs:
