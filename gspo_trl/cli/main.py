@@ -57,7 +57,8 @@ weight loading and saving, datasets' map): read when each library is first impor
 def quiet_library_bars_off_a_terminal() -> None:
     """Off a terminal (a log file, a Slurm job, CI) the libraries' bars write a line per update
     into the log; turn them off there, as gspo_trl.progress does for ours. A switch the user
-    set stays as set. Runs before any subcommand imports those libraries."""
+    set stays as set. Called before a subcommand's module is imported, and again by
+    run_command for `accelerate launch -m gspo_trl.train`."""
     if not sys.stderr.isatty():
         for switch in LIBRARY_BAR_SWITCHES:
             os.environ.setdefault(switch, "1")
@@ -89,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: unknown command {command!r}\n\n{usage()}", file=sys.stderr)
         return 2
     module_name = SUBCOMMANDS[command][0]
+    quiet_library_bars_off_a_terminal()  # before the subcommand's module imports the libraries
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
