@@ -23,7 +23,8 @@ class StepProgressBar(TrainerCallback):
         self.bar: Any = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.bar = progress_bar(state.max_steps, self.desc, unit="step", initial=state.global_step)
+        if getattr(state, "is_world_process_zero", True):  # one bar per launch, not per rank
+            self.bar = progress_bar(state.max_steps, self.desc, unit="step", initial=state.global_step)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.bar is not None:
