@@ -33,9 +33,7 @@ def vllm_progress(desc: str) -> Callable[..., Any] | bool:
 
     def make(*args: Any, **kwargs: Any) -> Any:
         if args:  # vllm.utils.tqdm_utils.maybe_tqdm(iterable, ...): adding requests
-            from tqdm.auto import tqdm
-
-            return tqdm(*args, **{**kwargs, "disable": True})
+            return args[0]
         kwargs.pop("desc", None)
         kwargs.pop("dynamic_ncols", None)
         return progress_bar(kwargs.pop("total", None), desc, unit="sample", **kwargs)

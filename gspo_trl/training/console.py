@@ -235,6 +235,15 @@ class _CloseConsole(TrainerCallback):
         self.console.close()
 
 
+def _remove_trl_printing(trainer: Any) -> None:
+    """TRL's dict printing and its progress bar (or notebook table)."""
+    for callback in list(trainer.callback_handler.callbacks):
+        if isinstance(callback, PrinterCallback | ProgressCallback) or type(callback).__name__ == (
+            "NotebookProgressCallback"
+        ):
+            trainer.callback_handler.remove_callback(callback)
+
+
 def install_console(
     trainer: Any, model_name: str, reward_names: list[str], eval_rows: int = 0
 ) -> ConsoleCallback:
@@ -244,11 +253,7 @@ def install_console(
     in the list (the banner and a fresh metrics.jsonl precede the held-out score at step 0),
     the console's closing hook last.
     """
-    for callback in list(trainer.callback_handler.callbacks):
-        if isinstance(callback, PrinterCallback | ProgressCallback) or type(callback).__name__ == (
-            "NotebookProgressCallback"
-        ):
-            trainer.callback_handler.remove_callback(callback)
+    _remove_trl_printing(trainer)
     console = ConsoleCallback(banner(trainer, model_name, reward_names, eval_rows))
     trainer.callback_handler.callbacks[:0] = [console, MetricsFileCallback(trainer.args.output_dir)]
     trainer.add_callback(_CloseConsole(console))
@@ -256,7 +261,9 @@ def install_console(
 
 
 def remove_console(trainer: Any) -> None:
-    """Undo install_console's printing (the metrics file stays): for tools that show a bar."""
+    """Take out every callback that prints per step, TRL's and the console (the metrics file
+    stays): for tools that show a bar instead."""
+    _remove_trl_printing(trainer)
     for callback in list(trainer.callback_handler.callbacks):
         if isinstance(callback, ConsoleCallback | _CloseConsole):
             trainer.callback_handler.remove_callback(callback)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerCallback
+from transformers.trainer_callback import TrainerCallback
 
 from gspo_trl.progress import progress_bar
 from gspo_trl.training.console import remove_console
@@ -47,11 +47,6 @@ def show_steps_as_bar(trainer: Any, desc: str) -> StepProgressBar:
     """Take out every callback that prints per step (TRL's, and our console); add a
     StepProgressBar. metrics.jsonl is still written; the diagnostics' warnings still log."""
     remove_console(trainer)
-    for callback in list(trainer.callback_handler.callbacks):
-        if isinstance(callback, PrinterCallback | ProgressCallback) or (
-            type(callback).__name__ == "NotebookProgressCallback"
-        ):
-            trainer.callback_handler.remove_callback(callback)
     bar = StepProgressBar(desc)
     trainer.add_callback(bar)
     return bar
