@@ -174,7 +174,7 @@ MBPP_WRONG = "```python\ndef remove_Occ(s, ch):\n    return s\n```"
 def test_mbpp_assert_lists_validate_and_score(tmp_path, capsys) -> None:
     """docs/data.md's own example (`columns: {test_list: tests}`) on MBPP rows: accepted by
     `validate`, and the code reward runs the asserts (it scored every row None before)."""
-    import rewards
+    from gspo_trl import rewards
 
     rows = _rows(*({"text": f"Write remove_Occ, try {n}", "test_list": MBPP_TESTS} for n in range(4)))
     path = _write(tmp_path, "mbpp.jsonl", rows)

@@ -13,14 +13,14 @@ from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.sections import DiagnosticsConfig
 from gspo_trl.diagnose import report
 from gspo_trl.training.build import run
-from gspo_trl.training.console import (
+from gspo_trl.training.diagnostics import ClipAlarm
+from gspo_trl.training.reporting.console import (
     ZERO_VARIANCE_STEPS,
     ConsoleCallback,
     _CloseConsole,
     step_line,
 )
-from gspo_trl.training.diagnostics import ClipAlarm
-from gspo_trl.training.metrics_file import METRICS_FILE
+from gspo_trl.training.reporting.metrics_file import METRICS_FILE
 from tests._gspo_helpers import single_torch_thread  # noqa: F401  (fixture: one torch thread)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,7 +115,7 @@ def test_clip_alarm_prints_a_bang_line_instead_of_a_log_record(caplog: pytest.Lo
 
 def test_engine_mismatch_warning_is_a_bang_line(caplog: pytest.LogCaptureFixture) -> None:
     """The engine log-prob guard's warning (engine.on_mismatch: warn / recompute) stands out too."""
-    from gspo_trl.training import engine_logprobs
+    from gspo_trl.training.engine import logprobs as engine_logprobs
 
     printed: list[str] = []
     console = ConsoleCallback("banner", printer=lambda text, flush: printed.append(text))

@@ -13,7 +13,7 @@ from gspo_trl.config.sections import EngineConfig
 from gspo_trl.config.validation import validate
 from gspo_trl.errors import RecipeError
 from gspo_trl.training.config import GSPOConfig
-from gspo_trl.training.engine_guard import EngineMismatchGuard, judge_mismatch
+from gspo_trl.training.engine.mismatch import EngineMismatchGuard, judge_mismatch
 
 EPS_LOW, EPS_HIGH = 3e-4, 4e-4
 NARROW = -math.log1p(-EPS_LOW)  # the narrower half-range in log space, ~3.0e-4

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-import rewards
+from gspo_trl import rewards
 from gspo_trl.cli.main import main as gspo_trl_main
-from gspo_trl.training.heldout import HeldoutCallback, heldout_score
+from gspo_trl.training.heldout.scoring import HeldoutCallback, heldout_score
 from tests._gspo_helpers import tiny_model_dir
 
 os.environ["HF_HUB_OFFLINE"] = "1"

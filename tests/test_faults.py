@@ -34,8 +34,8 @@ from test_resume import RUN_TIMEOUT_S
 
 from gspo_trl.cli.main import main as gspo_trl_main
 from gspo_trl.model.checkpoints import latest_checkpoint
-from gspo_trl.training.checkpoint_guard import STAGING
-from gspo_trl.training.reward_guard import AsyncGuardedReward, RewardFailedError, guard_rewards
+from gspo_trl.training.safety.reward_checks import AsyncGuardedReward, RewardFailedError, guard_rewards
+from gspo_trl.training.safety.staged_checkpoints import STAGING
 
 COMPLETIONS = ["12", "34", "56", "78"]
 PROMPTS = ["reverse 21", "reverse 43", "reverse 65", "reverse 87"]

@@ -18,8 +18,8 @@ import pytest
 from _gspo_helpers import tiny_model_dir
 
 from gspo_trl.eval.generation import sampling_kwargs, token_bounded_batches
-from gspo_trl.training.heldout import mean_grade
-from gspo_trl.training.heldout_generation import shard_rows
+from gspo_trl.training.heldout.generation import shard_rows
+from gspo_trl.training.heldout.scoring import mean_grade
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "_heldout_dist_run.py"

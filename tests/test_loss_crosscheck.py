@@ -13,7 +13,7 @@ import torch
 from _gspo_helpers import make_trainer, single_torch_thread, tiny_model_dir  # noqa: F401
 from trl import GRPOTrainer
 
-from gspo_trl.training.reference_loss import grpo_loss, gspo_clipped, gspo_loss, gspo_token_loss
+from tests._reference_loss import grpo_loss, gspo_clipped, gspo_loss, gspo_token_loss
 
 OLD_P = [0.50, 0.40, 0.90, 0.04]
 NEW_P = [0.58, 0.30, 0.90, 0.05]

@@ -157,7 +157,7 @@ def test_dapo_preset_grades_boxed_and_answer_line_alike() -> None:
     import json
     from pathlib import Path
 
-    import rewards
+    from gspo_trl import rewards
     from gspo_trl.data.presets import default_reward
 
     fixtures = Path(__file__).parent / "fixtures" / "datasets"

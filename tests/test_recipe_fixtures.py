@@ -24,7 +24,7 @@ import pytest
 import yaml
 from _gspo_helpers import single_torch_thread, tiny_model_dir  # noqa: F401 (autouse fixture)
 
-import rewards
+from gspo_trl import rewards
 from gspo_trl.config.data_checks import required_columns
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.sections import DataConfig

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from gspo_trl.training.reference_loss import (
+from tests._reference_loss import (
     grpo_loss,
     gspo_clipped,
     gspo_loss,

@@ -12,7 +12,7 @@ from PIL import Image
 
 from gspo_trl.cli.main import main as gspo_trl_main
 from gspo_trl.config.recipe import load_recipe
-from gspo_trl.demo import DEFAULT_RECIPE as DEMO_RECIPE
+from gspo_trl.demo.pipeline import DEFAULT_RECIPE as DEMO_RECIPE
 from gspo_trl.diagnose import report
 from gspo_trl.training.build import run
 

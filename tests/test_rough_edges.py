@@ -39,8 +39,8 @@ def test_report_std_band_stays_in_the_score_range(mean, std, values, low, high) 
 def test_warm_start_is_cached_by_its_inputs(tmp_path) -> None:
     """`make demo` twice: the second run reuses the warm start; other settings train anew."""
     from gspo_trl.data.synthetic import ReversalTask
+    from gspo_trl.demo.warm_start import CACHE_KEY_FILE, warm_start, warm_start_key
     from gspo_trl.model.tiny import save_tiny_model
-    from gspo_trl.training.warm_start import CACHE_KEY_FILE, warm_start, warm_start_key
 
     task = ReversalTask()
     base = save_tiny_model(tmp_path / "base")
@@ -86,7 +86,7 @@ def test_trl_and_open_r1_keys_point_to_the_recipe_key(key, value, points_to) -> 
 def test_recipe_imports_register_custom_rewards(tmp_path, monkeypatch, capsys) -> None:
     """`imports: [pkg.module]` is imported (cwd on sys.path) before the rewards resolve, and
     `rewards list --import` shows what it registers."""
-    import rewards
+    from gspo_trl import rewards
     from gspo_trl.cli.main import main as gspo_trl_main
     from gspo_trl.config.recipe import load_recipe
     from gspo_trl.config.validation import validate
@@ -96,7 +96,7 @@ def test_recipe_imports_register_custom_rewards(tmp_path, monkeypatch, capsys) -
     (tmp_path / package).mkdir()
     (tmp_path / package / "__init__.py").write_text("")
     (tmp_path / package / "numeric.py").write_text(
-        "import rewards\n\n"
+        "from gspo_trl import rewards\n\n"
         f"@rewards.register({reward_name!r})\n"
         "def numeric(completions, solution, **_):\n"
         '    """1.0 when the completion is the solution."""\n'
@@ -325,7 +325,7 @@ def test_tied_weights_filter_drops_only_the_tied_copy(tmp_path, missing, dropped
 
     from transformers import AutoModelForCausalLM
 
-    from gspo_trl.training.resume_warnings import MISSING_KEYS_PREFIX, TiedWeightsFilter
+    from gspo_trl.training.safety.resume_warnings import MISSING_KEYS_PREFIX, TiedWeightsFilter
     from tests._gspo_helpers import tiny_model_dir
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir(tmp_path))

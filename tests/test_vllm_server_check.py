@@ -1,6 +1,6 @@
 """A server-mode recipe fails at train start, in seconds, when no vLLM server answers.
 
-The health check (gspo_trl.training.vllm_server) runs in build_trainer before the model loads.
+The health check (gspo_trl.training.engine.vllm_server) runs in build_trainer before the model loads.
 The server side is a real HTTP server on 127.0.0.1 answering `/health` as vLLM does.
 """
 
@@ -19,8 +19,8 @@ from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.shipped import RECIPES_DIR
 from gspo_trl.errors import RecipeError
 from gspo_trl.training.build import build_trainer, gspo_config
+from gspo_trl.training.engine.vllm_server import check_vllm_server
 from gspo_trl.training.trainer import GSPOTrainer  # noqa: F401 (warm: time the check, not a cold TRL import)
-from gspo_trl.training.vllm_server import check_vllm_server
 
 
 def _closed_port() -> int:

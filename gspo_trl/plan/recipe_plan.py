@@ -5,7 +5,7 @@ world size (TRL refuses a generation batch that does not hold whole groups), how
 optimizer updates each rollout batch feeds (GSPO needs >= 2, else every ratio is 1), the
 held-out evaluation it runs on every rank, and the cost its header promises.
 
-Held-out evaluation (gspo_trl.training.heldout) generates with plain `model.generate` on each
+Held-out evaluation (gspo_trl.training.heldout.scoring) generates with plain `model.generate` on each
 rank, unsharded: rows x (1 greedy + sampled pass@k samples) x max_completion_length tokens per
 evaluation, 64 prompts at a time (gspo_trl.eval.generation.generate_completions), so its KV
 cache, 64 x (prompt + completion) x KV bytes per token, sits beside the model state.

@@ -13,17 +13,17 @@ import os
 from pathlib import Path
 from typing import Any
 
-import rewards
+from gspo_trl import rewards
 from gspo_trl.config.recipe import Recipe, recipe_as_yaml
 from gspo_trl.model.checkpoints import latest_checkpoint
 from gspo_trl.model.loading import load_tokenizer, lora_config, model_init_kwargs, resolve_model_path
-from gspo_trl.training.console import install_console
-from gspo_trl.training.heldout import HeldoutCallback
-from gspo_trl.training.interrupt import StopOnInterrupt, TrainingInterrupted
+from gspo_trl.training.engine.vllm_server import check_vllm_server
+from gspo_trl.training.heldout.scoring import HeldoutCallback
 from gspo_trl.training.preflight import output_dir_of, preflight
-from gspo_trl.training.resume_warnings import quiet_tied_weights_warning
-from gspo_trl.training.reward_guard import guard_rewards
-from gspo_trl.training.vllm_server import check_vllm_server
+from gspo_trl.training.reporting.console import install_console
+from gspo_trl.training.safety.interrupt import StopOnInterrupt, TrainingInterrupted
+from gspo_trl.training.safety.resume_warnings import quiet_tied_weights_warning
+from gspo_trl.training.safety.reward_checks import guard_rewards
 
 logger = logging.getLogger("gspo_trl")
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-import rewards
-from rewards.execution import sandbox
-from rewards.execution.identity import MARKER
+from gspo_trl import rewards
+from gspo_trl.rewards.execution import sandbox
+from gspo_trl.rewards.execution.identity import MARKER
 
 WALL_S = 2.0
 MARGIN_S = 2.0
@@ -358,7 +358,7 @@ def test_stale_sandbox_dirs_are_removed(tmp_path):
     import sys
     import tempfile
 
-    from rewards.execution import jail
+    from gspo_trl.rewards.execution import jail
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
     stale = Path(tempfile.mkdtemp(prefix=f"gspo-sandbox-{int(dead.stdout)}-"))

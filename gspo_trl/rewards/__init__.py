@@ -1,6 +1,6 @@
 """The verifier library: reward functions in TRL's calling convention, and their registry.
 
-    import rewards
+    from gspo_trl import rewards
     fn = rewards.get("cosine", max_len=1024)       # or "my_pkg.mod:fn", "path/file.py:fn"
     fn(completions, solution=[...])                # -> list[float | None]
 
@@ -10,9 +10,9 @@ the aliases ``accuracy``, ``repetition_penalty``, ``soft_overlong_punishment``) 
 pools and sandboxes start on a reward's first call.
 """
 
-from rewards import code, cosine, math_verify_reward, shaping  # noqa: F401  (registers the built-ins)
-from rewards.errors import RewardParameterError, UnknownRewardError
-from rewards.registry import (
+from gspo_trl.rewards import code, cosine, math_verify_reward, shaping  # noqa: F401  (registers the built-ins)
+from gspo_trl.rewards.errors import RewardParameterError, UnknownRewardError
+from gspo_trl.rewards.registry import (
     RewardInfo,
     RewardParam,
     RewardRegistrationError,

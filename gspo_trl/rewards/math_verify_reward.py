@@ -1,6 +1,6 @@
 """``math``: 1.0 when the completion's final answer equals the gold answer (math-verify).
 
-Verdicts come from worker processes (see :mod:`rewards.worker_pool`), so the reward is
+Verdicts come from worker processes (see :mod:`gspo_trl.rewards.worker_pool`), so the reward is
 safe to call from any thread, a batch uses every core, and one pathological answer
 costs at most ``timeout`` seconds (plus a 0.5 s kill margin) instead of a stalled step.
 Within one call each distinct (gold, answer) pair is judged once: the 8 identical
@@ -18,10 +18,10 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from rewards.completions import completion_texts
-from rewards.math_answers import ANSWER_FORMATS, after_reasoning, find_answer
-from rewards.registry import register
-from rewards.worker_pool import TIMED_OUT, Chunk, WorkerPool
+from gspo_trl.rewards.completions import completion_texts
+from gspo_trl.rewards.math_answers import ANSWER_FORMATS, after_reasoning, find_answer
+from gspo_trl.rewards.registry import register
+from gspo_trl.rewards.worker_pool import TIMED_OUT, Chunk, WorkerPool
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class MathReward:
     """See the module docstring. ``workers=0`` means one worker per usable core.
 
     ``answer_format`` says where the answer is (``boxed``, ``answer_line``, ``any``; see
-    :func:`rewards.math_answers.find_answer`). ``reasoning_delimiters`` (e.g.
+    :func:`gspo_trl.rewards.math_answers.find_answer`). ``reasoning_delimiters`` (e.g.
     ``["</think>"]``) grade only the text after the reasoning, and give 0.0 when it never
     ends. ``latex_shorthand=False`` reads answers exactly as TRL's ``accuracy_reward``
     does, rejecting valid TeX shorthand (``\\frac13``). ``float_rounding``,
@@ -108,7 +108,7 @@ class MathReward:
         key = (self.timeout, self.workers)
         with self._pools_lock:
             if key not in self._pools:
-                self._pools[key] = WorkerPool("rewards._math_worker", self.workers, self.timeout)
+                self._pools[key] = WorkerPool("gspo_trl.rewards._math_worker", self.workers, self.timeout)
             return self._pools[key]
 
     def __call__(

@@ -10,8 +10,8 @@ import subprocess
 import time
 from typing import Any
 
-from rewards.execution import _pump
-from rewards.execution.jail import Limits
+from gspo_trl.rewards.execution import _pump
+from gspo_trl.rewards.execution.jail import Limits
 
 
 def feed(fd: int, data: bytes) -> None:

@@ -1,7 +1,7 @@
 """`gspo-trl demo` (what `make demo` runs): GSPO that visibly learns, on 2 CPU cores, no hub.
 
 1. build the tiny Qwen3 model and tokenizer locally (gspo_trl.model.tiny);
-2. warm-start it with a short SFT on imperfect data (gspo_trl.training.warm_start), reused
+2. warm-start it with a short SFT on imperfect data (gspo_trl.demo.warm_start), reused
    from OUTPUT_DIR/warm-start when a previous run made it from the same inputs;
 3. train it with GSPO through the same path as `gspo-trl train recipes/tiny/reversal.yaml`,
    scoring held-out exact-match accuracy (greedy) before and after;
@@ -20,10 +20,10 @@ from typing import Any
 from gspo_trl.config.recipe import load_recipe, parse_overrides
 from gspo_trl.config.shipped import RECIPES_DIR
 from gspo_trl.data.synthetic import ReversalTask
+from gspo_trl.demo.warm_start import warm_start
 from gspo_trl.model.tiny import save_tiny_model
 from gspo_trl.training.build import run
-from gspo_trl.training.heldout import HeldoutCallback
-from gspo_trl.training.warm_start import warm_start
+from gspo_trl.training.heldout.scoring import HeldoutCallback
 
 DEFAULT_RECIPE = RECIPES_DIR / "tiny" / "reversal.yaml"
 logger = logging.getLogger(__name__)

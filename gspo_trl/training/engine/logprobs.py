@@ -19,7 +19,7 @@ temperature applied), a server must be started with `--logprobs-mode processed_l
 `gspo_trl.config.engine_checks.check_engine_settings`). TRL's vLLM importance-sampling correction
 reweights by pi_old / pi_engine, which is 1 by construction in this mode: it is turned off.
 
-`gspo_trl.training.engine_guard` measures the remaining mismatch on every rollout batch.
+`gspo_trl.training.engine.mismatch` measures the remaining mismatch on every rollout batch.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import torch
 
 from gspo_trl.config.sections import EngineConfig
 from gspo_trl.errors import RecipeError, UserError
-from gspo_trl.training.engine_guard import EngineMismatchGuard, MismatchVerdict
+from gspo_trl.training.engine.mismatch import EngineMismatchGuard, MismatchVerdict
 
 logger = logging.getLogger(__name__)  # the console shows its warnings as `!` alarm lines
 

@@ -6,7 +6,7 @@ the eval rows' samples, rewards returning None excluded: at temperature > 0 an e
 pass@1 from `num_samples` samples per row, greedy at temperature 0) and `heldout/judged`
 (fraction judged). Rows are split across ranks and the grades gathered, so the work is done
 once, not once per rank; the engine (the run's colocated vLLM, else token-bounded HF
-generate) is chosen in gspo_trl.training.heldout_generation.
+generate) is chosen in gspo_trl.training.heldout.generation.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from transformers import Trainer, TrainerCallback
 
 from gspo_trl.eval.generation import DEFAULT_BATCH_TOKENS, generate_completions
 from gspo_trl.eval.pass_at_k import GradedSamples, grade_samples
-from gspo_trl.training.heldout_generation import (
+from gspo_trl.training.heldout.generation import (
     HeldoutGenerator,
     HeldoutSampling,
     heldout_generator,

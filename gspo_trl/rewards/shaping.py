@@ -2,7 +2,7 @@
 
 They look at the completion alone (no verifier), cost microseconds, and are meant to be
 added with small weights next to a correctness reward. ``cosine`` lives in
-``rewards.cosine`` because it needs the math verifier.
+``gspo_trl.rewards.cosine`` because it needs the math verifier.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rewards.completions import completion_texts, completion_tokens
-from rewards.registry import register
+from gspo_trl.rewards.completions import completion_texts, completion_tokens
+from gspo_trl.rewards.registry import register
 
 
 @register(

@@ -26,8 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any
 
-from rewards.execution import identity as ident
-from rewards.execution.jail import IN_SANDBOX_DIR, Limits, as_user, bwrap_argv, sandbox_env
+from gspo_trl.rewards.execution import identity as ident
+from gspo_trl.rewards.execution.jail import IN_SANDBOX_DIR, Limits, as_user, bwrap_argv, sandbox_env
 
 log = logging.getLogger(__name__)
 MAX_JOBS = 500

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-import rewards
-from rewards.registry import RewardInfo
+from gspo_trl import rewards
+from gspo_trl.rewards.registry import RewardInfo
 
 
 def format_info(info: RewardInfo) -> str:

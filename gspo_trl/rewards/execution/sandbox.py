@@ -35,9 +35,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from rewards.execution import identity as ident
-from rewards.execution import pipes, servers
-from rewards.execution.jail import (
+from gspo_trl.rewards.execution import identity as ident
+from gspo_trl.rewards.execution import pipes, servers
+from gspo_trl.rewards.execution.jail import (
     IN_SANDBOX_DIR,
     Limits,
     as_user,
@@ -236,7 +236,7 @@ def _launch(
 
 
 def _run_in_server(job: dict[str, Any], stdin: bytes, limits: Limits, nonce: str) -> RunResult:
-    """The fast path: a reused bwrap sandbox forks per job (:mod:`rewards.execution.servers`)."""
+    """The fast path: a reused bwrap sandbox forks per job (:mod:`gspo_trl.rewards.execution.servers`)."""
     start = time.monotonic()
     try:
         reply = servers.run(job, stdin, limits, ident.sandbox_python(os.geteuid() == 0))

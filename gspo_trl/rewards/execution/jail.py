@@ -1,6 +1,6 @@
 """What every sandbox shares: its limits, the bwrap command line, and the in-sandbox code.
 
-The lowest module of :mod:`rewards.execution` but :mod:`~rewards.execution.identity`: the
+The lowest module of :mod:`gspo_trl.rewards.execution` but :mod:`~gspo_trl.rewards.execution.identity`: the
 fresh-sandbox path (``sandbox``) and the reused-server path (``servers``) both build their
 sandboxes from here, so neither imports the other's internals.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rewards.execution import identity as ident
+from gspo_trl.rewards.execution import identity as ident
 
 log = logging.getLogger(__name__)
 IN_SANDBOX_FILES = ("_harness.py", "_server.py", "_pump.py")

@@ -1,7 +1,7 @@
 """``code``: run the completion's last fenced Python block against the row's tests, for real.
 
 The row's ``tests`` column is stdio cases, function-call cases or check code (formats in
-:mod:`rewards.code_tests`); check code and LiveCodeBench-style calls use the row's
+:mod:`gspo_trl.rewards.code_tests`); check code and LiveCodeBench-style calls use the row's
 ``entry_point`` column for the function's name.
 
 The verdict is the harness's and the parent's, never the program's exit status alone: an
@@ -9,7 +9,7 @@ early exit, a printed "all tests passed", a redefined ``check`` or an object tha
 to equal everything scores 0. Score: fraction of cases passed (``scoring="binary"``: 1.0
 only if all pass, and the first failure stops the row); 1.0/0.0 for check code; None when
 the row's tests cannot be read (logged). Each completion gets ``timeout`` per run and
-``total_timeout`` for all its runs. Every run goes through :mod:`rewards.execution.sandbox`,
+``total_timeout`` for all its runs. Every run goes through :mod:`gspo_trl.rewards.execution.sandbox`,
 ``max_workers`` completions at a time; nothing a completion does makes the call raise.
 """
 
@@ -23,11 +23,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from rewards.code_tests import CallTest, StdioTest, asserted_function, read_tests, same_output, same_value
-from rewards.completions import completion_texts
-from rewards.execution import sandbox as sandboxing
-from rewards.math_verify_reward import usable_cores
-from rewards.registry import register
+from gspo_trl.rewards.code_tests import (
+    CallTest,
+    StdioTest,
+    asserted_function,
+    read_tests,
+    same_output,
+    same_value,
+)
+from gspo_trl.rewards.completions import completion_texts
+from gspo_trl.rewards.execution import sandbox as sandboxing
+from gspo_trl.rewards.math_verify_reward import usable_cores
+from gspo_trl.rewards.registry import register
 
 __all__ = ["CodeReward", "last_code_block", "rank_share_of_cores"]
 log = logging.getLogger(__name__)

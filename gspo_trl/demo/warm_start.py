@@ -22,7 +22,7 @@ import datasets
 from datasets import Dataset
 
 from gspo_trl.data.synthetic import ReversalTask, make_warm_start_rows
-from gspo_trl.training.step_progress import StepProgressBar
+from gspo_trl.training.reporting.step_progress import StepProgressBar
 
 logger = logging.getLogger(__name__)
 CACHE_KEY_FILE = "warm_start.json"

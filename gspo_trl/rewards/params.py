@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rewards.errors import RewardParameterError
+from gspo_trl.rewards.errors import RewardParameterError
 
 
 class _Required:

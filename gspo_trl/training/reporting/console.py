@@ -24,14 +24,14 @@ from typing import Any
 from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-from gspo_trl.training.metrics_file import MetricsFileCallback
+from gspo_trl.training.reporting.metrics_file import MetricsFileCallback
 
 logger = logging.getLogger(__name__)
 
-ALARM_LOGGERS = ("gspo_trl.training.diagnostics", "gspo_trl.training.engine_logprobs")
+ALARM_LOGGERS = ("gspo_trl.training.diagnostics", "gspo_trl.training.engine.logprobs")
 """The ClipAlarm and the engine mismatch guard warn on these; the console shows their
 warnings as `!` lines."""
-HELDOUT_LOGGER = "gspo_trl.training.heldout"
+HELDOUT_LOGGER = "gspo_trl.training.heldout.scoring"
 """Its INFO lines repeat the held-out score the console already prints; they are held back."""
 ZERO_VARIANCE_STEPS = 3
 """Consecutive logging steps with every group tied (zero variance) before the console warns."""

@@ -1,4 +1,4 @@
-"""Worker process of the ``math`` reward: ``python -m rewards._math_worker``.
+"""Worker process of the ``math`` reward: ``python -m gspo_trl.rewards._math_worker``.
 
 Each head is a gold answer (parsed once, then cached); each item a completion text.
 Every head and item runs under an interval timer of WORKER_ITEM_LIMIT_S seconds that
@@ -16,7 +16,7 @@ import resource
 import signal
 from typing import Any
 
-from rewards.worker_pool import serve
+from gspo_trl.rewards.worker_pool import serve
 
 LIMIT_S = float(os.environ.get("WORKER_ITEM_LIMIT_S", "5"))
 MEMORY_BYTES = int(os.environ.get("WORKER_MEMORY_MB", "4096")) << 20
@@ -45,7 +45,7 @@ def _limited(fn: Any, *args: Any) -> tuple[Any, str]:
 
 
 def handle_head(gold: str) -> tuple[Any, Any]:
-    from rewards.math_answers import parse_gold
+    from gspo_trl.rewards.math_answers import parse_gold
 
     if gold in _GOLD_CACHE:
         parsed, error, fresh = _GOLD_CACHE[gold], "", False
@@ -62,7 +62,7 @@ def handle_item(head: tuple[str, list[Any]], item: dict[str, Any]) -> Any:
     """Verdict for one answer: ``item`` holds an Answer's ``target`` and ``bare`` text and
     the reward's options (``latex_shorthand``, ``checker``). The parent sends each
     distinct (gold, answer) of a call once; this cache also spans calls."""
-    from rewards.math_answers import integer_verdict, is_correct, parse_answer
+    from gspo_trl.rewards.math_answers import integer_verdict, is_correct, parse_answer
 
     (gold_text, gold), target, bare = head, item["target"], item["bare"]
     if not gold:
@@ -97,7 +97,7 @@ def main() -> None:
     signal.signal(signal.SIGALRM, _on_alarm)
     for name in ("math_verify", "latex2sympy2_extended"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
-    from rewards.math_answers import parse_answer
+    from gspo_trl.rewards.math_answers import parse_answer
 
     parse_answer("\\boxed{1}")  # imports math-verify and sympy before the first item's clock starts
 

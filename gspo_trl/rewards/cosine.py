@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rewards.completions import completion_tokens
-from rewards.math_verify_reward import MathReward
-from rewards.registry import register
+from gspo_trl.rewards.completions import completion_tokens
+from gspo_trl.rewards.math_verify_reward import MathReward
+from gspo_trl.rewards.registry import register
 
 
 @register(

@@ -26,9 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rewards.errors import RewardParameterError, UnknownRewardError
-from rewards.loading import entry_points, import_modules, load_object
-from rewards.params import REQUIRED, RewardParam, check_type
+from gspo_trl.rewards.errors import RewardParameterError, UnknownRewardError
+from gspo_trl.rewards.loading import entry_points, import_modules, load_object
+from gspo_trl.rewards.params import REQUIRED, RewardParam, check_type
 
 log = logging.getLogger(__name__)
 
