@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests._paths import ROOT
+
 PACKAGES = ("gspo_trl",)
 LAYERS: dict[str, int] = {
     "gspo_trl.rewards": 0,

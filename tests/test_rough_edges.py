@@ -10,6 +10,7 @@ import pytest
 
 from gspo_trl.diagnose.report import heldout_label, std_band
 from tests._gspo_helpers import single_torch_thread  # noqa: F401  (fixture: one torch thread)
+from tests._paths import ROOT
 
 
 @pytest.mark.parametrize(
@@ -150,13 +151,12 @@ def test_reward_override_names_what_is_wrong(key, message) -> None:
 
 def test_recipe_reference_is_up_to_date() -> None:
     """docs/recipe-reference.md is generated; regenerate: python -m gspo_trl.config.reference."""
-    from pathlib import Path
 
     from gspo_trl.config import sections
     from gspo_trl.config.reference import SECTION_CLASSES, recipe_reference
 
     page = recipe_reference()
-    committed = (Path(__file__).resolve().parents[1] / "docs" / "recipe-reference.md").read_text()
+    committed = (ROOT / "docs" / "recipe-reference.md").read_text()
     assert committed == page, "run: python -m gspo_trl.config.reference > docs/recipe-reference.md"
     documented = {cls for _, cls in SECTION_CLASSES}
     assert documented == {
@@ -285,12 +285,11 @@ def test_resume_says_where_it_resumes_and_not_that_tied_weights_are_missing(tmp_
     """A real resume of the tiny model (tied embeddings): the checkpoint lacks lm_head.weight
     by design, which transformers reports as missing; that one warning is silenced."""
     import logging
-    from pathlib import Path
 
     from gspo_trl.config.recipe import load_recipe
     from gspo_trl.training.build import run
 
-    path = Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "reversal.yaml"
+    path = ROOT / "recipes" / "tiny" / "reversal.yaml"
     fast = {"per_device_train_batch_size": 8, "num_generations": 4, "max_completion_length": 6}
     fast |= {"data.num_rows": 64, "data.eval_size": 0, "output_dir": str(tmp_path)}
     fast |= {"save_strategy": "steps", "save_steps": 4}

@@ -9,11 +9,12 @@ plan that is off by a large factor (a lost term, a unit slip), not allocator det
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_plan_memory.py"
+from tests._paths import ROOT
+
+SCRIPT = ROOT / "scripts" / "bench_plan_memory.py"
 
 
 def load_bench():
