@@ -21,7 +21,7 @@ from typing import Any
 from rewards.execution import identity as ident
 
 log = logging.getLogger(__name__)
-IN_SANDBOX_FILES = ("_harness.py", "_server.py", "_pump.py")
+IN_SANDBOX_FILES = ("_harness.py", "_server.py", "_pump.py", "_seccomp.py")
 IN_SANDBOX_DIR = "/opt/gspo"
 
 
@@ -58,11 +58,15 @@ def bwrap_argv(python: str, limits: Limits, run_id: str) -> list[str]:
 
     bwrap builds its root and /dev on tmpfs file systems owned by the sandbox's uid and
     without a size cap (half of RAM each); both are remounted read-only once built.
+    ``--as-pid-1``: our own program is the pid namespace's init, not bwrap's reaper (which
+    runs as the jobs' uid, dumpable: a job could ptrace it and outlive every clean-up).
+    /proc/sys is read-only (bwrap leaves the IPC namespace's sysctls writable).
     """
-    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
+    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1", "--clearenv"]
     for root in ident.python_roots(python):
         argv += ["--ro-bind", root, root]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmpfs_mb << 20), "--tmpfs", "/tmp"]
+    argv += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
+    argv += ["--size", str(limits.tmpfs_mb << 20), "--tmpfs", "/tmp"]
     argv += ["--size", str(limits.shm_mb << 20), "--tmpfs", "/dev/shm"]
     argv += ["--ro-bind", shared_code_dir(), IN_SANDBOX_DIR, "--remount-ro", "/dev", "--remount-ro", "/"]
     for key, value in sandbox_env(run_id).items():

@@ -155,7 +155,7 @@ def run(
                 "limits": asdict(limits),
                 "nonce": nonce,
                 "workdir": workdir or "/tmp",
-                "nproc_overhead": 1 if mode == "bwrap" else 0,  # bwrap's init shares the uid
+                "nproc_overhead": 0,  # bwrap runs no init of its own (--as-pid-1)
             }
             return _launch(config, stdin, limits, mode, uid, python, workdir, run_id, nonce)
         finally:
