@@ -32,8 +32,10 @@ class Limits:
     ``memory_mb`` is the job's whole address-space budget: without a memory cgroup the
     only hard bound is RLIMIT_AS, which is per process, so the job may run at most
     ``processes`` tasks (processes and threads, RLIMIT_NPROC) and each process gets
-    ``memory_mb // processes``. ``tmpfs_mb`` (/tmp) and ``shm_mb`` (/dev/shm, bwrap only)
-    are file systems in memory, on top of that.
+    ``memory_mb // processes``. That bounds what the job maps; ``tmpfs_mb`` (/tmp) and
+    ``shm_mb`` (/dev/shm, bwrap only) are file systems in memory, on top of that. Memory
+    that would be neither mapped nor in those (memfds, SysV segments, a tmpfs of the job's
+    own) is refused by ``_seccomp``'s filter.
     """
 
     wall_s: float = 10.0

@@ -472,3 +472,11 @@ def test_a_reused_sandbox_whose_init_changed_is_retired():
     dumpable = type(server.init)(**{**vars(server.init), "owner": server.uid or os.getuid()})
     assert "dumpable" in server.init.differs(dumpable, server.uid or os.getuid())
     sandbox.shutdown()
+
+
+def test_docs_name_every_denied_system_call():
+    """docs/rewards.md lists the seccomp filter's system calls: it must not drift from _seccomp."""
+    from rewards.execution import _seccomp
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "rewards.md").read_text()
+    assert [name for name in _seccomp.DENIED if f"`{name}`" not in docs] == []
