@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rewards.execution import identity, sandbox, servers
 
 LIMITS = sandbox.Limits(wall_s=3.0, cpu_s=3, memory_mb=512, processes=4)
-MARGIN_S = 3.0
+MARGIN_S = 5.0  # clean-up after a CPU-bound daemon took 4 s at a load of 25 on 2 cores
 HONEST_JOBS = 8
 HONEST = "n = int(input())\nprint(n * n)"
 _FFI = (
@@ -74,6 +74,8 @@ TAKE_OVER_PID_1 = (
 )
 DAEMON = (
     "import json, os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+    "        null = os.open('/dev/null', os.O_RDWR)\n        for fd in (0, 1, 2):\n"
+    "            os.dup2(null, fd)  # let the job end: the daemon is meant to outlive it\n"
     "        while True:\n            for p in os.listdir('/proc'):\n"
     "                if p.isdigit() and int(p) not in (1, os.getpid()):\n"
     "                    try:\n                        os.kill(int(p), 9)\n"
