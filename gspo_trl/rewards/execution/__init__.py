@@ -9,7 +9,8 @@ Imports point one way, top to bottom:
   the in-sandbox code's copy);
 * :mod:`~gspo_trl.rewards.execution.identity`: which uid runs the code, and killing what it leaves.
 
-``_harness``, ``_server`` and ``_pump`` run *inside* the sandbox (standard library only,
-copied to a world-readable directory and bound read-only at ``/opt/gspo``); the parent
+``_harness``, ``_server``, ``_pump`` and ``_seccomp`` (the job's system-call filter) run
+*inside* the sandbox (standard library only, copied to a world-readable directory and
+bound read-only at ``/opt/gspo``); the parent
 imports ``_pump`` too, so both sides share one I/O loop.
 """

@@ -25,6 +25,9 @@ import os
 import resource
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _seccomp
+
 _PRISTINE_BUILTINS = dict(vars(builtins))
 _PLAIN = (int, float, complex, str, bytes, bool, type(None))
 _CONTAINERS = (list, tuple, set, frozenset, dict)
@@ -48,13 +51,14 @@ def _set_limits(limits, nproc_overhead):
 
 
 def _leave_network():
-    """New user + network namespace (no interfaces but a down loopback); False where refused."""
+    """New user, network (no interfaces but a down loopback) and IPC namespaces (SysV objects
+    then die with the job's last process); False where refused."""
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        clone_newuser, clone_newnet = 0x10000000, 0x40000000
-        return libc.unshare(clone_newuser | clone_newnet) == 0
+        clone_newuser, clone_newnet, clone_newipc = 0x10000000, 0x40000000, 0x08000000
+        return libc.unshare(clone_newuser | clone_newnet | clone_newipc) == 0
     except (OSError, AttributeError):
         return False
 
@@ -128,8 +132,11 @@ def _run_call(job):
 
 
 def run_job(job, result_fd, network_left=True):
-    """Lower the limits, then run the job; never returns (execs or ``os._exit``s)."""
+    """Lower the limits, take a fresh session keyring, install the seccomp filter, then run
+    the job; never returns (execs or ``os._exit``s)."""
     _set_limits(job["limits"], job.get("nproc_overhead", 0))
+    _seccomp.fresh_session_keyring()
+    _seccomp.install()
     if job["kind"] == "stdio":
         if not network_left:  # the parent logs it; nothing of the job has run yet
             os.write(result_fd, f"{job['nonce']} {json.dumps({'network_isolated': False})}\n".encode())

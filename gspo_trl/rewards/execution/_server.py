@@ -4,10 +4,17 @@ Why: starting bwrap and a Python interpreter costs ~20 ms of CPU per test run, m
 most tests; forking this already-running interpreter costs ~2 ms. Isolation *between*
 jobs of one server comes from running them strictly one after another and, after each,
 SIGKILLing every other process of the sandbox's pid namespace (``kill(-1)``), confirming
-through /proc that none is left, and emptying /tmp and /dev/shm (or, when
-that fails, exiting so that the parent replaces the sandbox). The server makes itself
-non-dumpable so jobs (same uid) cannot ptrace it or write its memory; a job that kills or
-stops it fails, and the parent replaces the whole sandbox. Standard library only.
+through /proc that none is left, removing every SysV IPC object, clearing the uid's
+keyrings and emptying /tmp and /dev/shm (or, when that fails, exiting so that the parent
+replaces the sandbox).
+
+The server is the namespace's init (bwrap ``--as-pid-1``): no other process of the
+sandbox outlives a job, and a job cannot signal it (the kernel drops SIGKILL, SIGSTOP and
+every signal without a handler sent to a namespace's init from inside). It makes itself
+non-dumpable, so jobs (same uid) cannot ptrace it or write its memory through
+/proc/1/mem; jobs also run under ``_seccomp``'s filter. The parent checks from outside,
+before reusing a sandbox, that its init is still this server (``servers``). Standard
+library only.
 
 Frames on stdin/stdout: 4-byte big-endian length, then JSON.
 """
@@ -26,10 +33,14 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _harness as harness
 import _pump
+import _seccomp
 
 CONTROL_IN = 0
 WRITABLE = ("/tmp", "/dev/shm")
-NPROC_OVERHEAD = 2  # bwrap's init and this server share the job's uid and user namespace
+NPROC_OVERHEAD = 1  # this server shares the job's uid and user namespace
+SYSV = {"shm": "shmctl", "sem": "semctl", "msg": "msgctl"}  # /proc/sysvipc/<kind>: its remover
+IPC_RMID = 0
+KILL_DEADLINE_S = 5.0
 
 
 def _read_exact(fd, n):
@@ -54,38 +65,56 @@ def _write_frame(fd, payload):
     os.write(fd, struct.pack(">I", len(data)) + data)
 
 
-def _strays():
-    """Live processes of this pid namespace other than its init (1) and this server."""
-    me, found = os.getpid(), []
-    for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) not in (1, me):
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    state = f.read().rsplit(")", 1)[1].split()[0]
-            except OSError:
-                continue
-            if state not in ("Z", "X"):
-                found.append(int(name))
-    return found
-
-
 def _clean_up():
     """Kill everything the job left and empty the writable places; False if anything is left.
 
-    False makes the server exit after its reply, so the parent replaces the whole sandbox
-    (and its memory-backed /tmp and /dev/shm) rather than hand the next job a dirty one.
+    The server is the namespace's init: every process of the sandbox descends from it and
+    every orphan is handed to it, so "no child left to reap" means "no process left", zombies
+    included. False makes the server exit after its reply, so the parent replaces the whole
+    sandbox (and its memory-backed /tmp and /dev/shm) rather than hand the next job a dirty one.
     """
-    for _ in range(50):
+    deadline = time.monotonic() + KILL_DEADLINE_S
+    while True:
         with contextlib.suppress(OSError):
             os.kill(-1, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
+        try:
             while os.waitpid(-1, os.WNOHANG)[0]:
                 pass
-        if not _strays():
+        except ChildProcessError:
             break
-    else:
-        return False
-    return all(_empty(place) for place in WRITABLE)
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.0005)  # killed, not yet exited (a big one frees its memory first)
+    _seccomp.clear_user_keyrings()
+    return _remove_sysv_objects() and all(_empty(place) for place in WRITABLE)
+
+
+def sysv_objects():
+    """``{kind: [id, ...]}`` of this IPC namespace's SysV segments, semaphores and queues."""
+    found = {}
+    for kind in SYSV:
+        try:
+            with open(f"/proc/sysvipc/{kind}") as f:
+                found[kind] = [int(line.split()[1]) for line in f.readlines()[1:] if line.strip()]
+        except OSError:
+            found[kind] = []
+    return found
+
+
+def _remove_sysv_objects():
+    """IPC_RMID every SysV object (a segment outlives its job and sits outside ``memory_mb``);
+    True when none is left. Jobs cannot create any (``_seccomp``): this is the second line."""
+    objects = sysv_objects()
+    if not any(objects.values()):
+        return True
+    libc = ctypes.CDLL(None, use_errno=True)
+    for kind, ids in objects.items():
+        for ident in ids:
+            if kind == "sem":
+                libc.semctl(ident, 0, IPC_RMID)
+            else:
+                getattr(libc, SYSV[kind])(ident, IPC_RMID, None)
+    return not any(sysv_objects().values())
 
 
 def _empty(place):
@@ -162,6 +191,8 @@ def _run(request, control_out):
 
 def main():
     ctypes.CDLL(None).prctl(4, 0)  # PR_SET_DUMPABLE 0: jobs cannot ptrace or write our memory
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # init ignores what it has no handler for
+    _seccomp.fresh_session_keyring()
     control_out = os.dup(1)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)

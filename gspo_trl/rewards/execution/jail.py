@@ -21,7 +21,7 @@ from typing import Any
 from gspo_trl.rewards.execution import identity as ident
 
 log = logging.getLogger(__name__)
-IN_SANDBOX_FILES = ("_harness.py", "_server.py", "_pump.py")
+IN_SANDBOX_FILES = ("_harness.py", "_server.py", "_pump.py", "_seccomp.py")
 IN_SANDBOX_DIR = "/opt/gspo"
 
 
@@ -32,8 +32,10 @@ class Limits:
     ``memory_mb`` is the job's whole address-space budget: without a memory cgroup the
     only hard bound is RLIMIT_AS, which is per process, so the job may run at most
     ``processes`` tasks (processes and threads, RLIMIT_NPROC) and each process gets
-    ``memory_mb // processes``. ``tmpfs_mb`` (/tmp) and ``shm_mb`` (/dev/shm, bwrap only)
-    are file systems in memory, on top of that.
+    ``memory_mb // processes``. That bounds what the job maps; ``tmpfs_mb`` (/tmp) and
+    ``shm_mb`` (/dev/shm, bwrap only) are file systems in memory, on top of that. Memory
+    that would be neither mapped nor in those (memfds, SysV segments, a tmpfs of the job's
+    own) is refused by ``_seccomp``'s filter.
     """
 
     wall_s: float = 10.0
@@ -58,11 +60,15 @@ def bwrap_argv(python: str, limits: Limits, run_id: str) -> list[str]:
 
     bwrap builds its root and /dev on tmpfs file systems owned by the sandbox's uid and
     without a size cap (half of RAM each); both are remounted read-only once built.
+    ``--as-pid-1``: our own program is the pid namespace's init, not bwrap's reaper (which
+    runs as the jobs' uid, dumpable: a job could ptrace it and outlive every clean-up).
+    /proc/sys is read-only (bwrap leaves the IPC namespace's sysctls writable).
     """
-    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
+    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1", "--clearenv"]
     for root in ident.python_roots(python):
         argv += ["--ro-bind", root, root]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmpfs_mb << 20), "--tmpfs", "/tmp"]
+    argv += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
+    argv += ["--size", str(limits.tmpfs_mb << 20), "--tmpfs", "/tmp"]
     argv += ["--size", str(limits.shm_mb << 20), "--tmpfs", "/dev/shm"]
     argv += ["--ro-bind", shared_code_dir(), IN_SANDBOX_DIR, "--remount-ro", "/dev", "--remount-ro", "/"]
     for key, value in sandbox_env(run_id).items():

@@ -8,11 +8,12 @@ Two modes (``docs/rewards.md`` says what each isolates and what it does not):
   user, pid, network, ipc, uts and cgroup namespaces, ``--die-with-parent``, an empty
   environment;
 * ``rlimit`` (only when chosen explicitly; it hides nothing of the file system): a private
-  temp dir as cwd, a scrubbed environment, and new user +
-  network namespaces where the kernel allows them.
+  temp dir as cwd, a scrubbed environment, and new user, network and IPC namespaces
+  where the kernel allows them.
 
 Both: a new session/process group, hard rlimits (CPU, address space, processes, file
-size, open files, no core dumps) set by the harness before any untrusted code runs, a
+size, open files, no core dumps) and a seccomp filter (``_seccomp``: no ptrace, keyrings,
+memfds, SysV objects or new namespaces) set by the harness before any untrusted code runs, a
 wall-clock limit, stdout/stderr caps, a separate unprivileged uid per run when we are root,
 and, after every run, SIGKILL to the process group and to every process of the run's uid
 (or carrying the run's environment marker). ``GSPO_TRL_SANDBOX=rlimit`` forces the fallback.
@@ -155,7 +156,7 @@ def run(
                 "limits": asdict(limits),
                 "nonce": nonce,
                 "workdir": workdir or "/tmp",
-                "nproc_overhead": 1 if mode == "bwrap" else 0,  # bwrap's init shares the uid
+                "nproc_overhead": 0,  # bwrap runs no init of its own (--as-pid-1)
             }
             return _launch(config, stdin, limits, mode, uid, python, workdir, run_id, nonce)
         finally:

@@ -4,8 +4,9 @@ A fresh sandbox per test run spends most of its time starting bwrap and Python; 
 sandbox pays that once and then forks per job (see ``_server`` for how jobs are
 kept apart). Each server holds its own unprivileged uid (when we are root) for its whole
 life, runs one job at a time, and is replaced after ``MAX_JOBS`` jobs, after any job it
-could not clean up after, and after any failure of the control channel. ``shutdown()``
-kills them all (also run at exit).
+could not clean up after, after any failure of the control channel, and when its init is
+no longer the server we started (:meth:`_Server.tampered`, checked from outside before
+every reuse). ``shutdown()`` kills them all (also run at exit).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from gspo_trl.rewards.execution import identity as ident
@@ -69,6 +70,20 @@ class _Server:
             self._uid_hold.__exit__(None, None, None)
             raise
         self.jobs = 0
+        self.cmdline = b"".join(arg.encode() + b"\0" for arg in argv[argv.index("--") + 1 :])
+        self.init: _Init | None = None
+
+    def tampered(self) -> str | None:
+        """Why this sandbox must not be reused, or None: its init (the server, pid 1 inside)
+        must be the process we started, still non-dumpable, untraced, not stopped, with one
+        thread and no child left (every process of the namespace descends from it)."""
+        now = _Init.of(self.proc.pid)
+        if now is None:
+            return "its init is gone"
+        if now.cmdline != self.cmdline:
+            return f"its init runs another command ({now.cmdline[:80]!r})"
+        self.init = self.init or now
+        return self.init.differs(now, self.uid if self.uid is not None else os.getuid())
 
     def run(self, job: dict[str, Any], stdin: bytes, wall_s: float) -> dict[str, Any]:
         payload = json.dumps({"job": job, "stdin": base64.b64encode(stdin).decode()}).encode()
@@ -116,6 +131,66 @@ class _Server:
             self._uid_hold.__exit__(None, None, None)
 
 
+@dataclass(frozen=True)
+class _Init:
+    """What identifies a sandbox's init from outside: its host pid, start time and command
+    line, with what must stay true of it between jobs."""
+
+    pid: int
+    start: str
+    cmdline: bytes
+    owner: int  # /proc/<pid>/status's owner: root while non-dumpable, the uid once dumpable
+    tracer: str
+    state: str
+    threads: int
+    children: str
+
+    @classmethod
+    def of(cls, bwrap_pid: int) -> _Init | None:
+        """bwrap's only child is the sandbox's init (``--as-pid-1``)."""
+        try:
+            with open(f"/proc/{bwrap_pid}/task/{bwrap_pid}/children") as f:
+                kids = f.read().split()
+            if len(kids) != 1:
+                return None
+            pid = int(kids[0])
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/status") as f:
+                status = dict(line.split(":", 1) for line in f if ":" in line)
+                owner = os.fstat(f.fileno()).st_uid
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+            tasks = os.listdir(f"/proc/{pid}/task")
+            children = ""
+            for tid in tasks:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    children += f.read()
+        except (OSError, ValueError):
+            return None
+        return cls(
+            pid,
+            fields[19],
+            cmdline,
+            owner,
+            status["TracerPid"].strip(),
+            fields[0],
+            len(tasks),
+            children.strip(),
+        )
+
+    def differs(self, now: _Init, sandbox_uid: int) -> str | None:
+        if (now.pid, now.start) != (self.pid, self.start):
+            return "its init is not the process it started with"
+        if now.owner == sandbox_uid:
+            return "its init became dumpable (an execve?)"
+        if now.tracer != "0" or now.state in ("T", "t"):
+            return f"its init is traced or stopped (tracer {now.tracer}, state {now.state})"
+        if now.threads != 1 or now.children:
+            return f"processes outlived the job (init threads {now.threads}, children {now.children!r})"
+        return None
+
+
 _idle: dict[tuple[str, int], list[_Server]] = {}
 _lock = threading.Lock()
 _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-spawner")
@@ -141,12 +216,21 @@ def run(job: dict[str, Any], stdin: bytes, limits: Limits, python: str) -> dict[
                 raise
     if not reply.get("clean"):
         log.warning("sandbox server could not clean up after a job (left files or processes); replaced")
-    if server.jobs >= MAX_JOBS or not reply.get("clean") or server.proc.poll() is not None:
+    tampered = None if server.proc.poll() is not None else server.tampered()
+    if tampered:
+        log.warning("sandbox retired after a job: %s", tampered)
+    if server.jobs >= MAX_JOBS or not reply.get("clean") or server.proc.poll() is not None or tampered:
         server.close()
     else:
         with _lock:
             _idle.setdefault(key, []).append(server)
     return reply
+
+
+def idle_pids() -> list[int]:
+    """The bwrap pids of the idle server sandboxes (which sandbox a job will land in)."""
+    with _lock:
+        return sorted(s.proc.pid for group in _idle.values() for s in group)
 
 
 def shutdown() -> None:
