@@ -46,7 +46,7 @@ def _topology(plan: Plan) -> list[str]:
 
 def _memory_table(plan: Plan) -> list[str]:
     lines = ["", "Memory per GPU (estimate)", f"  {'term':38s} {'size':>12s}  when      note"]
-    when = {"state": "always", "train": "training", "rollout": "rollout"}
+    when = {"state": "always", "train": "training", "rollout": "rollout", "step": "opt. step"}
     for term in plan.terms:
         lines.append(f"  {term.name:38s} {_gib(term.bytes)}  {when[term.phase]:9s} {term.note}")
     verdict = plan.verdict

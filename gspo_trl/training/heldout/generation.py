@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gspo_trl.eval.generation import DEFAULT_BATCH_TOKENS, generate_completions
+from gspo_trl.training.heldout.layout import forward_is_collective, heldout_layout, shard_rows
+
+__all__ = ["HeldoutGenerator", "HeldoutSampling", "heldout_generator", "shard_rows"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,12 +51,6 @@ class HeldoutGenerator:
     engine: str
     shard_index: int = 0
     num_shards: int = 1
-
-
-def shard_rows(num_rows: int, num_shards: int, shard_index: int) -> list[int]:
-    """Row indices for one shard: strided, so shards are disjoint, cover every row, and differ
-    in size by at most one."""
-    return list(range(shard_index, num_rows, num_shards))
 
 
 def _colocated_vllm(trainer: Any, sampling: HeldoutSampling) -> HeldoutGenerator | None:
@@ -89,11 +86,9 @@ def _colocated_vllm(trainer: Any, sampling: HeldoutSampling) -> HeldoutGenerator
         return [[choice.text for choice in output.outputs] for output in outputs]
 
     # Ranks of one tensor-parallel group must call generate with the same prompts.
+    layout = heldout_layout(True, tensor_parallel, accelerator.num_processes, False)
     return HeldoutGenerator(
-        generate,
-        "vllm-colocate",
-        accelerator.process_index // tensor_parallel,
-        accelerator.num_processes // tensor_parallel,
+        generate, layout.engine, accelerator.process_index // tensor_parallel, layout.num_shards
     )
 
 
@@ -102,7 +97,7 @@ def _forward_is_collective(trainer: Any) -> bool:
     from trl.distributed import DistributedBackend
 
     backend = DistributedBackend(trainer.accelerator)
-    return backend.is_fsdp or (backend.is_zero3 and not trainer.args.ds3_gather_for_generation)
+    return forward_is_collective(backend.is_fsdp, backend.is_zero3, trainer.args.ds3_gather_for_generation)
 
 
 @contextlib.contextmanager
@@ -125,7 +120,8 @@ def heldout_generator(trainer: Any, sampling: HeldoutSampling) -> Iterator[Heldo
     from trl.models.utils import unwrap_model_for_generation
 
     accelerator = trainer.accelerator
-    lockstep = accelerator.num_processes > 1 and _forward_is_collective(trainer)
+    layout = heldout_layout(False, 1, accelerator.num_processes, _forward_is_collective(trainer))
+    lockstep = layout.lockstep
     with unwrap_model_for_generation(
         trainer.model_wrapped,
         accelerator,
@@ -147,7 +143,5 @@ def heldout_generator(trainer: Any, sampling: HeldoutSampling) -> Iterator[Heldo
                 synced_gpus=lockstep,
             )
 
-        if lockstep:
-            yield HeldoutGenerator(generate, "hf (every rank, lockstep)")
-        else:
-            yield HeldoutGenerator(generate, "hf", accelerator.process_index, accelerator.num_processes)
+        shard = 0 if lockstep else accelerator.process_index
+        yield HeldoutGenerator(generate, layout.engine, shard, layout.num_shards)

@@ -26,6 +26,7 @@ from gspo_trl.training.heldout.generation import (
     heldout_generator,
     shard_rows,
 )
+from gspo_trl.training.heldout.layout import HF, heldout_passes
 
 logger = logging.getLogger(__name__)
 
@@ -96,8 +97,8 @@ def heldout_score(
             model, tokenizer, prompts, max_new_tokens, temperature, n, max_batch_tokens=max_batch_tokens
         )
 
-    samples = 1 if temperature <= 0 else num_samples
-    graded = grade_shard(HeldoutGenerator(generate, "hf"), rows, grader, (samples, temperature))
+    score, _ = heldout_passes(temperature, num_samples, (), 1.0)
+    graded = grade_shard(HeldoutGenerator(generate, HF), rows, grader, score)
     return mean_grade([row[1] for row in graded])
 
 
@@ -150,8 +151,7 @@ class HeldoutCallback(TrainerCallback):
     def evaluate(self) -> dict[str, float]:
         """Generate on this rank's rows, gather every rank's grades; the logged entries."""
         rows = self.dataset.select(range(min(self.max_rows, len(self.dataset))))
-        score = (1 if self.temperature <= 0 else self.num_samples or 1, self.temperature)
-        sampled = (self.num_samples or max(self.ks), self.sample_temperature) if self.ks else None
+        score, sampled = heldout_passes(self.temperature, self.num_samples, self.ks, self.sample_temperature)
         with heldout_generator(self.trainer, self._sampling()) as generator:
             local = grade_shard(generator, rows, self.grader, score, sampled, self.pass_threshold)
         graded = gather_rows(local, generator.num_shards)
