@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gspo_trl.eval.generation import DEFAULT_BATCH_TOKENS, generate_completions
+from gspo_trl.model.prompts import PromptRendering, prompt_token_ids
 
 logger = logging.getLogger(__name__)
 
@@ -72,12 +73,8 @@ def _colocated_vllm(trainer: Any, sampling: HeldoutSampling) -> HeldoutGenerator
     def generate(prompts: Sequence[Any], n: int, temperature: float) -> list[list[str]]:
         from vllm import SamplingParams
 
-        texts = [
-            tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts
-        ]
-        inputs = [
-            {"prompt_token_ids": ids} for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]
-        ]
+        rendering = PromptRendering.of_trainer(trainer)
+        inputs = [{"prompt_token_ids": ids} for ids in prompt_token_ids(tokenizer, prompts, rendering)]
         params = SamplingParams(
             n=n,
             temperature=temperature,
@@ -145,6 +142,7 @@ def heldout_generator(trainer: Any, sampling: HeldoutSampling) -> Iterator[Heldo
                 top_k=sampling.top_k,
                 max_batch_tokens=sampling.max_batch_tokens,
                 synced_gpus=lockstep,
+                rendering=PromptRendering.of_trainer(trainer),
             )
 
         if lockstep:
