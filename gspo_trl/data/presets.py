@@ -71,6 +71,15 @@ def _verifiable_coding(row: dict[str, Any]) -> dict[str, Any]:
     return {"tests": json.dumps([_test_case(case) for case in info["test_cases"]])}
 
 
+def _dapo_ground_truth(row: dict[str, Any]) -> dict[str, Any]:
+    """DAPO-Math-17k's gold (`reward_model.ground_truth`, an integer as text) -> `solution`."""
+    reward_model = row["reward_model"]
+    gold = reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
+    if gold is None or not str(gold).strip():
+        raise ValueError(f"reward_model has no ground_truth: {reward_model!r:.80}")
+    return {"solution": str(gold).strip()}
+
+
 def _humaneval(row: dict[str, Any]) -> dict[str, Any]:
     """The function stub becomes an instruction; the stub itself is kept as `code_prompt`."""
     return {"code_prompt": row["prompt"], "prompt": HUMANEVAL_INSTRUCTION.format(code=row["prompt"])}
@@ -119,13 +128,32 @@ PRESETS: dict[str, Preset] = {
         },
         "math",
     ),
+    # DAPO's prompt is its own user message: the problem wrapped in "Solve the following math
+    # problem step by step. The last line of your response should be of the form Answer: $Answer
+    # ..." (tests/fixtures/datasets/README.md quotes it). That message is the one answer-format
+    # instruction the model gets (no system prompt), and the grader reads that `Answer:` line or
+    # a \boxed{} alike (whichever comes last), as models trained on \boxed{} often box anyway.
     "dapo-math": Preset(
-        "DAPO-Math-17k, deduplicated (open-r1/DAPO-Math-17k-Processed, en)",
-        {"path": "open-r1/DAPO-Math-17k-Processed", "name": "en", "solution_column": "solution"},
+        "DAPO-Math-17k, deduplicated (open-r1/DAPO-Math-17k-Processed, en); DAPO's own prompt",
+        {
+            "path": "open-r1/DAPO-Math-17k-Processed",
+            "name": "en",
+            # `source_prompt` is DAPO's chat message, instruction included, whatever `prompt`
+            # holds (the bare problem or that same message: see the fixture README); `prompt`
+            # is kept, as processed_prompt, and not read.
+            "prompt_column": "source_prompt",
+            "solution_column": "solution",
+            "columns": {"prompt": "processed_prompt"},
+        },
         "math",
-        # DAPO's own instruction (its `source_prompt`) asks for an `Answer: $Answer` line, ours for
-        # \boxed{}: grade whichever the completion gives last, so either prompt is scored right.
         reward_params={"answer_format": "any"},
+    ),
+    "dapo-math-17k": Preset(
+        "DAPO-Math-17k as published (BytedTsinghua-SIA/DAPO-Math-17k): DAPO's own prompt and gold",
+        {"path": "BytedTsinghua-SIA/DAPO-Math-17k"},
+        "math",
+        Transform(_dapo_ground_truth, ("reward_model",), "solution: reward_model['ground_truth']"),
+        {"answer_format": "any"},
     ),
     "openr1-math": Preset(
         "OpenR1-Math-220k problems with verified answers (open-r1/OpenR1-Math-220k, default)",

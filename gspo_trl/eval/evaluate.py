@@ -208,6 +208,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from gspo_trl.config.recipe import load_recipe
     from gspo_trl.eval.generation import Sampler
     from gspo_trl.model.adapters import loadable_model
+    from gspo_trl.model.prompts import PromptRendering
 
     recipe = load_recipe(args.recipe) if args.recipe else None
     try:
@@ -253,7 +254,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         model_config = recipe.model if recipe is not None else None
         if model_config is not None and model != args.model:
             model_config = replace(model_config, name_or_path=model, lora=None)
-        sampler = Sampler(model, args.engine, model_config)
+        # The recipe's chat_template_kwargs: prompts tokenized as its training rollouts were.
+        sampler = Sampler(model, args.engine, model_config, PromptRendering.of_training_keys(training))
 
         def generate(prompts: Sequence[Any], n: int, temp: float) -> list[list[str]]:
             decoding = "greedy" if temp <= 0 else f"{n} samples at T={temp:g}"

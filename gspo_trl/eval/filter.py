@@ -183,6 +183,7 @@ def run(args: argparse.Namespace, overrides: Sequence[str]) -> dict[str, Any]:
     from gspo_trl.eval.generation import Sampler
     from gspo_trl.model.adapters import loadable_model
     from gspo_trl.model.loading import resolve_model_path
+    from gspo_trl.model.prompts import PromptRendering
 
     _check_args(args)
     recipe = load_recipe(args.recipe, overrides)
@@ -229,7 +230,8 @@ def run(args: argparse.Namespace, overrides: Sequence[str]) -> dict[str, Any]:
         raise FilterError(f"temperature {shape['temperature']}: G samples per prompt need a temperature > 0")
     model_path = resolve_model_path(recipe.model, recipe.training.get("output_dir") or "runs/filter")
     model_path = loadable_model(model_path)  # a LoRA adapter is merged into its base first
-    sampler = Sampler(model_path, args.engine, replace(recipe.model, lora=None))
+    rendering = PromptRendering.of_training_keys(recipe.training)  # prompts as training tokenizes them
+    sampler = Sampler(model_path, args.engine, replace(recipe.model, lora=None), rendering)
     settings = {
         **shape,
         "model": model_path,
@@ -238,6 +240,7 @@ def run(args: argparse.Namespace, overrides: Sequence[str]) -> dict[str, Any]:
         "rows": len(raw),
         "prompts_sha256": hashlib.sha256(json.dumps(list(prepared["prompt"])).encode()).hexdigest(),
         "engine": sampler.engine,
+        "chat_template_kwargs": dict(rendering.chat_template_kwargs),
         "reward": args.reward or [(e.spec, e.weight, e.params) for e in recipe.rewards],
         "pass_threshold": args.pass_threshold,
         "seed": args.seed,

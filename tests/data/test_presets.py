@@ -26,7 +26,15 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 RAW_ROWS: dict[str, dict[str, Any]] = {
     "gsm8k": {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3 + 4 = <<3+4=7>>7\n#### 7"},
     "math500": {"problem": "What is $2^3$?", "solution": "$2^3 = \\boxed{8}$", "answer": "8", "level": 1},
-    "dapo-math": {"prompt": "Compute 6*7.", "solution": "42", "data_source": "x"},
+    "dapo-math": {
+        "prompt": "Compute 6*7.",
+        "solution": "42",
+        "source_prompt": [{"content": 'Solve ... Compute 6*7. ... after "Answer:".', "role": "user"}],
+    },
+    "dapo-math-17k": {
+        "prompt": [{"content": 'Solve ... Compute 6*7. ... after "Answer:".', "role": "user"}],
+        "reward_model": {"ground_truth": "42", "style": "rule-lighteval/MATH_v2"},
+    },
     "openr1-math": {"problem": "Find x if x+1=3.", "answer": "2", "solution": "x = 2"},
     "verifiable-coding": {
         "problem_statement": "Read n and print n squared.",
@@ -153,24 +161,37 @@ def test_a_rename_clash_with_no_free_name_is_refused(tmp_path: Path) -> None:
         load_data(DataConfig(path=str(path), solution_column="answer"))
 
 
-def test_dapo_preset_grades_boxed_and_answer_line_alike() -> None:
-    """DAPO's own instruction asks for `Answer: N`, ours for \\boxed{}: the preset's grader reads both."""
-    import json
-
+@pytest.mark.parametrize("name", ["dapo-math", "dapo-math-17k"])
+def test_dapo_presets_grade_boxed_and_answer_line_alike(name: str) -> None:
+    """DAPO's own prompt asks for `Answer: N`; models often box anyway: the grader reads both."""
     from gspo_trl import rewards
     from gspo_trl.data.presets import default_reward
 
     fixtures = FIXTURES
-    rows = [
-        json.loads(line) for line in (fixtures / "dapo-math.jsonl").read_text().splitlines() if line.strip()
-    ]
+    config = apply_preset(DataConfig(preset=name))
+    train, _ = load_data(DataConfig(preset=name, path=str(fixtures / f"{name}.jsonl"), split=config.split))
     completions = [
-        json.loads(line)
-        for line in (fixtures / "dapo-math.completions.jsonl").read_text().splitlines()
-        if line
+        json.loads(line) for line in (fixtures / f"{name}.completions.jsonl").read_text().splitlines() if line
     ]
-    spec, params = default_reward(DataConfig(preset="dapo-math"))
+    spec, params = default_reward(DataConfig(preset=name))
     grader = rewards.get(spec, **params)
-    gold = [row["solution"] for row in rows]
     for key, expected in (("correct", 1.0), ("correct_answer_line", 1.0), ("wrong", 0.0)):
-        assert grader([c[key] for c in completions], solution=gold) == [expected] * len(rows), key
+        graded = grader([c[key] for c in completions], solution=train["solution"])
+        assert graded == [expected] * len(train), key
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        (
+            {"reward_model": {"style": "rule"}},
+            r"row 1: preset 'dapo-math-17k': reward_model has no ground_truth",
+        ),
+        ({"reward_model": None}, r"row 1: preset 'dapo-math-17k': reward_model has no ground_truth: None"),
+    ],
+)
+def test_dapo_17k_row_without_gold_is_named(row: dict[str, Any], message: str, tmp_path: Path) -> None:
+    prompt = RAW_ROWS["dapo-math-17k"]["prompt"]
+    path = _write_jsonl(tmp_path / "d.jsonl", [RAW_ROWS["dapo-math-17k"], {"prompt": prompt, **row}])
+    with pytest.raises(DataError, match=message):
+        load_data(DataConfig(preset="dapo-math-17k", path=str(path)))

@@ -41,6 +41,7 @@ FIXTURE_OF_SOURCE = {
     ("openai/gsm8k", "main"): "gsm8k",
     ("HuggingFaceH4/MATH-500", None): "math500",
     ("open-r1/DAPO-Math-17k-Processed", "en"): "dapo-math",
+    ("BytedTsinghua-SIA/DAPO-Math-17k", None): "dapo-math-17k",
     ("open-r1/OpenR1-Math-220k", "default"): "openr1-math",
     ("open-r1/verifiable-coding-problems-python", None): "verifiable-coding",
     ("agentica-org/DeepCoder-Preview-Dataset", "primeintellect"): "deepcoder-primeintellect",
@@ -106,29 +107,101 @@ def test_fixture_loads_through_the_mapping_and_grades(
 DAPO_RECIPES = [
     pytest.param(path, id=case_id)
     for path, case_id in zip(RECIPES, RECIPE_IDS, strict=True)
-    if load_recipe(path).data.path == "open-r1/DAPO-Math-17k-Processed"
+    if apply_preset(load_recipe(path).data).path == "open-r1/DAPO-Math-17k-Processed"
 ]
+DAPO_MAPPING = ("path", "name", "prompt_column", "solution_column", "columns", "system_prompt")
+"""The data keys that decide what a DAPO recipe's model is asked: the `dapo-math` preset's."""
+
+
+def _bare_problem_copy(tmp_path: Path) -> Path:
+    """The DAPO fixture with `prompt` as the bare problem: the other reading of the set."""
+    rows = _read_jsonl(FIXTURES / "dapo-math.jsonl")
+    before, after = "the problem.\n\n", "\n\nRemember to put"
+    for row in rows:
+        row["prompt"] = row["prompt"].split(before, 1)[1].split(after, 1)[0]
+    path = tmp_path / "dapo-math-bare.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
 
 
 @pytest.mark.parametrize("path", DAPO_RECIPES)
-def test_dapo_prompt_and_grader_ask_for_the_same_answer_format(path: Path) -> None:
-    """DAPO-Math-17k-Processed's `prompt` is the bare problem: DAPO's "Answer: $Answer"
-    instruction lives only in `source_prompt`. So the recipe's system prompt is the only
-    format instruction the model sees; it must ask for the \\boxed{} answer the grader reads."""
+def test_dapo_recipe_asks_for_one_answer_format_and_grades_both(path: Path, tmp_path: Path) -> None:
+    """The model sees DAPO's own message (its `Answer:` instruction) and nothing else about the
+    format, whichever way `prompt` is read; the grader reads that line and \\boxed{} alike; the
+    recipe's mapping and grader are the `dapo-math` preset's; the header says what is read."""
     recipe = load_recipe(path)
+    preset = PRESETS["dapo-math"]
+    preset_config = apply_preset(DataConfig(preset="dapo-math"))
+    for key in DAPO_MAPPING:
+        assert getattr(recipe.data, key) == getattr(preset_config, key), f"data.{key} differs from the preset"
+    first = recipe.rewards[0]
+    assert (first.spec, first.params) == (preset.reward, preset.reward_params)
+    assert recipe.heldout is None or recipe.heldout.reward is None, "held-out would grade \\boxed{} only"
+
     config, _ = _fixture_config(recipe.data)
     train, _ = load_data(config)
-    raw = _read_jsonl(FIXTURES / "dapo-math.jsonl")
-    assert recipe.data.prompt_column == "prompt", "the DAPO recipes read the bare problem"
-    for row, messages in zip(raw, train["prompt"], strict=True):
-        assert "Answer:" not in row["prompt"] and "Answer:" in row["source_prompt"][0]["content"]
-        instructions = " ".join(m["content"] for m in messages if m["role"] == "system")
-        assert "\\boxed{}" in instructions, "no system prompt asks for the \\boxed{} answer"
-        assert "Answer:" not in " ".join(m["content"] for m in messages)
-    first = recipe.rewards[0]
-    assert first.spec == "math" and first.params.get("answer_format", "boxed") == "boxed"
+    bare, _ = load_data(dataclasses.replace(config, path=str(_bare_problem_copy(tmp_path))))
+    assert train["prompt"] == bare["prompt"], "what the model is asked depends on the `prompt` reading"
+    for row, messages in zip(_read_jsonl(FIXTURES / "dapo-math.jsonl"), train["prompt"], strict=True):
+        assert messages == row["source_prompt"], "the prompt is not DAPO's own message"
+        text = messages[0]["content"]
+        assert "Answer: $Answer" in text and "\\boxed" not in text
+
     header = "\n".join(line for line in path.read_text().splitlines() if line.startswith("#"))
-    assert "source_prompt" in header and "\\boxed{}" in header, "the header does not say why"
+    for phrase in ("`source_prompt`", "Answer: $Answer", "answer_format any", "dapo-math-17k"):
+        assert phrase in header, f"the header does not say {phrase!r}"
+
+
+DAPO_ANSWERS = ("correct_answer_line", "correct", "wrong")
+"""The DAPO fixture's completions graded per row: `Answer: N`, `\\boxed{N}`, wrong in both."""
+
+
+def _dapo_answers(gold: str) -> list[str]:
+    """The three DAPO fixture completions of the row whose gold is `gold`."""
+    rows = _read_jsonl(FIXTURES / "dapo-math.jsonl")
+    completions = _read_jsonl(FIXTURES / "dapo-math.completions.jsonl")
+    by_gold = {row["solution"]: completion for row, completion in zip(rows, completions, strict=True)}
+    return [by_gold[gold][key] for key in DAPO_ANSWERS]
+
+
+def _graded_as_the_trainer_grades(trainer: Any, rows: list[dict[str, Any]]) -> list[list[float]]:
+    """Per row, the weighted reward sum of its DAPO_ANSWERS: GRPOTrainer._calculate_rewards
+    (every reward the trainer built, called as in a step) times the trainer's reward_weights."""
+    import torch
+
+    tokenizer = trainer.processing_class
+    totals = []
+    for row in rows:
+        texts = _dapo_answers(row["solution"])
+        completion_ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+        per_func = trainer._calculate_rewards(
+            [row] * len(texts), [row["prompt"]] * len(texts), [_assistant(t) for t in texts], completion_ids
+        )
+        weights = trainer.reward_weights.to(per_func.device).unsqueeze(0)
+        totals.append(torch.nansum(per_func * weights, dim=1).tolist())
+    return totals
+
+
+@pytest.mark.parametrize("path", DAPO_RECIPES)
+def test_dapo_recipe_scores_answer_line_and_boxed_alike(path: Path, tmp_path: Path, model_root: Path) -> None:
+    """`Answer: 34` and `\\boxed{34}` score 1 and a wrong answer 0, through the rewards the
+    trainer built from the recipe (with their weights) and through its held-out grader."""
+    from gspo_trl.eval.pass_at_k import grade_samples
+    from gspo_trl.training.build import build_trainer
+    from gspo_trl.training.heldout.scoring import HeldoutCallback
+
+    moe = "router_aux_loss_coef" in yaml.safe_load(path.read_text())
+    model = _tiny_moe_dir(model_root) if moe else tiny_model_dir(model_root)
+    trainer = build_trainer(load_recipe(path, _cpu_overrides(path, model, tmp_path / "out")))
+    heldout = next((c for c in trainer.callback_handler.callbacks if isinstance(c, HeldoutCallback)), None)
+    rows = list(trainer.train_dataset) + (list(heldout.dataset) if heldout is not None else [])
+    golds = [row["solution"] for row in _read_jsonl(FIXTURES / "dapo-math.jsonl")]
+    assert sorted(row["solution"] for row in rows) == sorted(golds) and "34" in golds
+    assert _graded_as_the_trainer_grades(trainer, rows) == [[1.0, 1.0, 0.0]] * len(rows)
+    if heldout is not None:
+        samples = [_dapo_answers(gold) for gold in heldout.dataset["solution"]]
+        graded = grade_samples(heldout.grader, heldout.dataset, samples)
+        assert graded.rewards == [[1.0, 1.0, 0.0]] * len(samples)
 
 
 def _tiny_moe_dir(root: Path) -> Path:

@@ -339,3 +339,34 @@ def test_eval_with_vllm_engine(
     result = json.loads(output.read_text())
     sampled = result["results"]["sampled"]
     assert sampled["samples"] == 2 and 0 <= sampled["pass@1"] <= sampled["pass@2"] <= 1
+
+
+FIXTURES = REPO / "tests" / "fixtures" / "datasets"
+DAPO_CASES = [
+    *(
+        pytest.param(["--recipe", str(path)], "dapo-math", id=str(path.relative_to(REPO / "recipes")))
+        for path in sorted((REPO / "recipes").glob("*/*.yaml"))
+        if "path: open-r1/DAPO-Math-17k-Processed" in path.read_text()
+    ),
+    pytest.param(["--preset", "dapo-math"], "dapo-math", id="preset-dapo-math"),
+    pytest.param(["--preset", "dapo-math-17k"], "dapo-math-17k", id="preset-dapo-math-17k"),
+]
+
+
+@pytest.mark.parametrize(("source", "fixture"), DAPO_CASES)
+def test_eval_grades_dapo_answer_line_and_boxed_alike(
+    source: list[str], fixture: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`gspo-trl eval --recipe` (each DAPO recipe) and the DAPO presets grade `Answer: N` and
+    `\\boxed{N}` 1 and a wrong answer 0, on every fixture row (one with gold 34)."""
+    completions = [
+        json.loads(line) for line in (FIXTURES / f"{fixture}.completions.jsonl").read_text().splitlines()
+    ]
+    given = tmp_path / "given.jsonl"
+    lines = [json.dumps([c["correct_answer_line"], c["correct"], c["wrong"]]) for c in completions]
+    given.write_text("\n".join(lines) + "\n")
+    args = ["--completions", str(given), *source, "--data", str(FIXTURES / f"{fixture}.jsonl")]
+    result = _eval([*args, "--k", "1", "--save-samples"], tmp_path / "dapo.json", capsys)
+    assert result["rows"] == len(completions) and "34" in (FIXTURES / f"{fixture}.jsonl").read_text()
+    samples = (tmp_path / "dapo.samples.jsonl").read_text().splitlines()
+    assert [json.loads(line)["rewards"] for line in samples] == [[1.0, 1.0, 0.0]] * len(completions)

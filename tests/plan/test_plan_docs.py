@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 from gspo_trl.config.sections import HeldoutConfig
 from gspo_trl.eval.batching import DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TOKENS
 from gspo_trl.plan.memory import DEEPSPEED_SUB_GROUP_SIZE
 from gspo_trl.training.heldout.layout import HF, HF_LOCKSTEP, VLLM_COLOCATE
+from tests._paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "plan.md").read_text(encoding="utf-8")
 
 

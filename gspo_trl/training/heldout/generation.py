@@ -26,6 +26,7 @@ from gspo_trl.eval.generation import DEFAULT_BATCH_TOKENS, generate_completions
 from gspo_trl.training.heldout.layout import forward_is_collective, heldout_layout, shard_rows
 
 __all__ = ["HeldoutGenerator", "HeldoutSampling", "heldout_generator", "shard_rows"]
+from gspo_trl.model.prompts import PromptRendering, prompt_token_ids
 
 logger = logging.getLogger(__name__)
 
@@ -69,12 +70,8 @@ def _colocated_vllm(trainer: Any, sampling: HeldoutSampling) -> HeldoutGenerator
     def generate(prompts: Sequence[Any], n: int, temperature: float) -> list[list[str]]:
         from vllm import SamplingParams
 
-        texts = [
-            tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts
-        ]
-        inputs = [
-            {"prompt_token_ids": ids} for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]
-        ]
+        rendering = PromptRendering.of_trainer(trainer)
+        inputs = [{"prompt_token_ids": ids} for ids in prompt_token_ids(tokenizer, prompts, rendering)]
         params = SamplingParams(
             n=n,
             temperature=temperature,
@@ -141,6 +138,7 @@ def heldout_generator(trainer: Any, sampling: HeldoutSampling) -> Iterator[Heldo
                 top_k=sampling.top_k,
                 max_batch_tokens=sampling.max_batch_tokens,
                 synced_gpus=lockstep,
+                rendering=PromptRendering.of_trainer(trainer),
             )
 
         shard = 0 if lockstep else accelerator.process_index

@@ -20,6 +20,7 @@ from transformers import Trainer, TrainerCallback
 
 from gspo_trl.eval.generation import DEFAULT_BATCH_TOKENS, generate_completions
 from gspo_trl.eval.pass_at_k import GradedSamples, grade_samples
+from gspo_trl.model.prompts import PromptRendering
 from gspo_trl.training.heldout.generation import (
     HeldoutGenerator,
     HeldoutSampling,
@@ -88,13 +89,22 @@ def heldout_score(
     max_rows: int | None = None,
     num_samples: int = 1,
     max_batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    rendering: PromptRendering | None = None,
 ) -> dict[str, float]:
-    """{'score', 'judged'} (see mean_grade) of `model` on `dataset`, in this process alone."""
+    """{'score', 'judged'} (see mean_grade) of `model` on `dataset`, in this process alone;
+    `rendering`: the run's chat-template settings (PromptRendering.of_trainer)."""
     rows = dataset if max_rows is None else dataset.select(range(min(max_rows, len(dataset))))
 
     def generate(prompts: Sequence[Any], n: int, temperature: float) -> list[list[str]]:
         return generate_completions(
-            model, tokenizer, prompts, max_new_tokens, temperature, n, max_batch_tokens=max_batch_tokens
+            model,
+            tokenizer,
+            prompts,
+            max_new_tokens,
+            temperature,
+            n,
+            max_batch_tokens=max_batch_tokens,
+            rendering=rendering,
         )
 
     score, _ = heldout_passes(temperature, num_samples, (), 1.0)

