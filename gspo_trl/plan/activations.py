@@ -1,32 +1,15 @@
 """Per-GPU bytes of one training micro-batch: saved activations and the fused LM head's buffers.
 
-Activations follow the accounting of Korthikanti et al. 2022 ("Reducing Activation Recomputation
-in Large Transformer Models", §4.1): every tensor a layer saves for its backward, per token,
-redone for the Qwen3 block as transformers 5 runs it (models/qwen3/modeling_qwen3.py):
-- RMSNorm upcasts its input to fp32 and keeps that copy (for `pow` and the `* rsqrt`), plus the
-  normalized tensor for the weight's gradient; the q/k norms do the same per head.
-- Under bf16 autocast on fp32 weights (DDP, gspo_trl.model.precision) the residual stream stays
-  fp32, every linear saves its own bf16 cast of its input (q/k/v and gate/up each cast the same
-  norm output) and autocast's bf16 weight copies stay alive until the backward.
-- TRL's batches are padded, so transformers builds a 4-D boolean mask (batch x 1 x s x s,
-  masking_utils.sdpa_mask) and, with a mask, repeats K and V to every query head
-  (integrations/sdpa_attention.py, `use_gqa_in_sdpa`); torch's SDPA converts the mask to an
-  additive one in the query's dtype on every call and keeps it for the backward. So each layer's
-  attention saves q, repeated k and v, its output, that mask (s values per token) and an fp32
-  log-sum-exp per head; still no s x s scores.
-- The SwiGLU MLP saves gate, silu, up and their product; MoE layers each routed copy, fp32 router.
-With gradient checkpointing (HF checkpoints every decoder layer) only each layer's input
-survives, plus one layer's activations while it is recomputed ("full recomputation"). Either way
-the backward of one layer holds gradient buffers of its own on top: the gradients flowing in and
-out of it and one intermediate-width gradient in flight through SwiGLU (autograd frees each
-node's saved tensors as it runs, so the other gradients take their place).
+Activations follow Korthikanti et al. 2022 (§4.1), redone for the Qwen3 block as transformers 5
+runs it: every tensor a layer saves for its backward, per token (RMSNorm's fp32 copies, each
+linear's input or its bf16 autocast cast, SDPA's q and repeated K/V with the additive mask, the
+SwiGLU intermediates), or only each layer's input plus one recomputed layer with gradient
+checkpointing; on top, one layer's backward buffers and the 4-D boolean mask. docs/plan.md's
+table of terms says which line of transformers and torch each one comes from.
 
-Logits: TRL 1.16 never materializes the (tokens x vocab) logits. GRPOTrainer patches the model
-with `add_fused_lm_head` (trl/trainer/utils.py), whose `ChunkedLogProbFunction`
-(trl/kernels/chunked_logprob.py) projects 4096-token x 32768-vocab tiles and folds them into
-online log-sum-exp statistics; its backward accumulates fp32 gradients of the hidden states and
-of the LM-head weight. Those buffers, not tokens x vocab x 4, are what the plan counts; the naive
-fp32 figure is reported alongside for comparison.
+Logits: TRL 1.16 never materializes (tokens x vocab) logits; its fused LM head
+(`add_fused_lm_head`, trl/kernels/chunked_logprob.py) works in 4096 x 32768 tiles, so those
+tiles and their fp32 gradient buffers are counted (the naive fp32 figure is shown beside them).
 """
 
 from __future__ import annotations
