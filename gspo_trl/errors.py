@@ -8,7 +8,7 @@ nothing heavy, so every layer of the package can raise these.
 
 from __future__ import annotations
 
-from gspo_trl.rewards.errors import RewardParameterError, UnknownRewardError
+from gspo_trl.rewards.errors import RewardParameterError, UnknownRewardError, ValueTypeError
 
 
 class UserError(ValueError):
@@ -19,8 +19,9 @@ class RecipeError(UserError):
     """A recipe key or value that cannot work; the message names the file, the key and the fix."""
 
 
-class FieldTypeError(RecipeError):
-    """A value that cannot be read as its field's declared type."""
+class FieldTypeError(RecipeError, ValueTypeError):
+    """A value that cannot be read as its field's declared type (rewards.coercion's error, as a
+    recipe error)."""
 
 
 class DataError(UserError):

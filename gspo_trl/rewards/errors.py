@@ -9,3 +9,8 @@ class UnknownRewardError(ValueError):
 
 class RewardParameterError(ValueError):
     """A parameter a reward does not take, lacks, or cannot accept; the message names both."""
+
+
+class ValueTypeError(ValueError):
+    """A value that cannot be read as the type declared for it (a recipe field, a reward
+    parameter, an override); the message names the key. See rewards.coercion."""
