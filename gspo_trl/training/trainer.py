@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
+from gspo_trl.config.invariants import algorithm_of, check_ratio_level
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig
 from gspo_trl.training.diagnostics import ROW_COLUMNS, ClipAlarm, sequence_log_ratio, summarize_rows
 from gspo_trl.training.engine.logprobs import EngineOldLogprobs
@@ -78,12 +79,9 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
         self.engine_logprobs = EngineOldLogprobs(self, engine() if callable(engine) else EngineConfig())
         if self.use_vllm and self.accelerator.is_main_process:
             logger.info(vllm_correction_summary(self.args))
-        if self.gspo_token and self.importance_sampling_level != "token":
-            raise ValueError(
-                "gspo_token=True needs importance_sampling_level='token' (it builds the "
-                f"sequence ratio per token itself); got importance_sampling_level="
-                f"'{self.importance_sampling_level}'. Set it to 'token' or drop gspo_token."
-            )
+        # a GSPOConfig checked this when built; again here for one changed since (the same check)
+        level = self.importance_sampling_level
+        check_ratio_level(algorithm_of(level, self.gspo_token), level)
 
     # --- loss path -------------------------------------------------------------------------
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
