@@ -38,7 +38,7 @@ import torch
 from gspo_trl.config.sections import MAX_BIAS_FRACTION, MAX_OUTSIDE_CLIP
 from gspo_trl.progress import progress_bar
 from gspo_trl.training.diagnostics import bucket_labels
-from gspo_trl.training.engine_guard import judge_mismatch
+from gspo_trl.training.engine.mismatch import judge_mismatch
 
 
 @dataclass
@@ -139,7 +139,7 @@ def agreement_report(
     would be on the on-policy minibatch if pi_old came from the engine). outside_clip:
     responses with delta_i outside [log(1 - eps_low), log(1 + eps_high)]. Tokens without a
     log-prob (NaN) and responses without tokens are left out. The verdict is the run's guard's
-    (gspo_trl.training.engine_guard.judge_mismatch) on delta_i, with the same limits.
+    (gspo_trl.training.engine.mismatch.judge_mismatch) on delta_i, with the same limits.
     """
     valid = [(e, t, ~(e.isnan() | t.isnan())) for e, t in zip(pairs.engine, pairs.trainer, strict=True)]
     kept = [(e[ok], t[ok]) for e, t, ok in valid if ok.any()]

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
+import gspo_trl.metric_names as names
 from gspo_trl.config.invariants import algorithm_of, check_ratio_level
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig
 from gspo_trl.training.diagnostics import ROW_COLUMNS, ClipAlarm, sequence_log_ratio, summarize_rows
@@ -190,7 +191,7 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
             if self.gspo_row_sink is not None:
                 self.gspo_row_sink.append((mb, rows))
             stats = summarize_rows(rows, *eps)
-            out.update({f"gspo/mb{mb}/{k}": v for k, v in stats.items()})
+            out.update({names.under(names.minibatch(mb), k): v for k, v in stats.items()})
             if mb >= 2:
                 offpolicy.append((rows, stats))
         self._gspo_rows.clear()
@@ -200,16 +201,16 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
                 if len(offpolicy) == 1
                 else summarize_rows(torch.cat([r for r, _ in offpolicy]), *eps)
             )
-            out.update({f"gspo/offpolicy/{k}": v for k, v in pooled.items()})
+            out.update({names.under(names.OFFPOLICY, k): v for k, v in pooled.items()})
             if self.accelerator.is_main_process:
                 self._gspo_alarm.update(pooled, self.epsilon_low, self.epsilon_high)
         return out
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if self.model.training:
-            zero_std = [v for v in self._metrics["train"].get("frac_reward_zero_std", []) if v == v]
+            zero_std = [v for v in self._metrics["train"].get(names.TRL_ZERO_VARIANCE, []) if v == v]
             if zero_std:
-                logs["gspo/zero_variance_groups"] = sum(zero_std) / len(zero_std)
+                logs[names.ZERO_VARIANCE_GROUPS] = sum(zero_std) / len(zero_std)
             if self._gspo_rows:
                 logs.update(self.gspo_statistics())
         super().log(logs, start_time)
