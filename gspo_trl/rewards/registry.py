@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gspo_trl.rewards.errors import RewardParameterError, UnknownRewardError
+from gspo_trl.rewards.errors import RewardParameterError, RewardRegistrationError, UnknownRewardError
 from gspo_trl.rewards.loading import entry_points, import_modules, load_object
 from gspo_trl.rewards.params import REQUIRED, RewardParam, coerce_param, describe_type, parameter_types
 
@@ -62,10 +62,6 @@ class _Entry:
     aliases: tuple[str, ...] = ()
     # old parameter name -> (new name, conversion of the old value to the new one)
     renamed: tuple[tuple[str, tuple[str, Callable[[Any], Any]]], ...] = ()
-
-
-class RewardRegistrationError(ValueError):
-    """Two different definitions registered under one reward name; the message names both."""
 
 
 _REGISTRY: dict[str, _Entry] = {}
