@@ -103,3 +103,17 @@ def test_what_the_invariants_allow(tmp_path: Path) -> None:
     assert grpo.algorithm == "grpo"
     token = GSPOConfig(output_dir=run, use_cpu=True, importance_sampling_level="token", gspo_token=True)
     assert token.algorithm == "gspo_token"
+
+
+def test_docs_state_the_clip_level_boundary_the_code_uses() -> None:
+    """docs/gspo.md names TOKEN_LEVEL_CLIP three times (refusal table, warning, diagnostics)."""
+    import re
+
+    from gspo_trl.config.invariants import TOKEN_LEVEL_CLIP
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "gspo.md").read_text(encoding="utf-8")
+    stated = re.findall(
+        r"below ([\d.]+) \||range of ([\d.]+) or more|epsilon_high` of ([\d.]+) or more", text
+    )
+    values = [float(next(v for v in groups if v)) for groups in stated]
+    assert len(values) == 3 and set(values) == {TOKEN_LEVEL_CLIP}
