@@ -106,3 +106,39 @@ def test_a_built_reward_gets_the_converted_value() -> None:
     fn = rewards.get("soft_overlong", max_completion_len="64", soft_punish_cache="16")
     assert (fn.max_len, fn.cache) == (64, 16) and type(fn.max_len) is int
     assert fn(completion_ids=[[0] * 56]) == [-0.5]
+
+
+MATH_RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "qwen3-1.7b" / "math.yaml"
+
+
+def test_a_reward_parameter_override_reaches_the_reward_typed() -> None:
+    """The documented override on the 1.7B recipe: validated, built, and saved as an int."""
+    from gspo_trl.config.recipe import load_recipe, recipe_as_yaml
+    from gspo_trl.config.validation import check_reward_construction, validate
+
+    recipe = load_recipe(MATH_RECIPE, ["--rewards.1.max_completion_len", "4096"])
+    validate(recipe, processes=8)
+    check_reward_construction(recipe)
+    entry = recipe.rewards[1]
+    assert rewards.get(entry.spec, **entry.params).max_len == 4096
+    assert "max_completion_len: 4096\n" in recipe_as_yaml(recipe)  # not the text '4096'
+
+
+def test_a_bad_reward_parameter_override_is_refused_in_one_line() -> None:
+    import subprocess
+    import sys
+
+    override = ["--rewards.1.max_completion_len", "abc"]
+    result = subprocess.run(
+        [sys.executable, "-m", "gspo_trl.cli.main", "validate", str(MATH_RECIPE), *override],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        "error: rewards[1] (soft_overlong): reward 'soft_overlong': parameter 'max_completion_len': "
+        "expected int, got 'abc'"
+    ]
+    assert "Traceback" not in result.stderr
