@@ -25,7 +25,7 @@ class RecipeError(UserError):
 
 
 class FieldTypeError(RecipeError, ValueTypeError):
-    """A value that cannot be read as its field's declared type (rewards.coercion's error, as a
+    """A value that cannot be read as its field's declared type (gspo_trl.rewards.coercion's error, as a
     recipe error)."""
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import itertools
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,8 +15,8 @@ import gspo_trl.metric_names as names
 from gspo_trl.training.diagnostics import ROW_COLUMNS, bucket_labels, summarize_rows
 from gspo_trl.training.engine.mismatch import judge_mismatch
 from gspo_trl.training.heldout.scoring import mean_grade
+from tests._paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 KEY = re.compile(r"(?<![\w/])(?:eval_)?(?:gspo|heldout)/[\w{},.@*-]*(?:/[\w{},.@*-]+)*")
 """A metric key as prose writes it, templates included: gspo/mb{k}/clip/{low,high}, heldout/*."""
 TEMPLATE_VALUES = {"{k}": "2", "{a}-{b}": "64-256", "{a}": "1024", "pass@k": "pass@4", "STAT": "entropy"}

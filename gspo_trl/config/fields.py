@@ -1,6 +1,6 @@
 """Recipe sections from YAML: the fields' declared types, and dataclasses built from mappings.
 
-Values are converted by rewards.coercion.coerce, the one coercion that reward parameters and
+Values are converted by gspo_trl.rewards.coercion.coerce, the one coercion that reward parameters and
 command-line overrides use too (YAML 1.1 reads `1e-6` as text; every override is text).
 """
 
@@ -26,7 +26,7 @@ def field_types(cls: type) -> dict[str, Any]:
 
 
 def coerce(value: Any, annotation: Any, where: str) -> Any:
-    """`value` as `annotation`: rewards.coercion.coerce (the package's one coercion, which reward
+    """`value` as `annotation`: gspo_trl.rewards.coercion.coerce (the package's one coercion, which reward
     parameters use too), its error raised as the recipe layer's FieldTypeError."""
     try:
         return coercion.coerce(value, annotation, where)

@@ -5,8 +5,9 @@ parameters (the reward's signature) and command-line overrides all go through `c
 YAML 1.1 reads `1e-6` as text and every override arrives as text, so `--beta 0` must become
 0.0 (not the truthy "0") and `--rewards.1.max_completion_len 4096` the int 4096.
 
-It lives here, in the reward library, because that is the lowest layer: `rewards` may not
-import `gspo_trl`, and both need it. It imports only the standard library and PyYAML.
+It lives in the reward library because that is the lowest layer (tests/test_architecture.py):
+gspo_trl.rewards imports no other room of gspo_trl, and both the rewards and the recipe layer
+need it. It imports only the standard library and PyYAML.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The reward library's errors: all are the user's to fix (the message names the reward, the
 parameter or the definition). gspo_trl.errors re-exports them with the package's own, and its
-command line reports them in one line; they live here because `rewards` imports nothing of
-gspo_trl."""
+command line reports them in one line; they live here because the reward library imports no
+other room of gspo_trl."""
 
 from __future__ import annotations
 

@@ -158,7 +158,7 @@ def available(imports: list[str] | tuple[str, ...] = ()) -> list[RewardInfo]:
 def validate_params(spec: str, params: dict[str, Any]) -> dict[str, Any]:
     """``params`` checked against the reward's signature and converted to its declared types.
 
-    Names, required ones, and each value read as its annotation by rewards.coercion (text
+    Names, required ones, and each value read as its annotation by gspo_trl.rewards.coercion (text
     from a command line, ``"4096"``, becomes the int 4096; ``1.5`` for an int is refused).
     Returns the converted parameters (old names replaced by their new ones, ``label`` kept);
     raises :class:`RewardParameterError` naming the reward and the parameter. Runs nothing

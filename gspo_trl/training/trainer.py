@@ -20,7 +20,7 @@ never re-implements the loss:
 
 With `engine={"old_logprobs": "engine"}` (recipe `engine:` section), pi_old is vLLM's sampling
 log-probs instead of TRL's recompute forward, and the on-policy minibatch's log s_i is judged
-as the engine mismatch on every rollout batch (gspo_trl.training.engine.logprobs, engine_guard).
+as the engine mismatch on every rollout batch (gspo_trl.training.engine.logprobs, .mismatch).
 """
 
 from __future__ import annotations

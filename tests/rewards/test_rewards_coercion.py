@@ -1,4 +1,4 @@
-"""rewards.coercion: the one reading of user values (YAML, command-line text) as declared types,
+"""gspo_trl.rewards.coercion: the one reading of user values (YAML, command-line text) as declared types,
 used by recipe fields, reward parameters and overrides alike (table-driven)."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from gspo_trl.config.fields import coerce as recipe_coerce
 from gspo_trl.errors import FieldTypeError, RecipeError
 from gspo_trl.rewards.coercion import coerce
 from gspo_trl.rewards.errors import ValueTypeError
+from tests._paths import ROOT
 
 
 class Colour(enum.Enum):
@@ -108,7 +109,7 @@ def test_a_built_reward_gets_the_converted_value() -> None:
     assert fn(completion_ids=[[0] * 56]) == [-0.5]
 
 
-MATH_RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "qwen3-1.7b" / "math.yaml"
+MATH_RECIPE = ROOT / "recipes" / "qwen3-1.7b" / "math.yaml"
 
 
 def test_a_reward_parameter_override_reaches_the_reward_typed() -> None:

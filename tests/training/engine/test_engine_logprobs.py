@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +17,7 @@ from gspo_trl.diagnose.check_logprobs import LogprobPairs, agreement_report
 from gspo_trl.errors import RecipeError
 from gspo_trl.training.config import GSPOConfig
 from gspo_trl.training.engine.mismatch import EngineMismatchGuard, judge_mismatch
+from tests._paths import ROOT
 
 EPS_LOW, EPS_HIGH = 3e-4, 4e-4
 NARROW = -math.log1p(-EPS_LOW)  # the narrower half-range in log space, ~3.0e-4
@@ -145,9 +145,8 @@ def test_check_logprobs_verdict_line_names_the_recipe_key(offset, key):
 def test_docs_state_the_verdict_limits_the_code_uses():
     """The guard's and check-logprobs' one set of limits, as docs/engine-logprobs.md and
     docs/vllm.md state them (recipe-reference.md is generated from EngineConfig itself)."""
-    root = Path(__file__).resolve().parents[1]
-    engine_doc = (root / "docs" / "engine-logprobs.md").read_text(encoding="utf-8")
-    vllm_doc = (root / "docs" / "vllm.md").read_text(encoding="utf-8")
+    engine_doc = (ROOT / "docs" / "engine-logprobs.md").read_text(encoding="utf-8")
+    vllm_doc = (ROOT / "docs" / "vllm.md").read_text(encoding="utf-8")
     stated = {
         "engine-logprobs.md max_bias_fraction": float(
             re.search(r"max_bias_fraction: ([\d.]+)", engine_doc)[1]

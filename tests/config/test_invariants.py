@@ -12,6 +12,7 @@ from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.validation import validate
 from gspo_trl.errors import RecipeError
 from gspo_trl.training.config import GSPOConfig
+from tests._paths import ROOT
 
 RECIPE = """\
 model: {name_or_path: tiny}
@@ -111,7 +112,7 @@ def test_docs_state_the_clip_level_boundary_the_code_uses() -> None:
 
     from gspo_trl.config.invariants import TOKEN_LEVEL_CLIP
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "gspo.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "gspo.md").read_text(encoding="utf-8")
     stated = re.findall(
         r"below ([\d.]+) \||range of ([\d.]+) or more|epsilon_high` of ([\d.]+) or more", text
     )
