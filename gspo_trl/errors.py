@@ -8,7 +8,12 @@ nothing heavy, so every layer of the package can raise these.
 
 from __future__ import annotations
 
-from gspo_trl.rewards.errors import RewardParameterError, UnknownRewardError
+from gspo_trl.rewards.errors import (
+    RewardParameterError,
+    RewardRegistrationError,
+    UnknownRewardError,
+    ValueTypeError,
+)
 
 
 class UserError(ValueError):
@@ -19,8 +24,9 @@ class RecipeError(UserError):
     """A recipe key or value that cannot work; the message names the file, the key and the fix."""
 
 
-class FieldTypeError(RecipeError):
-    """A value that cannot be read as its field's declared type."""
+class FieldTypeError(RecipeError, ValueTypeError):
+    """A value that cannot be read as its field's declared type (gspo_trl.rewards.coercion's error, as a
+    recipe error)."""
 
 
 class DataError(UserError):
@@ -39,7 +45,27 @@ class EvalError(UserError):
     """Evaluation or filtering options that cannot work together; the message names the option."""
 
 
-USER_ERRORS: tuple[type[Exception], ...] = (UserError, UnknownRewardError, RewardParameterError)
+class PlanError(UserError):
+    """A plan input that cannot work; the message names the input and what to do."""
+
+
+class RewardFailedError(UserError):
+    """A reward function raised or returned something that is not one score per completion."""
+
+
+class CheckpointWriteError(UserError):
+    """A checkpoint could not be written (full disk); the message says how to continue."""
+
+
+REWARD_ERRORS: tuple[type[Exception], ...] = (
+    UnknownRewardError,
+    RewardParameterError,
+    RewardRegistrationError,
+    ValueTypeError,
+)
+"""The reward library's own errors (rewards.errors: it cannot import this module), re-exported here."""
+
+USER_ERRORS: tuple[type[Exception], ...] = (UserError, *REWARD_ERRORS)
 """What the CLI reports in one line (exit 2); the reward library's own errors included."""
 
 

@@ -123,14 +123,15 @@ PARITY_DRIVER = """
 import json, sys
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.training.build import run
+from gspo_trl.metric_names import ENGINE_MISMATCH_MEAN
 from gspo_trl.training.heldout.scoring import HeldoutCallback
 recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]))
 trainer = run(recipe)
 history = next(c for c in trainer.callback_handler.callbacks if isinstance(c, HeldoutCallback)).history
-flags = [h for h in trainer.state.log_history if "gspo/engine_mismatch/mean" in h]
+flags = [h for h in trainer.state.log_history if ENGINE_MISMATCH_MEAN in h]
 print("RESULT=" + json.dumps({"before": history[0][1], "after": history[-1][1],
       "engine_forwards_skipped": trainer.engine_logprobs.forwards_skipped,
-      "mismatch_abs_max": max((abs(h["gspo/engine_mismatch/mean"]) for h in flags), default=None),
+      "mismatch_abs_max": max((abs(h[ENGINE_MISMATCH_MEAN]) for h in flags), default=None),
       "flagged": trainer.engine_logprobs.guard.flagged_batches}))
 """
 

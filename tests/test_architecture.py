@@ -9,7 +9,8 @@ ones. `from pkg import name` depends on `pkg` itself (its `__init__` runs) and o
 Layers, lowest first; a module may import its own layer or lower ones, never higher:
 
     gspo_trl.rewards              the verifier library (knows nothing else of gspo_trl)
-    gspo_trl.errors, .progress    user-facing errors; progress bars
+    gspo_trl.errors, .progress,   user-facing errors; progress bars; the logged metrics' names
+      .metric_names
     gspo_trl.config               defaults, typed sections, recipe loading, validation
     gspo_trl.data, gspo_trl.model sources/presets/loading; model loading, checkpoints
     gspo_trl.eval                 sampling, pass@k, grading
@@ -35,6 +36,7 @@ LAYERS: dict[str, int] = {
     "gspo_trl.rewards": 0,
     "gspo_trl.errors": 1,
     "gspo_trl.progress": 1,
+    "gspo_trl.metric_names": 1,
     "gspo_trl.config": 2,
     "gspo_trl.data": 3,
     "gspo_trl.model": 3,
@@ -166,6 +168,34 @@ def test_rewards_never_import_gspo_trl() -> None:
 def test_every_module_is_in_a_layer() -> None:
     for module in module_files():
         layer_of(module)
+
+
+ERROR_MODULES = ("gspo_trl/errors.py", "gspo_trl/rewards/errors.py")
+"""Where every user error type lives (the reward library keeps its own: it imports no other room)."""
+
+
+def _classes(path: Path) -> list[ast.ClassDef]:
+    return [n for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(n, ast.ClassDef)]
+
+
+def test_every_user_error_type_is_defined_in_an_errors_module() -> None:
+    error_types = {c.name for module in ERROR_MODULES for c in _classes(ROOT / module)}
+    elsewhere = []
+    for path in module_files().values():
+        if str(path.relative_to(ROOT)) in ERROR_MODULES:
+            continue
+        for cls in _classes(path):
+            bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in cls.bases}
+            if bases & error_types:
+                elsewhere.append(f"{path.relative_to(ROOT)}: {cls.name}")
+    assert elsewhere == []
+
+
+def test_the_cli_reports_every_reward_error_in_one_line() -> None:
+    from gspo_trl.errors import USER_ERRORS
+
+    reward_errors = {c.name for c in _classes(ROOT / "gspo_trl" / "rewards" / "errors.py")}
+    assert reward_errors <= {e.__name__ for e in USER_ERRORS if e.__module__ == "gspo_trl.rewards.errors"}
 
 
 def package_graph() -> dict[str, set[str]]:

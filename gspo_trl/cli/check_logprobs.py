@@ -10,6 +10,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+from gspo_trl.config.sections import MAX_BIAS_FRACTION, MAX_OUTSIDE_CLIP
 from gspo_trl.diagnose.check_logprobs import (
     _read_prompts,
     _trainer_from_model,
@@ -41,8 +42,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--learning-rate", type=float, default=1e-3, help="with --model (default 1e-3)")
     parser.add_argument("--max-completion-length", type=int, default=32, help="with --model (default 32)")
     parser.add_argument("--max-model-length", type=int, default=256, help="with --model: vLLM context")
-    parser.add_argument("--max-clipped-fraction", type=float, default=0.01, help="verdict limit (0.01)")
-    parser.add_argument("--max-bias-fraction", type=float, default=0.1, help="verdict limit (default 0.1)")
+    parser.add_argument(
+        "--max-outside-clip",
+        "--max-clipped-fraction",  # its old name
+        dest="max_outside_clip",
+        type=float,
+        default=MAX_OUTSIDE_CLIP,
+        help=f"verdict limit, as the run's engine.max_outside_clip (default {MAX_OUTSIDE_CLIP})",
+    )
+    parser.add_argument(
+        "--max-bias-fraction",
+        type=float,
+        default=MAX_BIAS_FRACTION,
+        help=f"verdict limit, as the run's engine.max_bias_fraction (default {MAX_BIAS_FRACTION})",
+    )
     parser.add_argument("--output-dir", type=Path, default=Path("runs/check-logprobs"), help="with --model")
     parser.add_argument("--json", type=Path, help="also write the full report here")
     return parser
@@ -72,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         prompts,
         num_generations,
         args.train_steps,
-        max_clipped_fraction=args.max_clipped_fraction,
+        max_outside_clip=args.max_outside_clip,
         max_bias_fraction=args.max_bias_fraction,
     )
     print(format_report(report))

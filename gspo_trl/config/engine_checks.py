@@ -11,7 +11,7 @@ from typing import Any
 
 from gspo_trl.config.fields import build_dataclass
 from gspo_trl.config.sections import EngineConfig
-from gspo_trl.errors import FieldTypeError, RecipeError
+from gspo_trl.errors import RecipeError
 
 SAMPLING_NEUTRAL = {
     "top_p": (1.0, None),
@@ -26,10 +26,7 @@ softmax of logits / temperature: with engine log-probs as pi_old, every s_i woul
 
 def check_engine_settings(engine: Mapping[str, Any], training: Mapping[str, Any]) -> EngineConfig:
     """The `engine:` section, checked; engine log-probs need vLLM and an unreshaped sampler."""
-    try:
-        config = build_dataclass(EngineConfig, dict(engine), "engine")
-    except (FieldTypeError, ValueError, TypeError) as error:
-        raise RecipeError(str(error)) from None
+    config = build_dataclass(EngineConfig, dict(engine), "engine")
     if not config.from_engine:
         return config
     if not training.get("use_vllm"):

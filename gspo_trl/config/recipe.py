@@ -34,7 +34,8 @@ from gspo_trl.config.shipped import resolve_recipe_path
 from gspo_trl.config.trl_fields import grpo_field_types
 from gspo_trl.errors import FieldTypeError, RecipeError
 from gspo_trl.rewards import loading as reward_loading
-from gspo_trl.rewards.errors import UnknownRewardError
+from gspo_trl.rewards import registry as rewards_registry
+from gspo_trl.rewards.errors import RewardParameterError, UnknownRewardError
 
 SECTIONS = ("model", "data", "rewards", "diagnostics", "heldout", "engine")
 RECIPE_KEYS = ("algorithm", "allow_on_policy", "imports")
@@ -214,6 +215,15 @@ def _section(content: dict[str, Any], name: str) -> dict[str, Any]:
     return value
 
 
+def _typed_params(entry: RewardEntry) -> dict[str, Any]:
+    """A reward's parameters as its signature types them (an override's "4096" is saved as 4096);
+    as given when the reward does not resolve (validation reports that, with its index)."""
+    try:
+        return rewards_registry.validate_params(entry.spec, entry.params)
+    except (UnknownRewardError, RewardParameterError):
+        return dict(entry.params)
+
+
 def recipe_as_yaml(recipe: Recipe) -> str:
     """The recipe fully resolved (defaults and overrides applied), in the recipe file format.
 
@@ -226,7 +236,9 @@ def recipe_as_yaml(recipe: Recipe) -> str:
         **({"imports": list(recipe.imports)} if recipe.imports else {}),
         "model": asdict(recipe.model),
         "data": asdict(recipe.data),
-        "rewards": [{"name": entry.spec, "weight": entry.weight, **entry.params} for entry in recipe.rewards],
+        "rewards": [
+            {"name": entry.spec, "weight": entry.weight, **_typed_params(entry)} for entry in recipe.rewards
+        ],
         "diagnostics": dict(recipe.diagnostics),
         **({"heldout": asdict(recipe.heldout)} if recipe.heldout is not None else {}),
         **({"engine": dict(recipe.engine)} if recipe.engine else {}),

@@ -149,6 +149,17 @@ class DiagnosticsConfig:
 OLD_LOGPROBS_SOURCES = ("trainer", "engine")
 ON_MISMATCH_ACTIONS = ("warn", "recompute", "stop")
 
+MAX_BIAS_FRACTION = 0.25
+"""Engine mismatch verdict (the run's guard and `gspo-trl check-logprobs` alike): the largest
+|mean log s_i| on the on-policy minibatch, as a fraction of the narrower clip half-range; past a
+quarter a bias starts to decide which advantage sign is clipped first (docs/engine-logprobs.md,
+"Why these limits")."""
+
+MAX_OUTSIDE_CLIP = 0.05
+"""Engine mismatch verdict: the largest fraction of on-policy responses the mismatch alone may put
+outside the clip range (they lose their gradient before the policy has moved); small next to the
+15-25% of off-policy responses the clip is meant to act on (docs/engine-logprobs.md)."""
+
 
 @dataclass
 class EngineConfig:
@@ -168,8 +179,8 @@ class EngineConfig:
 
     old_logprobs: str = "trainer"
     on_mismatch: str = "warn"
-    max_bias_fraction: float = 0.25
-    max_outside_clip: float = 0.05
+    max_bias_fraction: float = MAX_BIAS_FRACTION
+    max_outside_clip: float = MAX_OUTSIDE_CLIP
 
     def __post_init__(self) -> None:
         if self.old_logprobs not in OLD_LOGPROBS_SOURCES:

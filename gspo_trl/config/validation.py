@@ -1,31 +1,26 @@
-"""Refuse recipes that would silently not be GSPO, before any model or dataset loads.
+"""Refuse recipes that would silently not be GSPO or would fail later, before anything loads.
 
-Each check raises RecipeError with the key at fault and the fix. What it guards against is
-explained in docs/gspo.md: token-sum losses weight responses by length; with every update on-policy
-s_i = 1 and GSPO is GRPO; clip ranges outside (0, 1) are meaningless; and configurations TRL
-would refuse later (batch divisibility) are caught here with the recipe's own key names.
+Each check raises RecipeError with the key at fault and the fix. GSPO's own invariants (ratio
+level, loss aggregation, clip range, off-policy updates) live in gspo_trl.config.invariants,
+shared with `GSPOConfig`; here are the recipe's other checks (field ranges, batch
+divisibility TRL would refuse later, rewards, sections, trackers).
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 from collections.abc import Mapping
 from typing import Any
 
 from gspo_trl import rewards
-from gspo_trl.config.defaults import EPSILON_CLIP_LOSSES, TOKEN_SUM_LOSSES
 from gspo_trl.config.engine_checks import check_engine_settings
 from gspo_trl.config.fields import build_dataclass
+from gspo_trl.config.invariants import check_off_policy, check_training_invariants
 from gspo_trl.config.recipe import Recipe
 from gspo_trl.config.sections import DiagnosticsConfig
 from gspo_trl.config.trl_fields import grpo_default
-from gspo_trl.errors import FieldTypeError, RecipeError
-
-logger = logging.getLogger(__name__)
-
-GSPO_ALGORITHMS = ("gspo", "gspo_token")
+from gspo_trl.errors import RecipeError
 
 POSITIVE_FIELDS = (
     "learning_rate",
@@ -48,30 +43,6 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def _check_algorithm_consistency(recipe: Recipe) -> None:
-    level = recipe.training.get("importance_sampling_level")
-    explicit = "importance_sampling_level" in recipe.explicit_keys
-    if recipe.algorithm == "gspo" and level != "sequence":
-        raise RecipeError(
-            f"importance_sampling_level: {level!r} gives token-level ratios, i.e. GRPO, while "
-            "algorithm is gspo. Remove the key, or set algorithm: grpo (or gspo_token)."
-        )
-    if recipe.algorithm == "grpo" and level == "sequence" and explicit:
-        raise RecipeError("importance_sampling_level: 'sequence' is GSPO; set algorithm: gspo instead.")
-    if level not in ("token", "sequence"):
-        raise RecipeError(f"importance_sampling_level: {level!r} is not 'token' or 'sequence'")
-
-
-def _check_loss_aggregation(algorithm: str, training: Mapping[str, Any]) -> None:
-    loss_type = training.get("loss_type")
-    if algorithm in GSPO_ALGORITHMS and loss_type in TOKEN_SUM_LOSSES:
-        raise RecipeError(
-            f"loss_type: {loss_type!r} sums over tokens, weighting responses by their length; "
-            "GSPO averages over tokens within a response, then over responses. "
-            "Use loss_type: grpo (the default here)."
-        )
-
-
 def updates_per_rollout_batch(training: dict, processes: int) -> int:
     """Optimizer steps taken on one rollout batch (1 = every update is on-policy)."""
     accumulation = int(training.get("gradient_accumulation_steps", 1))
@@ -83,18 +54,6 @@ def updates_per_rollout_batch(training: dict, processes: int) -> int:
         )
         steps = generation_batch // per_step if generation_batch else accumulation
     return max(1, int(steps) // accumulation) * int(training.get("num_iterations", 1))
-
-
-def _check_off_policy(recipe: Recipe, processes: int) -> None:
-    if recipe.algorithm not in GSPO_ALGORITHMS or recipe.allow_on_policy:
-        return
-    if updates_per_rollout_batch(recipe.training, processes) <= 1:
-        raise RecipeError(
-            "steps_per_generation / gradient_accumulation_steps / num_iterations: every update is "
-            "on-policy, so s_i = 1, nothing is ever clipped and GSPO is exactly GRPO. Use several "
-            "minibatch updates per rollout batch (paper: steps_per_generation: 4 with "
-            "gradient_accumulation_steps: 1), or set allow_on_policy: true to run it anyway."
-        )
 
 
 def _check_batch_sizes(recipe: Recipe, processes: int) -> None:
@@ -131,26 +90,6 @@ def _check_batch_sizes(recipe: Recipe, processes: int) -> None:
         )
 
 
-def _check_clip_range(algorithm: str, training: Mapping[str, Any]) -> None:
-    if training.get("loss_type") not in EPSILON_CLIP_LOSSES:
-        return
-    for key in ("epsilon", "epsilon_high"):
-        value = training.get(key)
-        if value is not None and not 0 < value < 1:
-            raise RecipeError(
-                f"{key}: {value} must be strictly between 0 and 1 (it is a half-width around a ratio "
-                "of 1; GSPO paper: epsilon 3e-4, epsilon_high 4e-4)"
-            )
-    if algorithm in GSPO_ALGORITHMS and max(training["epsilon"], training.get("epsilon_high") or 0) >= 0.05:
-        logger.warning(
-            "epsilon %s / epsilon_high %s is a token-level clip range; a sequence ratio averages |y| "
-            "token log-ratios and rarely moves that far, so almost nothing will be clipped. "
-            "Measure with `gspo-trl calibrate` (paper: 3e-4 / 4e-4).",
-            training["epsilon"],
-            training.get("epsilon_high"),
-        )
-
-
 def _check_field_ranges(training: Mapping[str, Any]) -> None:
     for key in POSITIVE_FIELDS:
         value = training.get(key)
@@ -164,11 +103,10 @@ def _check_field_ranges(training: Mapping[str, Any]) -> None:
             raise RecipeError(f"{key}: {value} must be a finite number")
 
 
-def check_gspo_settings(algorithm: str, training: Mapping[str, Any]) -> None:
+def check_gspo_settings(algorithm: str, training: Mapping[str, Any], level_explicit: bool = True) -> None:
     """The checks that need only the training settings: shared by recipes and `GSPOConfig`."""
     _check_field_ranges(training)
-    _check_loss_aggregation(algorithm, training)
-    _check_clip_range(algorithm, training)
+    check_training_invariants(algorithm, training, level_explicit)
 
 
 def _trl(key: str) -> Any:
@@ -248,10 +186,7 @@ def check_precision(recipe: Recipe) -> None:
 
 
 def _check_diagnostics(recipe: Recipe) -> None:
-    try:
-        build_dataclass(DiagnosticsConfig, recipe.diagnostics, "diagnostics")
-    except (FieldTypeError, ValueError, TypeError) as error:
-        raise RecipeError(str(error)) from None
+    build_dataclass(DiagnosticsConfig, recipe.diagnostics, "diagnostics")
 
 
 TRACKER_PACKAGES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -291,10 +226,12 @@ def _check_trackers(recipe: Recipe) -> None:
 def validate(recipe: Recipe, processes: int | None = None) -> None:
     """Raise RecipeError for the first setting that breaks GSPO or would fail later."""
     processes = processes or world_size()
-    _check_algorithm_consistency(recipe)
-    check_gspo_settings(recipe.algorithm, recipe.training)
+    level_explicit = "importance_sampling_level" in recipe.explicit_keys
+    check_gspo_settings(recipe.algorithm, recipe.training, level_explicit)
     _check_batch_sizes(recipe, processes)
-    _check_off_policy(recipe, processes)
+    check_off_policy(
+        recipe.algorithm, updates_per_rollout_batch(recipe.training, processes), recipe.allow_on_policy
+    )
     _check_rewards(recipe)
     _check_heldout(recipe)
     _check_model(recipe)

@@ -20,6 +20,7 @@ from typing import Any
 from datasets import Dataset, DatasetDict, load_dataset, load_from_disk
 from datasets.exceptions import DatasetGenerationError
 
+from gspo_trl.config.hub_ids import looks_like_local_path
 from gspo_trl.config.sections import DataConfig
 from gspo_trl.data import synthetic
 from gspo_trl.errors import DataError
@@ -89,7 +90,7 @@ def load_split(config: DataConfig, split: str) -> Dataset:
                 loaded = load_from_disk(str(local))
                 return loaded[split] if isinstance(loaded, DatasetDict) else loaded
             return load_dataset(str(local), name=config.name, split=split)
-        if config.path.startswith(("/", "./", "../")) or Path(config.path).suffix in LOCAL_BUILDERS:
+        if looks_like_local_path(config.path) or Path(config.path).suffix in LOCAL_BUILDERS:
             raise DataError(f"data.path: {config.path!r} does not exist")
         return load_dataset(config.path, name=config.name, revision=config.revision, split=split)
     except DataError:

@@ -21,6 +21,7 @@ from gspo_trl.config.recipe import load_recipe, parse_overrides
 from gspo_trl.config.shipped import RECIPES_DIR
 from gspo_trl.data.synthetic import ReversalTask
 from gspo_trl.demo.warm_start import warm_start
+from gspo_trl.metric_names import heldout_pass_at
 from gspo_trl.model.tiny import save_tiny_model
 from gspo_trl.training.build import run
 from gspo_trl.training.heldout.scoring import HeldoutCallback
@@ -71,7 +72,7 @@ def run_demo(
     rewards_logged = [entry["reward"] for entry in trainer.state.log_history if "reward" in entry]
     sampled = {
         key: [entry[key] for entry in trainer.state.log_history if key in entry]
-        for key in ("heldout/pass@1", "heldout/pass@4")
+        for key in (heldout_pass_at(1), heldout_pass_at(4))
     }
     results = {
         "heldout_accuracy_before": before,

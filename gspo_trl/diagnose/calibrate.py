@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
+import gspo_trl.metric_names as names
 from gspo_trl.training.diagnostics import (
     ROW_COLUMNS,
     bucket_labels,
@@ -245,15 +246,18 @@ def calibrate_recipe(recipe_path: str, overrides: list[str], batches: int, outpu
 
 def analyse_run(run_dir: str, target_range: tuple[float, float]) -> str:
     """Calibration from a run's logged statistics: a normal fit per logged step."""
-    from gspo_trl.diagnose.report import keys_matching, load_log_history
+    from gspo_trl.diagnose.report import OFFPOLICY_LENGTH_KEYS, keys_matching, load_log_history
 
-    history = [e for e in load_log_history(run_dir) if "gspo/offpolicy/log_ratio/std" in e]
+    def key(stat: str) -> str:
+        return names.under(names.OFFPOLICY, stat)
+
+    history = [e for e in load_log_history(run_dir) if key(names.log_ratio("std")) in e]
     if not history:
-        return f"{run_dir}: no gspo/offpolicy/* statistics logged (a GSPOTrainer run with off-policy updates)"
+        return f"{run_dir}: no {key('*')} statistics logged (a GSPOTrainer run with off-policy updates)"
     target = sum(target_range) / 2
     normal = torch.distributions.Normal(0.0, 1.0)
-    mu = torch.tensor([e["gspo/offpolicy/log_ratio/mean"] for e in history], dtype=torch.float64)
-    sd = torch.tensor([max(e["gspo/offpolicy/log_ratio/std"], 1e-12) for e in history], dtype=torch.float64)
+    mu = torch.tensor([e[key(names.log_ratio("mean"))] for e in history], dtype=torch.float64)
+    sd = torch.tensor([max(e[key(names.log_ratio("std"))], 1e-12) for e in history], dtype=torch.float64)
 
     def upper_tail(x: float) -> float:  # share of the fitted mixture above x
         return (1 - normal.cdf((x - mu) / sd)).mean().item()
@@ -261,16 +265,16 @@ def analyse_run(run_dir: str, target_range: tuple[float, float]) -> str:
     hi = _bisect(lambda x: upper_tail(x) - target, -1.0, 1.0)
     lo = _bisect(lambda x: target - (1 - upper_tail(x)), -1.0, 1.0)
     mean_of = lambda k: sum(e.get(k, 0.0) for e in history) / len(history)  # noqa: E731
+    quantile = lambda q: mean_of(key(names.log_ratio(q)))  # noqa: E731
     lines = [
         f"{len(history)} logged steps with off-policy data in {run_dir}",
-        f"  log s_i: mean of p5 {mean_of('gspo/offpolicy/log_ratio/p5'):+.2e}, "
-        f"of p50 {mean_of('gspo/offpolicy/log_ratio/p50'):+.2e}, "
-        f"of p95 {mean_of('gspo/offpolicy/log_ratio/p95'):+.2e}",
-        f"  logged clip fractions (mean over steps): all {mean_of('gspo/offpolicy/clip/region'):.1%}, "
-        f"A>0 {mean_of('gspo/offpolicy/clip/pos_adv'):.1%}, A<0 {mean_of('gspo/offpolicy/clip/neg_adv'):.1%}",
+        f"  log s_i: mean of p5 {quantile('p5'):+.2e}, of p50 {quantile('p50'):+.2e}, "
+        f"of p95 {quantile('p95'):+.2e}",
+        f"  logged clip fractions (mean over steps): all {mean_of(key(names.CLIP_REGION)):.1%}, "
+        f"A>0 {mean_of(key(names.CLIP_POS_ADV)):.1%}, A<0 {mean_of(key(names.CLIP_NEG_ADV)):.1%}",
     ]
-    for key in keys_matching(history, r"gspo/offpolicy/clip/len_.+"):
-        lines.append(f"    {key.rsplit('/', 1)[1]:>16}: {mean_of(key):.1%}")
+    for length_key in keys_matching(history, OFFPOLICY_LENGTH_KEYS):
+        lines.append(f"    {length_key.rsplit('/', 1)[1]:>16}: {mean_of(length_key):.1%}")
     lines += [
         f"Recommended for {target:.0%} clipped per side: eps_low {max(1 - math.exp(lo), MIN_EPS):.3g}, "
         f"eps_high {max(math.exp(hi) - 1, MIN_EPS):.3g}",

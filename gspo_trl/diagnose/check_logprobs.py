@@ -16,10 +16,11 @@ the advantage distribution wholesale on the on-policy minibatch, where nothing s
    [1 - eps_low, 1 + eps_high].
 
 Verdict (it names the recipe key, `engine: {old_logprobs: engine | trainer}`; see
-docs/engine-logprobs.md): engine log-probs are "safe" for pi_old when at most `--max-clipped-fraction` of
-responses leave the clip range from the mismatch alone AND |mean delta| is at most
-`--max-bias-fraction` of the narrower half-range (a bias that small cannot tilt which side gets
-clipped). Exit status: 0 safe, 1 unsafe, 2 usage error.
+docs/engine-logprobs.md): the run's guard's own (`judge_mismatch`, the same limits as the recipe's
+`engine.max_outside_clip` and `engine.max_bias_fraction`): engine log-probs are "safe" for pi_old
+when at most `--max-outside-clip` of responses leave the clip range from the mismatch alone AND
+|mean delta| is at most `--max-bias-fraction` of the narrower half-range. So SAFE here means the
+guard would not flag these samples. Exit status: 0 safe, 1 unsafe, 2 usage error.
 """
 
 from __future__ import annotations
@@ -34,8 +35,10 @@ from typing import Any
 
 import torch
 
+from gspo_trl.config.sections import MAX_BIAS_FRACTION, MAX_OUTSIDE_CLIP
 from gspo_trl.progress import progress_bar
 from gspo_trl.training.diagnostics import bucket_labels
+from gspo_trl.training.engine.mismatch import judge_mismatch
 
 
 @dataclass
@@ -127,15 +130,16 @@ def agreement_report(
     eps_low: float,
     eps_high: float,
     length_buckets: tuple[int, ...] = (16, 64, 256, 1024),
-    max_clipped_fraction: float = 0.01,
-    max_bias_fraction: float = 0.1,
+    max_outside_clip: float = MAX_OUTSIDE_CLIP,
+    max_bias_fraction: float = MAX_BIAS_FRACTION,
 ) -> dict[str, Any]:
     """Token and sequence log-ratio statistics (log pi_trainer - log pi_engine, nats) and verdict.
 
     token: every completion token pooled. sequence: delta_i, one per response (what log s_i
-    would be on the on-policy minibatch if pi_old came from the engine). clipped_fraction:
+    would be on the on-policy minibatch if pi_old came from the engine). outside_clip:
     responses with delta_i outside [log(1 - eps_low), log(1 + eps_high)]. Tokens without a
-    log-prob (NaN) and responses without tokens are left out.
+    log-prob (NaN) and responses without tokens are left out. The verdict is the run's guard's
+    (gspo_trl.training.engine.mismatch.judge_mismatch) on delta_i, with the same limits.
     """
     valid = [(e, t, ~(e.isnan() | t.isnan())) for e, t in zip(pairs.engine, pairs.trainer, strict=True)]
     kept = [(e[ok], t[ok]) for e, t, ok in valid if ok.any()]
@@ -144,28 +148,25 @@ def agreement_report(
     token = torch.cat([t - e for e, t in kept])
     delta = torch.stack([(t - e).mean() for e, t in kept])
     lengths = torch.tensor([e.numel() for e, _ in kept])
-    lo, hi = math.log1p(-eps_low), math.log1p(eps_high)
-    outside = (delta < lo) | (delta > hi)
     by_length = {}
     edges = [0, *length_buckets, math.inf]
     for label, a, b in zip(bucket_labels(length_buckets), edges[:-1], edges[1:], strict=True):
         sel = (lengths >= a) & (lengths < b)
         if sel.any():
-            by_length[label] = {**_stats(delta[sel]), "clipped_fraction": outside[sel].double().mean().item()}
-    seq = _stats(delta)
-    clipped = outside.double().mean().item()
-    bias_limit = max_bias_fraction * min(-lo, hi)
-    safe = clipped <= max_clipped_fraction and abs(seq["mean"]) <= bias_limit
+            outside = judge_mismatch(delta[sel], eps_low, eps_high).outside_clip
+            by_length[label] = {**_stats(delta[sel]), "outside_clip": outside}
+    verdict = judge_mismatch(delta, eps_low, eps_high, max_bias_fraction, max_outside_clip)
     return {
         "eps_low": eps_low,
         "eps_high": eps_high,
         "token": _stats(token),
-        "sequence": seq,
+        "sequence": _stats(delta),
         "by_length": by_length,
-        "clipped_fraction": clipped,
-        "bias_limit": bias_limit,
-        "max_clipped_fraction": max_clipped_fraction,
-        "safe": bool(safe),
+        "outside_clip": verdict.outside_clip,
+        "bias_limit": verdict.bias_limit,
+        "max_outside_clip": max_outside_clip,
+        "problem": verdict.problem,
+        "safe": verdict.problem is None,
     }
 
 
@@ -182,7 +183,7 @@ def format_report(report: dict[str, Any]) -> str:
     for label, s in report["by_length"].items():
         lines.append(
             f"  {label:>14}: n={s['n']:<5} bias {s['mean']:+.3e}  noise {s.get('std', 0.0):.3e}  "
-            f"outside clip range {s['clipped_fraction']:.1%}"
+            f"outside clip range {s['outside_clip']:.1%}"
         )
     if "policy_change" in report:
         pc = report["policy_change"]
@@ -193,8 +194,8 @@ def format_report(report: dict[str, Any]) -> str:
     verdict = "SAFE" if report["safe"] else "UNSAFE"
     lines.append(
         f"{verdict}: engine log-probs as pi_old under eps_low={report['eps_low']:g}, "
-        f"eps_high={report['eps_high']:g}: mismatch alone puts {report['clipped_fraction']:.1%} of responses "
-        f"outside the clip range (limit {report['max_clipped_fraction']:.1%}); |bias| "
+        f"eps_high={report['eps_high']:g}: mismatch alone puts {report['outside_clip']:.1%} of responses "
+        f"outside the clip range (limit {report['max_outside_clip']:.1%}); |bias| "
         f"{abs(seq['mean']):.2e} vs limit {report['bias_limit']:.2e}. "
         + (
             "Recipe key `engine: {old_logprobs: engine}` can be set (its guard rechecks every rollout batch)."

@@ -28,10 +28,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+import gspo_trl.metric_names as names
+from gspo_trl.metric_names import METRICS_FILE
 from gspo_trl.model.checkpoints import TRAINER_STATE, latest_checkpoint
 
-METRICS_FILE = "metrics.jsonl"
-"""Written by gspo_trl.training.reporting.metrics_file; named here so `report` needs no transformers."""
+OFFPOLICY_LENGTH_KEYS = re.escape(names.under(names.OFFPOLICY, names.clip_by_length("len_"))) + ".+"
+MINIBATCH_REGION_KEYS = names.MINIBATCH_REGEX + re.escape("/" + names.CLIP_REGION)
 FIGSIZE_IN, DPI = (10.0, 5.6), 100
 """Every PNG is FIGSIZE_IN * DPI = 1000 x 560 pixels."""
 
@@ -118,7 +120,7 @@ def _finish(fig, ax, path: Path, plotted: bool, missing: str) -> bool:
 
 def heldout_label(key: str) -> str:
     """'heldout/score' -> 'held-out score (greedy)', 'eval_heldout/pass@4' -> 'held-out pass@4 (eval)'."""
-    name = key.split("heldout/", 1)[1]
+    name = key.split(names.HELDOUT + "/", 1)[1]
     label = "held-out score (greedy)" if name == "score" else f"held-out {name}"
     if name.startswith("pass@"):
         label += " (sampled)"
@@ -138,7 +140,9 @@ def plot_reward(history: list[dict], path: Path) -> bool:
     fig, ax = _new_figure("Reward and held-out score", "score")
     plotted = False
     scores = [  # held-out scores; heldout/judged is coverage (share of rows graded), not a score
-        k for k in keys_matching(history, r"(eval_)?heldout/.+") if not k.endswith("/judged")
+        k
+        for k in keys_matching(history, rf"(eval_)?{names.HELDOUT}/.+")
+        if not k.endswith(names.HELDOUT_JUDGED)
     ]
     values_seen = [v for key in ["reward", *scores] for v in series(history, key)[1]]
     steps, mean = series(history, "reward")
@@ -180,10 +184,10 @@ def plot_lines(
 
 def plot_log_ratio(history: list[dict], path: Path) -> bool:
     fig, ax = _new_figure("Off-policy log s_i quantiles (minibatches 2..k)", "log s_i (nats / token)")
-    prefix = "gspo/offpolicy/log_ratio/"
-    steps, p50 = series(history, prefix + "p50")
+    key = lambda stat: names.under(names.OFFPOLICY, names.log_ratio(stat))  # noqa: E731
+    steps, p50 = series(history, key("p50"))
     if steps:
-        q = {k: dict(zip(*series(history, prefix + k), strict=True)) for k in ("p5", "p95", "min", "max")}
+        q = {k: dict(zip(*series(history, key(k)), strict=True)) for k in ("p5", "p95", "min", "max")}
         low, high = [q["p5"][s] for s in steps], [q["p95"][s] for s in steps]
         ax.fill_between(steps, low, high, alpha=0.25, color="C0", label="p5-p95")
         ax.plot(steps, p50, color="C0", label="p50")
@@ -192,7 +196,7 @@ def plot_log_ratio(history: list[dict], path: Path) -> bool:
         ax.axhline(0.0, color="black", lw=0.8)
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
     return _finish(
-        fig, ax, path, bool(steps), f"'{prefix}*' not logged (a GSPOTrainer run with off-policy updates)"
+        fig, ax, path, bool(steps), f"'{key('*')}' not logged (a GSPOTrainer run with off-policy updates)"
     )
 
 
@@ -201,12 +205,11 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> dict
     history = load_log_history(run_dir)
     out = Path(out_dir) if out_dir else Path(run_dir) / "report"
     out.mkdir(parents=True, exist_ok=True)
-    len_keys = sorted(keys_matching(history, r"gspo/offpolicy/clip/len_.+"), key=_bucket_order)
-    mb_keys = sorted(
-        keys_matching(history, r"gspo/mb\d+/clip/region"), key=lambda k: int(k.split("/")[1][2:])
-    )
-    zero_var = keys_matching(history, r"gspo/zero_variance_groups") or keys_matching(
-        history, "frac_reward_zero_std"
+    region = names.under(names.OFFPOLICY, names.CLIP_REGION)
+    len_keys = sorted(keys_matching(history, OFFPOLICY_LENGTH_KEYS), key=_bucket_order)
+    mb_keys = sorted(keys_matching(history, MINIBATCH_REGION_KEYS), key=lambda k: int(k.split("/")[1][2:]))
+    zero_var = keys_matching(history, re.escape(names.ZERO_VARIANCE_GROUPS)) or keys_matching(
+        history, names.TRL_ZERO_VARIANCE
     )
     return {
         "reward.png": plot_reward(history, out / "reward.png"),
@@ -215,7 +218,7 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> dict
             out / "clip_by_length.png",
             "Off-policy clip fraction by response length",
             "fraction of responses clipped",
-            [*len_keys, *keys_matching(history, "gspo/offpolicy/clip/region")],
+            [*len_keys, *keys_matching(history, re.escape(region))],
             _length_label,
             fraction=True,
         ),

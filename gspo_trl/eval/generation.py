@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from huggingface_hub.errors import HFValidationError
 
+from gspo_trl.config.hub_ids import looks_like_local_path
 from gspo_trl.config.sections import ModelConfig
 from gspo_trl.errors import ModelNotFoundError
 from gspo_trl.eval.batching import DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TOKENS, token_bounded_batches
@@ -57,8 +58,7 @@ def resolve_model_dir(model_or_run: str) -> str:
             f"model {model_or_run!r}: a directory, but neither a model (no config.json) nor a run "
             f"with checkpoint-N directories{hint}"
         )
-    looks_local = model_or_run.startswith(("/", ".", "~")) or model_or_run.count("/") > 1
-    if looks_local or not model_or_run:
+    if looks_like_local_path(model_or_run):
         raise ModelNotFoundError(f"model {model_or_run!r}: no such directory")
     return model_or_run  # a hub id; loading says whether it exists
 

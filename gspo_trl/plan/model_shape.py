@@ -17,14 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gspo_trl.errors import UserError
+from gspo_trl.errors import PlanError
 
 SHIPPED_DIR = Path(__file__).parent / "model_configs"
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
-
-
-class PlanError(UserError):
-    """A plan input that cannot work; the message names the input and what to do."""
 
 
 def dtype_bytes(dtype: str) -> int:

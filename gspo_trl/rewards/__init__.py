@@ -11,11 +11,10 @@ pools and sandboxes start on a reward's first call.
 """
 
 from gspo_trl.rewards import code, cosine, math_verify_reward, shaping  # noqa: F401  (registers the built-ins)
-from gspo_trl.rewards.errors import RewardParameterError, UnknownRewardError
+from gspo_trl.rewards.errors import RewardParameterError, RewardRegistrationError, UnknownRewardError
 from gspo_trl.rewards.registry import (
     RewardInfo,
     RewardParam,
-    RewardRegistrationError,
     available,
     describe,
     get,

@@ -26,9 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gspo_trl.rewards.errors import RewardParameterError, UnknownRewardError
+from gspo_trl.rewards.errors import RewardParameterError, RewardRegistrationError, UnknownRewardError
 from gspo_trl.rewards.loading import entry_points, import_modules, load_object
-from gspo_trl.rewards.params import REQUIRED, RewardParam, check_type
+from gspo_trl.rewards.params import REQUIRED, RewardParam, coerce_param, describe_type, parameter_types
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +62,6 @@ class _Entry:
     aliases: tuple[str, ...] = ()
     # old parameter name -> (new name, conversion of the old value to the new one)
     renamed: tuple[tuple[str, tuple[str, Callable[[Any], Any]]], ...] = ()
-
-
-class RewardRegistrationError(ValueError):
-    """Two different definitions registered under one reward name; the message names both."""
 
 
 _REGISTRY: dict[str, _Entry] = {}
@@ -159,30 +155,36 @@ def available(imports: list[str] | tuple[str, ...] = ()) -> list[RewardInfo]:
     return infos
 
 
-def validate_params(spec: str, params: dict[str, Any]) -> None:
-    """Check ``params`` against the reward's signature (names, required ones, simple types).
+def validate_params(spec: str, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` checked against the reward's signature and converted to its declared types.
 
-    Raises :class:`RewardParameterError` naming the reward and the parameter. Runs nothing
+    Names, required ones, and each value read as its annotation by gspo_trl.rewards.coercion (text
+    from a command line, ``"4096"``, becomes the int 4096; ``1.5`` for an int is refused).
+    Returns the converted parameters (old names replaced by their new ones, ``label`` kept);
+    raises :class:`RewardParameterError` naming the reward and the parameter. Runs nothing
     of the reward itself; value checks that need the reward's logic (e.g. a negative
     ``max_len``) happen in :func:`get`, which is equally cheap.
     """
     entry = _resolve(spec)
     params = _renamed_params(entry, params, warn=False)
     declared = {p.name: p for p in _parameters(entry)}
+    converted = {}
     for key, value in params.items():
         if key == LABEL:
             if not isinstance(value, str) or not value.strip():
                 raise RewardParameterError(
                     f"reward {entry.name!r}: {LABEL} must be a non-empty string, got {value!r}"
                 )
+            converted[key] = value
             continue
         if key not in declared:
             hint = ", ".join(declared) or "none"
             raise RewardParameterError(f"reward {entry.name!r} has no parameter {key!r} (parameters: {hint})")
-        check_type(entry.name, declared[key], value)
+        converted[key] = coerce_param(entry.name, declared[key], value)
     missing = [p.name for p in declared.values() if p.required and p.name not in params]
     if missing:
         raise RewardParameterError(f"reward {entry.name!r} needs parameter(s) {', '.join(missing)}")
+    return converted
 
 
 def get(spec: str, **params: Any) -> Callable[..., Any]:
@@ -193,8 +195,8 @@ def get(spec: str, **params: Any) -> Callable[..., Any]:
     ``label`` parameter when given, so that changing a parameter does not rename a metric.
     """
     entry = _resolve(spec)
-    validate_params(spec, params)
-    params = _renamed_params(entry, params)
+    _renamed_params(entry, params)  # warns once per old parameter name
+    params = validate_params(spec, params)
     name = params.pop(LABEL, None) or entry.name
     if entry.factory:
         try:
@@ -273,6 +275,7 @@ def _signature(target: Callable[..., Any]) -> inspect.Signature:
 
 
 def _parameters(entry: _Entry) -> tuple[RewardParam, ...]:
+    types = parameter_types(entry.target)
     out = []
     for p in _signature(entry.target).parameters.values():
         if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) or p.name in TRL_PROVIDED:
@@ -280,8 +283,8 @@ def _parameters(entry: _Entry) -> tuple[RewardParam, ...]:
         if not entry.factory and p.default is p.empty:
             continue  # a column, not a parameter
         default = REQUIRED if p.default is p.empty else p.default
-        annotation = "" if p.annotation is p.empty else str(p.annotation).replace("typing.", "")
-        out.append(RewardParam(p.name, default, annotation))
+        declared = types.get(p.name, Any)
+        out.append(RewardParam(p.name, default, describe_type(declared), declared))
     return tuple(out)
 
 

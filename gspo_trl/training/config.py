@@ -4,8 +4,9 @@ TRL pairs each trainer with a config dataclass; a subclass adds fields to the co
 than keyword arguments to the trainer. So `GSPOConfig()` is the paper's GSPO (sequence-level
 ratio, `loss_type="grpo"`, beta 0, clip range 3e-4 / 4e-4, 4 minibatch updates per rollout
 batch) where `GRPOConfig()` is TRL's defaults, and it refuses what would silently not be GSPO
-(token-sum losses with sequence ratios, clip ranges outside (0, 1), all-on-policy updates)
-with the same checks a recipe gets (gspo_trl.config.validation).
+(token-sum losses with sequence ratios, clip ranges outside (0, 1) or at the wrong level,
+GSPO-token without token ratios, all-on-policy updates) with the functions a recipe's
+validation calls (gspo_trl.config.invariants), so with the same messages.
 
     from gspo_trl import GSPOConfig, GSPOTrainer
     trainer = GSPOTrainer(model="Qwen/Qwen3-0.6B", args=GSPOConfig(output_dir="runs/x"),
@@ -23,9 +24,9 @@ from trl import GRPOConfig
 from gspo_trl.config.defaults import GSPO_DEFAULTS
 from gspo_trl.config.engine_checks import check_engine_settings
 from gspo_trl.config.fields import build_dataclass
+from gspo_trl.config.invariants import algorithm_of, check_off_policy
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig
 from gspo_trl.config.validation import check_gspo_settings, updates_per_rollout_batch
-from gspo_trl.errors import FieldTypeError, RecipeError
 
 
 def _help(text: str) -> dict[str, str]:
@@ -90,28 +91,13 @@ class GSPOConfig(GRPOConfig):
         if isinstance(self.engine, EngineConfig):
             self.engine = dataclasses.asdict(self.engine)
         check_engine_settings(self.engine or {}, settings)
-        if self.gspo_token and self.importance_sampling_level != "token":
-            raise RecipeError(
-                "gspo_token: needs importance_sampling_level='token' (it builds the sequence ratio per "
-                f"token itself); got {self.importance_sampling_level!r}"
-            )
-        if (
-            self.algorithm != "grpo"
-            and not self.allow_on_policy
-            and updates_per_rollout_batch(settings, self.world_size) <= 1
-        ):
-            raise RecipeError(
-                "steps_per_generation / gradient_accumulation_steps / num_iterations: every update is "
-                "on-policy, so s_i = 1 and GSPO is exactly GRPO; use several updates per rollout batch "
-                "or allow_on_policy=True"
-            )
+        updates = updates_per_rollout_batch(settings, self.world_size)
+        check_off_policy(self.algorithm, updates, self.allow_on_policy)
 
     @property
     def algorithm(self) -> str:
         """'gspo', 'gspo_token' or 'grpo' (token-level ratios without GSPO-token)."""
-        if self.gspo_token:
-            return "gspo_token"
-        return "gspo" if self.importance_sampling_level == "sequence" else "grpo"
+        return algorithm_of(self.importance_sampling_level, self.gspo_token)
 
     def engine_config(self) -> EngineConfig:
         """The `engine` dict as a checked EngineConfig."""
@@ -121,7 +107,4 @@ class GSPOConfig(GRPOConfig):
 
     def diagnostics_config(self) -> DiagnosticsConfig:
         """The `diagnostics` dict as a checked DiagnosticsConfig."""
-        try:
-            return build_dataclass(DiagnosticsConfig, dict(self.diagnostics or {}), "diagnostics")
-        except (FieldTypeError, ValueError, TypeError) as error:
-            raise RecipeError(str(error)) from None
+        return build_dataclass(DiagnosticsConfig, dict(self.diagnostics or {}), "diagnostics")

@@ -7,9 +7,9 @@ response per update (see `ROW_COLUMNS`), gathers rows across ranks, and at every
 step turns them into the metrics below with the functions of this module.
 
 Metric keys (all under the normal Trainer logging path, so trackio / wandb / tensorboard
-and `trainer_state.json` see them). `mb{k}` is the update index within a rollout batch:
-mb1 is on-policy (s_i = 1 up to float noise), mb2..mbK are off-policy; `offpolicy` pools
-mb2..mbK.
+and `trainer_state.json` see them; spelled in gspo_trl.metric_names). `mb{k}` is the update
+index within a rollout batch: mb1 is on-policy (s_i = 1 up to float noise), mb2..mbK are
+off-policy; `offpolicy` pools mb2..mbK.
 
     gspo/mb{k}/log_ratio/{mean,std,p5,p50,p95,min,max}   log s_i over responses (nats/token)
     gspo/mb{k}/clip/{low,high,region}     fraction of ALL responses whose clip is active
@@ -38,6 +38,7 @@ import math
 import numpy as np
 import torch
 
+import gspo_trl.metric_names as names
 from gspo_trl.config.sections import DiagnosticsConfig
 
 logger = logging.getLogger(__name__)
@@ -120,13 +121,13 @@ def clip_fractions(
     m = clip_masks(log_s, advantages, eps_low, eps_high)
     adv = _np(advantages)
     return {
-        "clip/low": _fraction(m["low"]),
-        "clip/high": _fraction(m["high"]),
-        "clip/region": _fraction(m["low"] | m["high"]),
-        "clip/pos_adv": _fraction(m["high"][adv > 0]),
-        "clip/neg_adv": _fraction(m["low"][adv < 0]),
-        "outside/low": _fraction(m["outside_low"]),
-        "outside/high": _fraction(m["outside_high"]),
+        names.CLIP_LOW: _fraction(m["low"]),
+        names.CLIP_HIGH: _fraction(m["high"]),
+        names.CLIP_REGION: _fraction(m["low"] | m["high"]),
+        names.CLIP_POS_ADV: _fraction(m["high"][adv > 0]),
+        names.CLIP_NEG_ADV: _fraction(m["low"][adv < 0]),
+        names.OUTSIDE_LOW: _fraction(m["outside_low"]),
+        names.OUTSIDE_HIGH: _fraction(m["outside_high"]),
     }
 
 
@@ -146,7 +147,7 @@ def clip_fraction_by_length(
     for label, lo, hi in zip(bucket_labels(length_buckets), edges[:-1], edges[1:], strict=True):
         in_bucket = (lengths >= lo) & (lengths < hi)
         if in_bucket.any():
-            out[f"clip/{label}"] = _fraction(region[in_bucket])
+            out[names.clip_by_length(label)] = _fraction(region[in_bucket])
     return out
 
 
@@ -159,11 +160,11 @@ def summarize_rows(
     if rows.size == 0:
         return {}
     log_s, adv, length, ent, tok, _ = rows.T
-    stats = {f"log_ratio/{k}": v for k, v in log_ratio_quantiles(log_s).items()}
+    stats = {names.log_ratio(k): v for k, v in log_ratio_quantiles(log_s).items()}
     stats.update(clip_fractions(log_s, adv, eps_low, eps_high))
     stats.update(clip_fraction_by_length(log_s, adv, length, eps_low, eps_high, length_buckets))
-    stats["entropy"] = float(ent.sum() / max(tok.sum(), 1.0))
-    stats["responses"] = float(rows.shape[0])
+    stats[names.ENTROPY] = float(ent.sum() / max(tok.sum(), 1.0))
+    stats[names.RESPONSES] = float(rows.shape[0])
     return {k: v for k, v in stats.items() if not math.isnan(v)}
 
 
@@ -185,16 +186,16 @@ class ClipAlarm:
 
     def update(self, offpolicy: dict[str, float], eps_low: float, eps_high: float) -> str | None:
         """Advance the streaks with one step's pooled off-policy stats; return a warning or None."""
-        pos = offpolicy.get("clip/pos_adv")
-        region = offpolicy.get("clip/region")
+        pos = offpolicy.get(names.CLIP_POS_ADV)
+        region = offpolicy.get(names.CLIP_REGION)
         if pos is not None and pos > self.config.warn_clip_fraction:
             self.high_streak += 1
             self.recent = [*self.recent, pos][-self.config.warn_after_steps :]
         else:
             self.high_streak, self.recent = 0, []
         self.none_streak = self.none_streak + 1 if region == 0.0 else 0
-        p5 = offpolicy.get("log_ratio/p5", math.nan)
-        p95 = offpolicy.get("log_ratio/p95", math.nan)
+        p5 = offpolicy.get(names.log_ratio("p5"), math.nan)
+        p95 = offpolicy.get(names.log_ratio("p95"), math.nan)
         message = None
         if self.high_streak >= self.config.warn_after_steps and "high" not in self.warned:
             self.warned.add("high")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gspo_trl.config.data_checks import check_code_tests, check_columns, required_columns
+from gspo_trl.config.hub_ids import looks_like_local_path
 from gspo_trl.config.recipe import Recipe
 from gspo_trl.config.validation import check_reward_construction, validate
 from gspo_trl.errors import RecipeError
@@ -59,8 +60,7 @@ def check_output_dir(output_dir: str) -> None:
 def check_model_path(recipe: Recipe) -> None:
     """Refuse a model path that looks local but does not exist (it would be tried as a hub id)."""
     name = recipe.model.name_or_path
-    looks_local = name.startswith(("/", "./", "../", "~")) or name.count("/") > 1
-    if looks_local and not Path(name).expanduser().exists():
+    if looks_like_local_path(name) and not Path(name).expanduser().exists():
         raise RecipeError(f"model.name_or_path: {name!r} does not exist")
 
 

@@ -20,7 +20,7 @@ never re-implements the loss:
 
 With `engine={"old_logprobs": "engine"}` (recipe `engine:` section), pi_old is vLLM's sampling
 log-probs instead of TRL's recompute forward, and the on-policy minibatch's log s_i is judged
-as the engine mismatch on every rollout batch (gspo_trl.training.engine.logprobs, engine_guard).
+as the engine mismatch on every rollout batch (gspo_trl.training.engine.logprobs, .mismatch).
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
+import gspo_trl.metric_names as names
+from gspo_trl.config.invariants import algorithm_of, check_ratio_level
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig
 from gspo_trl.training.diagnostics import ROW_COLUMNS, ClipAlarm, sequence_log_ratio, summarize_rows
 from gspo_trl.training.engine.logprobs import EngineOldLogprobs
@@ -78,12 +80,9 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
         self.engine_logprobs = EngineOldLogprobs(self, engine() if callable(engine) else EngineConfig())
         if self.use_vllm and self.accelerator.is_main_process:
             logger.info(vllm_correction_summary(self.args))
-        if self.gspo_token and self.importance_sampling_level != "token":
-            raise ValueError(
-                "gspo_token=True needs importance_sampling_level='token' (it builds the "
-                f"sequence ratio per token itself); got importance_sampling_level="
-                f"'{self.importance_sampling_level}'. Set it to 'token' or drop gspo_token."
-            )
+        # a GSPOConfig checked this when built; again here for one changed since (the same check)
+        level = self.importance_sampling_level
+        check_ratio_level(algorithm_of(level, self.gspo_token), level)
 
     # --- loss path -------------------------------------------------------------------------
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
@@ -192,7 +191,7 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
             if self.gspo_row_sink is not None:
                 self.gspo_row_sink.append((mb, rows))
             stats = summarize_rows(rows, *eps)
-            out.update({f"gspo/mb{mb}/{k}": v for k, v in stats.items()})
+            out.update({names.under(names.minibatch(mb), k): v for k, v in stats.items()})
             if mb >= 2:
                 offpolicy.append((rows, stats))
         self._gspo_rows.clear()
@@ -202,16 +201,16 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
                 if len(offpolicy) == 1
                 else summarize_rows(torch.cat([r for r, _ in offpolicy]), *eps)
             )
-            out.update({f"gspo/offpolicy/{k}": v for k, v in pooled.items()})
+            out.update({names.under(names.OFFPOLICY, k): v for k, v in pooled.items()})
             if self.accelerator.is_main_process:
                 self._gspo_alarm.update(pooled, self.epsilon_low, self.epsilon_high)
         return out
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if self.model.training:
-            zero_std = [v for v in self._metrics["train"].get("frac_reward_zero_std", []) if v == v]
+            zero_std = [v for v in self._metrics["train"].get(names.TRL_ZERO_VARIANCE, []) if v == v]
             if zero_std:
-                logs["gspo/zero_variance_groups"] = sum(zero_std) / len(zero_std)
+                logs[names.ZERO_VARIANCE_GROUPS] = sum(zero_std) / len(zero_std)
             if self._gspo_rows:
                 logs.update(self.gspo_statistics())
         super().log(logs, start_time)

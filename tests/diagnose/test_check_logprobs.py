@@ -40,7 +40,7 @@ CASES = {
     "float noise": ([[1e-7, -1e-7, 2e-7, -2e-7]] * 4, 0.0, 0.0, 0.0, True),
     # a bias of 1e-3 nats/token puts every response above log(1 + 4e-4) = 3.9992e-4
     "bias above eps_high": ([[1e-3] * 4] * 4, 1e-3, 1e-3, 1.0, False),
-    # a bias of -1e-4 leaves every response inside the range but tilts it: over 0.1 * 3e-4
+    # a bias of -1e-4 leaves every response inside the range but tilts it: over 0.25 x 3e-4
     "bias inside range": ([[-1e-4] * 4] * 4, -1e-4, -1e-4, 0.0, False),
     # zero-mean but noisy: two responses of four land outside
     "noise": (
@@ -62,7 +62,7 @@ def test_agreement_report_table(name):
     assert report["token"]["n"] == 16 and report["sequence"]["n"] == 4
     assert report["token"]["mean"] == pytest.approx(token_mean, abs=1e-12)
     assert report["sequence"]["mean"] == pytest.approx(seq_mean, abs=1e-12)
-    assert report["clipped_fraction"] == clipped
+    assert report["outside_clip"] == clipped
     assert report["safe"] is safe
     assert ("SAFE" if safe else "UNSAFE") in format_report(report).splitlines()[-1 if safe else -2]
 
@@ -79,7 +79,7 @@ def test_limits_are_log_of_the_clip_range():
     inside = agreement_report(pairs([[-1.0]], [[edge * 0.999]]), EPS_LOW, EPS_HIGH, max_bias_fraction=10)
     between = (edge + EPS_HIGH) / 2  # above log(1 + eps_high), below eps_high itself
     outside = agreement_report(pairs([[-1.0]], [[between]]), EPS_LOW, EPS_HIGH, max_bias_fraction=10)
-    assert inside["clipped_fraction"] == 0.0 and outside["clipped_fraction"] == 1.0
+    assert inside["outside_clip"] == 0.0 and outside["outside_clip"] == 1.0
 
 
 def test_by_length_buckets_split_responses():
@@ -88,8 +88,8 @@ def test_by_length_buckets_split_responses():
     report = agreement_report(pairs(engine, offsets), EPS_LOW, EPS_HIGH, length_buckets=(16,))
     assert set(report["by_length"]) == {"len_0-16", "len_16-inf"}
     assert report["by_length"]["len_0-16"]["n"] == 2
-    assert report["by_length"]["len_0-16"]["clipped_fraction"] == 1.0
-    assert report["by_length"]["len_16-inf"]["clipped_fraction"] == 0.0
+    assert report["by_length"]["len_0-16"]["outside_clip"] == 1.0
+    assert report["by_length"]["len_16-inf"]["outside_clip"] == 0.0
 
 
 def test_empty_completions_and_missing_logprobs_are_skipped_and_all_empty_is_an_error():

@@ -113,7 +113,7 @@ def test_colocate_gspo_steps_then_engine_logprobs_match_trainer(model_dir, tmp_p
         assert when["token"]["n"] > 0
         assert when["token"]["abs_max"] < TOKEN_TOLERANCE, when["token"]
         assert when["sequence"]["abs_max"] < SEQUENCE_TOLERANCE, when["sequence"]
-    assert report["safe"] and report["clipped_fraction"] == 0.0
+    assert report["safe"] and report["outside_clip"] == 0.0
 
 
 NO_SHIM_DRIVER = """

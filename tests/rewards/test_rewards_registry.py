@@ -160,8 +160,10 @@ def test_unknown_specs_name_the_spec_and_candidates(spec, fragments):
     ("spec", "params", "fragment"),
     [
         ("cosine", {"max_lenght": 10}, "'max_lenght'"),
-        ("cosine", {"max_len": "long"}, "must be int"),
-        ("cosine", {"max_len": True}, "must be int"),
+        ("cosine", {"max_len": "long"}, "parameter 'max_len': expected int, got 'long'"),
+        ("cosine", {"max_len": True}, "parameter 'max_len': expected int, got bool True"),
+        ("cosine", {"max_len": 1.5}, "parameter 'max_len': expected int"),
+        ("math", {"reasoning_delimiters": [1]}, "parameter 'reasoning_delimiters'[0]: expected str"),
         ("cosine", {"max_len": -5}, "max_len must be > 0"),
         ("repetition", {"max_penalty": 1.0}, "max_penalty"),
         ("format", {"think_tag": "a b"}, "not a valid tag"),

@@ -13,6 +13,9 @@ per response. A mismatch matters in two ways:
   gradient (one advantage sign) before the policy has moved; flagged when more than
   `max_outside_clip` of them are.
 
+`judge_mismatch` is the one verdict on a mismatch: `gspo-trl check-logprobs` applies it, with
+the same default limits, to the delta_i it measures before a run.
+
 Metric keys: `gspo/engine_mismatch/{mean,std,outside_clip}` (nats; nats; fraction 0-1), one
 value per rollout batch, averaged over a logging step by TRL.
 """
@@ -24,52 +27,64 @@ from dataclasses import dataclass
 
 import torch
 
-from gspo_trl.config.sections import EngineConfig
-
-METRIC_PREFIX = "gspo/engine_mismatch/"
+import gspo_trl.metric_names as names
+from gspo_trl.config.sections import MAX_BIAS_FRACTION, MAX_OUTSIDE_CLIP, EngineConfig
 
 
 @dataclass
 class MismatchVerdict:
-    """One rollout batch's on-policy log s_i, summarised; `problem` is None when it passes."""
+    """Per-response log s_i (trainer minus engine), summarised; `problem` is None when it passes."""
 
     mean: float
     std: float
     outside_clip: float
     responses: int
     problem: str | None
+    bias_limit: float = 0.0
+    """The |mean| allowed: max_bias_fraction x the narrower clip half-range in log space (nats)."""
 
     def metrics(self) -> dict[str, float]:
         return {
-            f"{METRIC_PREFIX}mean": self.mean,
-            f"{METRIC_PREFIX}std": self.std,
-            f"{METRIC_PREFIX}outside_clip": self.outside_clip,
+            names.ENGINE_MISMATCH_MEAN: self.mean,
+            names.ENGINE_MISMATCH_STD: self.std,
+            names.ENGINE_MISMATCH_OUTSIDE_CLIP: self.outside_clip,
         }
 
 
 def judge_mismatch(
-    log_s: torch.Tensor, eps_low: float, eps_high: float, config: EngineConfig
+    log_s: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+    max_bias_fraction: float = MAX_BIAS_FRACTION,
+    max_outside_clip: float = MAX_OUTSIDE_CLIP,
 ) -> MismatchVerdict:
-    """Summarise per-response log s_i (trainer minus engine, nats) against the clip range."""
+    """The engine-mismatch verdict, for the run's guard and `gspo-trl check-logprobs` alike.
+
+    `log_s` holds per-response log s_i = mean_t [log pi_trainer - log pi_engine] (nats; NaN
+    entries, padding from a gather, are skipped). It fails when |mean| exceeds
+    `max_bias_fraction` of min(-log(1 - eps_low), log(1 + eps_high)) or when more than
+    `max_outside_clip` of the responses lie outside that range (the thresholds' reasons:
+    gspo_trl.config.sections.MAX_BIAS_FRACTION, MAX_OUTSIDE_CLIP).
+    """
     x = log_s.double().flatten()
     x = x[~x.isnan()]
     lo, hi = math.log1p(-eps_low), math.log1p(eps_high)
     mean = x.mean().item() if x.numel() else 0.0
     std = x.std().item() if x.numel() > 1 else 0.0
     outside = ((x < lo) | (x > hi)).double().mean().item() if x.numel() else 0.0
-    bias_limit = config.max_bias_fraction * min(-lo, hi)
+    bias_limit = max_bias_fraction * min(-lo, hi)
     problems = []
     if abs(mean) > bias_limit:
         problems.append(
-            f"mean log s_i {mean:+.2e} nats is past {config.max_bias_fraction:g} of the clip half-range "
+            f"mean log s_i {mean:+.2e} nats is past {max_bias_fraction:g} of the clip half-range "
             f"({bias_limit:.2e})"
         )
-    if outside > config.max_outside_clip:
+    if outside > max_outside_clip:
         problems.append(
             f"{outside:.1%} of responses are outside the clip range from the mismatch alone "
-            f"(limit {config.max_outside_clip:.1%})"
+            f"(limit {max_outside_clip:.1%})"
         )
-    return MismatchVerdict(mean, std, outside, int(x.numel()), "; ".join(problems) or None)
+    return MismatchVerdict(mean, std, outside, int(x.numel()), "; ".join(problems) or None, bias_limit)
 
 
 class EngineMismatchGuard:
@@ -89,7 +104,8 @@ class EngineMismatchGuard:
         """Judge what was observed since the last call; None when nothing was."""
         if not self._pending:
             return None
-        verdict = judge_mismatch(torch.cat(self._pending), eps_low, eps_high, self.config)
+        limits = (self.config.max_bias_fraction, self.config.max_outside_clip)
+        verdict = judge_mismatch(torch.cat(self._pending), eps_low, eps_high, *limits)
         self._pending.clear()
         self.verdicts.append(verdict)
         self.flagged_batches += verdict.problem is not None

@@ -18,6 +18,7 @@ from typing import Any
 
 from transformers import Trainer, TrainerCallback
 
+import gspo_trl.metric_names as names
 from gspo_trl.eval.generation import DEFAULT_BATCH_TOKENS, generate_completions
 from gspo_trl.eval.pass_at_k import GradedSamples, grade_samples
 from gspo_trl.model.prompts import PromptRendering
@@ -165,17 +166,17 @@ class HeldoutCallback(TrainerCallback):
         with heldout_generator(self.trainer, self._sampling()) as generator:
             local = grade_shard(generator, rows, self.grader, score, sampled, self.pass_threshold)
         graded = gather_rows(local, generator.num_shards)
-        logs = {f"heldout/{key}": value for key, value in mean_grade([row[1] for row in graded]).items()}
+        logs = {names.heldout(key): value for key, value in mean_grade([row[1] for row in graded]).items()}
         if sampled:
             passes = GradedSamples([row[2] for row in graded], self.pass_threshold)
             logs.update(
-                {f"heldout/pass@{k}": passes.pass_at(k) for k in sorted(set(self.ks)) if k <= sampled[0]}
+                {names.heldout_pass_at(k): passes.pass_at(k) for k in sorted(set(self.ks)) if k <= sampled[0]}
             )
         if self.trainer.accelerator.is_main_process:
             logger.info(
                 "held-out score: %.4f (judged %.0f%%) on %d rows with %s over %d shard(s)",
-                logs["heldout/score"],
-                100 * logs["heldout/judged"],
+                logs[names.HELDOUT_SCORE],
+                100 * logs[names.HELDOUT_JUDGED],
                 len(graded),
                 generator.engine,
                 generator.num_shards,
@@ -184,7 +185,7 @@ class HeldoutCallback(TrainerCallback):
 
     def _evaluate(self, step: int) -> None:
         logs = self.evaluate()
-        self.history.append((step, logs["heldout/score"]))
+        self.history.append((step, logs[names.HELDOUT_SCORE]))
         # Trainer.log ends in on_log, which clears control.should_log: called from on_step_end,
         # it would cancel this step's own training log. Keep the flag as it was.
         should_log = self.trainer.control.should_log

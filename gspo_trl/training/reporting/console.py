@@ -24,6 +24,7 @@ from typing import Any
 from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
+import gspo_trl.metric_names as names
 from gspo_trl.training.reporting.metrics_file import MetricsFileCallback
 
 logger = logging.getLogger(__name__)
@@ -36,10 +37,10 @@ HELDOUT_LOGGER = "gspo_trl.training.heldout.scoring"
 ZERO_VARIANCE_STEPS = 3
 """Consecutive logging steps with every group tied (zero variance) before the console warns."""
 
-CLIP_KEY = "gspo/offpolicy/clip/region"
-SPREAD_KEY = "gspo/offpolicy/log_ratio/std"
-ZERO_VARIANCE_KEY = "gspo/zero_variance_groups"
-HELDOUT_KEY = "heldout/score"
+CLIP_KEY = names.under(names.OFFPOLICY, names.CLIP_REGION)
+SPREAD_KEY = names.under(names.OFFPOLICY, names.log_ratio("std"))
+ZERO_VARIANCE_KEY = names.ZERO_VARIANCE_GROUPS
+HELDOUT_KEY = names.HELDOUT_SCORE
 
 
 def _duration(seconds: float) -> str:
@@ -209,7 +210,9 @@ class ConsoleCallback(TrainerCallback):
         self._check_zero_variance(logs)
 
     def _heldout_line(self, logs: dict[str, Any], step: int, max_steps: int) -> str:
-        extras = [f"{k.split('/', 1)[1]} {v:.3f}" for k, v in logs.items() if k.startswith("heldout/pass@")]
+        extras = [
+            f"{k.split('/', 1)[1]} {v:.3f}" for k, v in logs.items() if k.startswith(names.HELDOUT_PASS_AT)
+        ]
         score = _number(logs.get(HELDOUT_KEY))
         text = f"{score:.3f}" if score is not None else "n/a"
         return " | ".join([f"step {step}/{max_steps}", f"held-out {text}", *extras])

@@ -14,7 +14,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-METRICS_FILE = "metrics.jsonl"
+from gspo_trl.metric_names import METRICS_FILE
 
 
 class MetricsFileCallback(TrainerCallback):

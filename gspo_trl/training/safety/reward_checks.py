@@ -23,17 +23,13 @@ from typing import Any
 
 from trl.trainer.utils import get_callable_name, is_async_callable
 
-from gspo_trl.errors import UserError
+from gspo_trl.errors import RewardFailedError, UserError
 
 MAX_UNJUDGED_BATCHES = 5
 """Rollout batches in a row in which a reward returns None for every completion before the
 run stops. A reward that answers None for rows outside its task (a mixture of maths and code)
 still judges some rows of most batches; five all-None batches in a row is a broken input."""
 SHOWN_CHARS = 80
-
-
-class RewardFailedError(UserError):
-    """A reward function raised or returned something that is not one score per completion."""
 
 
 def _short(value: Any) -> str:

@@ -20,12 +20,7 @@ from typing import Any
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
-from gspo_trl.errors import UserError
-
-
-class CheckpointWriteError(UserError):
-    """A checkpoint could not be written (full disk); the message says how to continue."""
-
+from gspo_trl.errors import CheckpointWriteError
 
 DISK_FULL_BYTES = 16 << 20
 """A failed save with less free space than this is reported as a full disk."""

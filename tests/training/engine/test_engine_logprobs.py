@@ -4,16 +4,20 @@ section and its refusals. The real vLLM runs are in test_engine_logprobs_vllm.py
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
 
+from gspo_trl.cli.check_logprobs import build_parser as check_logprobs_parser
 from gspo_trl.config.recipe import load_recipe, recipe_as_yaml
-from gspo_trl.config.sections import EngineConfig
+from gspo_trl.config.sections import MAX_BIAS_FRACTION, MAX_OUTSIDE_CLIP, EngineConfig
 from gspo_trl.config.validation import validate
+from gspo_trl.diagnose.check_logprobs import LogprobPairs, agreement_report
 from gspo_trl.errors import RecipeError
 from gspo_trl.training.config import GSPOConfig
 from gspo_trl.training.engine.mismatch import EngineMismatchGuard, judge_mismatch
+from tests._paths import ROOT
 
 EPS_LOW, EPS_HIGH = 3e-4, 4e-4
 NARROW = -math.log1p(-EPS_LOW)  # the narrower half-range in log space, ~3.0e-4
@@ -33,7 +37,7 @@ GUARD_CASES = {
 @pytest.mark.parametrize("name", GUARD_CASES)
 def test_guard_verdicts(name):
     log_s, flagged, outside = GUARD_CASES[name]
-    verdict = judge_mismatch(torch.tensor(log_s), EPS_LOW, EPS_HIGH, EngineConfig(old_logprobs="engine"))
+    verdict = judge_mismatch(torch.tensor(log_s), EPS_LOW, EPS_HIGH)  # the shared default limits
     assert (verdict.problem is not None) is flagged, verdict
     assert verdict.outside_clip == pytest.approx(outside)
     assert verdict.responses == sum(1 for x in log_s if x == x)
@@ -42,6 +46,20 @@ def test_guard_verdicts(name):
         "gspo/engine_mismatch/std",
         "gspo/engine_mismatch/outside_clip",
     }
+
+
+@pytest.mark.parametrize("name", [n for n in GUARD_CASES if "NaN" not in n])
+def test_check_logprobs_gives_the_guards_verdict(name):
+    """The same per-response log s_i, as check-logprobs measures it (one token per response):
+    SAFE exactly when the run's guard would not flag it."""
+    log_s, flagged, outside = GUARD_CASES[name]
+    engine = [torch.tensor([-1.0], dtype=torch.float64) for _ in log_s]
+    pairs = LogprobPairs(
+        engine, [e + x for e, x in zip(engine, log_s, strict=True)], [[0]] * len(log_s), [[0]] * len(log_s)
+    )
+    report = agreement_report(pairs, EPS_LOW, EPS_HIGH)
+    assert report["safe"] is not flagged and report["outside_clip"] == pytest.approx(outside)
+    assert report["max_outside_clip"] == EngineConfig().max_outside_clip
 
 
 def test_guard_pools_micro_batches_and_judges_once_per_rollout_batch():
@@ -122,3 +140,34 @@ def test_check_logprobs_verdict_line_names_the_recipe_key(offset, key):
         if "SAFE:" in line
     )
     assert key in verdict and verdict.startswith("SAFE" if offset == 0 else "UNSAFE")
+
+
+def test_docs_state_the_verdict_limits_the_code_uses():
+    """The guard's and check-logprobs' one set of limits, as docs/engine-logprobs.md and
+    docs/vllm.md state them (recipe-reference.md is generated from EngineConfig itself)."""
+    engine_doc = (ROOT / "docs" / "engine-logprobs.md").read_text(encoding="utf-8")
+    vllm_doc = (ROOT / "docs" / "vllm.md").read_text(encoding="utf-8")
+    stated = {
+        "engine-logprobs.md max_bias_fraction": float(
+            re.search(r"max_bias_fraction: ([\d.]+)", engine_doc)[1]
+        ),
+        "engine-logprobs.md max_outside_clip": float(re.search(r"max_outside_clip: ([\d.]+)", engine_doc)[1]),
+        "engine-logprobs.md bias comment": int(
+            re.search(r"flag \|mean log s_i\| above (\d+)%", engine_doc)[1]
+        )
+        / 100,
+        "engine-logprobs.md outside comment": int(
+            re.search(r"flag more than (\d+)% of responses", engine_doc)[1]
+        )
+        / 100,
+        "vllm.md --max-bias-fraction": int(re.search(r"`--max-bias-fraction` \((\d+)%\)", vllm_doc)[1]) / 100,
+        "vllm.md --max-outside-clip": int(re.search(r"`--max-outside-clip` \((\d+)%\)", vllm_doc)[1]) / 100,
+        "why: outside share": int(re.search(r"so (\d+)% outside costs", engine_doc)[1]) / 100,
+    }
+    limits = {"bias": MAX_BIAS_FRACTION, "outside": MAX_OUTSIDE_CLIP}
+    for where, value in stated.items():
+        assert value == (limits["bias"] if "bias" in where else limits["outside"]), where
+    nats = float(re.search(r"\(([\d.e-]+) nats for the paper's 3e-4\)", engine_doc)[1])
+    assert nats == pytest.approx(MAX_BIAS_FRACTION * 3e-4)
+    assert check_logprobs_parser().parse_args(["r.yaml"]).max_outside_clip == MAX_OUTSIDE_CLIP
+    assert check_logprobs_parser().parse_args(["r.yaml"]).max_bias_fraction == MAX_BIAS_FRACTION

@@ -1,0 +1,111 @@
+"""The names of the metrics a GSPO run logs: written once here, used by every writer and reader.
+
+The trainer, the engine guard and the held-out callback write these keys; the console,
+`gspo-trl report`, `calibrate --from-run` and the demo read them back from the log history or
+OUTPUT_DIR/metrics.jsonl. docs/gspo.md ("Diagnostics") says what each one means; a test checks
+that every key the docs name is one of these.
+
+    gspo/mb{k}/STAT               one update of a rollout batch (k = 1 is on-policy)
+    gspo/offpolicy/STAT           the same statistics pooled over updates 2..K
+    gspo/zero_variance_groups     share of groups whose rewards all tie
+    gspo/engine_mismatch/{mean,std,outside_clip}   engine log-probs as pi_old: the guard
+    heldout/{score,judged,pass@k} the held-out evaluation
+
+STAT is `log_ratio/{mean,std,p5,p50,p95,min,max}`, `clip/{low,high,region,pos_adv,neg_adv}`,
+`outside/{low,high}`, `clip/len_{a}-{b}`, `entropy` or `responses`. TRL's own keys (`reward`,
+`clip_ratio/*`, ...) are TRL's and are not named here.
+"""
+
+from __future__ import annotations
+
+import re
+
+METRICS_FILE = "metrics.jsonl"
+"""OUTPUT_DIR/metrics.jsonl: every log event of a run, one JSON object a line."""
+
+GSPO = "gspo"
+OFFPOLICY = f"{GSPO}/offpolicy"
+ZERO_VARIANCE_GROUPS = f"{GSPO}/zero_variance_groups"
+TRL_ZERO_VARIANCE = "frac_reward_zero_std"
+"""TRL's per-step share of tied groups, which ZERO_VARIANCE_GROUPS averages over a logging step."""
+
+# per-update statistics (the STAT part, under minibatch(k) or OFFPOLICY)
+LOG_RATIO = "log_ratio"
+LOG_RATIO_STATS = ("mean", "std", "p5", "p50", "p95", "min", "max")
+CLIP_LOW, CLIP_HIGH, CLIP_REGION = "clip/low", "clip/high", "clip/region"
+CLIP_POS_ADV, CLIP_NEG_ADV = "clip/pos_adv", "clip/neg_adv"
+OUTSIDE_LOW, OUTSIDE_HIGH = "outside/low", "outside/high"
+ENTROPY, RESPONSES = "entropy", "responses"
+
+ENGINE_MISMATCH = f"{GSPO}/engine_mismatch"
+ENGINE_MISMATCH_MEAN = f"{ENGINE_MISMATCH}/mean"
+ENGINE_MISMATCH_STD = f"{ENGINE_MISMATCH}/std"
+ENGINE_MISMATCH_OUTSIDE_CLIP = f"{ENGINE_MISMATCH}/outside_clip"
+
+HELDOUT = "heldout"
+HELDOUT_SCORE = f"{HELDOUT}/score"
+HELDOUT_JUDGED = f"{HELDOUT}/judged"
+HELDOUT_PASS_AT = f"{HELDOUT}/pass@"
+"""Prefix of `heldout/pass@{k}` (see `heldout_pass_at`)."""
+
+
+MINIBATCH_REGEX = rf"{re.escape(GSPO)}/mb[1-9]\d*"
+"""A regular expression for any `minibatch(k)` prefix."""
+
+
+def minibatch(index: int) -> str:
+    """'gspo/mb{index}': the prefix of one update's statistics (1-based within a rollout batch)."""
+    return f"{GSPO}/mb{index}"
+
+
+def log_ratio(stat: str) -> str:
+    """'log_ratio/{stat}', a STAT (stat: one of LOG_RATIO_STATS)."""
+    return f"{LOG_RATIO}/{stat}"
+
+
+def clip_by_length(bucket: str) -> str:
+    """'clip/{bucket}', a STAT (bucket: 'len_64-256', from diagnostics.bucket_labels)."""
+    return f"clip/{bucket}"
+
+
+def under(prefix: str, stat: str) -> str:
+    """A full key: `under(OFFPOLICY, CLIP_REGION)` = 'gspo/offpolicy/clip/region'."""
+    return f"{prefix}/{stat}"
+
+
+def heldout(name: str) -> str:
+    """'heldout/{name}' for a held-out grade's field (score, judged)."""
+    return f"{HELDOUT}/{name}"
+
+
+def heldout_pass_at(k: int) -> str:
+    return f"{HELDOUT_PASS_AT}{k}"
+
+
+_STAT = "|".join(
+    re.escape(s)
+    for s in (
+        *(log_ratio(stat) for stat in LOG_RATIO_STATS),
+        CLIP_LOW,
+        CLIP_HIGH,
+        CLIP_REGION,
+        CLIP_POS_ADV,
+        CLIP_NEG_ADV,
+        OUTSIDE_LOW,
+        OUTSIDE_HIGH,
+        ENTROPY,
+        RESPONSES,
+    )
+)
+METRIC_PATTERN = re.compile(
+    rf"(?:{MINIBATCH_REGEX}|{re.escape(OFFPOLICY)})/(?:{_STAT}|clip/len_\d+-(?:\d+|inf))"
+    rf"|{re.escape(ZERO_VARIANCE_GROUPS)}"
+    rf"|{re.escape(ENGINE_MISMATCH)}/(?:mean|std|outside_clip)"
+    rf"|(?:eval_)?{re.escape(HELDOUT)}/(?:score|judged|pass@[1-9]\d*)"
+)
+"""Every key above, fully spelled (`eval_heldout/*`: the same under the Trainer's eval prefix)."""
+
+
+def is_metric_name(key: str) -> bool:
+    """True for a key this package logs (see the module docstring)."""
+    return METRIC_PATTERN.fullmatch(key) is not None
