@@ -61,6 +61,10 @@ def infinite(completions, **_):
     return [float("inf")] + [0.0] * (len(completions) - 1)
 
 
+def huge(completions, **_):
+    return [0.0, -1e9] + [0.0] * (len(completions) - 2)
+
+
 def never_judges(completions, **_):
     return [None] * len(completions)
 
@@ -82,6 +86,8 @@ FAULTS = [
     (strings, ["'strings'", "'1.0'", "row 2", "'56'"]),
     (a_string, ["'a_string'", "not a list"]),
     (infinite, ["'infinite'", "row 0", "finite"]),
+    (huge, ["'huge'", "-1000000000.0", "row 1", "+-1e+06", "rescale"]),
+    (never_judges, ["'never_judges'", "judged none of the 4 completions of the first rollout batch"]),
     (async_strings, ["'async_strings'", "row 2"]),
 ]
 
@@ -111,15 +117,31 @@ def test_rewards_that_work_pass_through_unchanged() -> None:
 
 def test_a_reward_that_judges_nothing_stops_after_n_batches() -> None:
     (guarded,) = guard_rewards([never_judges], max_unjudged_batches=3)
+    guarded.func = fine  # a first batch judged: only the batches-in-a-row rule applies after it
+    _call(guarded)
+    guarded.func = never_judges
     _call(guarded), _call(guarded)
     with pytest.raises(RewardFailedError, match=r"'never_judges' judged no completion .* 3 rollout batches"):
         _call(guarded)
-    (mixed,) = guard_rewards([never_judges], max_unjudged_batches=2)
+    (mixed,) = guard_rewards([fine], max_unjudged_batches=2)
+    _call(mixed)
+    mixed.func = never_judges
     _call(mixed)
     mixed.func = fine  # one judged batch resets the count
     _call(mixed)
     mixed.func = never_judges
     _call(mixed)
+
+
+def test_the_first_batch_needs_one_judged_completion_from_any_reward() -> None:
+    """A maths-and-code mixture: each reward answers None for the other task's rows, so one
+    reward judging nothing in the first batch is fine while another judged; none judging is not."""
+    judged, unjudged = guard_rewards([fine, never_judges])
+    _call(unjudged), _call(judged)  # either order: the batch is complete once both reported
+    first, second = guard_rewards([never_judges, lambda completions, **_: [float("nan")] * len(completions)])
+    _call(first)
+    with pytest.raises(RewardFailedError, match=r"\['never_judges', '<lambda>'\] judged none of the 4"):
+        _call(second)
 
 
 REWARD_MODULE = """

@@ -127,7 +127,10 @@ def _has_optimizer(checkpoint: Path) -> bool:
 RESUME_PARTS: tuple[tuple[str, Callable[[Path], bool]], ...] = (
     ("model weights (model.safetensors, an adapter or a DeepSpeed/FSDP shard folder)", _has_weights),
     ("optimizer state (optimizer.pt)", _has_optimizer),
-    (f"scheduler state ({SCHEDULER_FILE})", lambda c: (c / SCHEDULER_FILE).is_file()),
+    (  # DeepSpeed's own scheduler is saved inside its tag folder
+        f"scheduler state ({SCHEDULER_FILE})",
+        lambda c: (c / SCHEDULER_FILE).is_file() or _deepspeed_tag(c) is not None,
+    ),
     ("RNG state (rng_state*.pth)", lambda c: any(c.glob("rng_state*.pth"))),
     (TRAINER_STATE, lambda c: (c / TRAINER_STATE).is_file()),
 )
