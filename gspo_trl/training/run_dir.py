@@ -166,7 +166,7 @@ def clear_previous_run(folder: Path) -> None:
     the staging folder, the trainer state, the metrics log and the run record. The model files
     are overwritten by the new run's save; the tiny model (built from fixed inputs) stays."""
     removed = []
-    for path in [*checkpoints_newest_first(folder), folder / STAGING]:
+    for path in [*reversed(checkpoints_newest_first(folder)), folder / STAGING]:
         if path.is_dir():
             shutil.rmtree(path)
             removed.append(path.name)
