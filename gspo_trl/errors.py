@@ -71,3 +71,8 @@ USER_ERRORS: tuple[type[Exception], ...] = (UserError, *REWARD_ERRORS)
 
 class FilterError(EvalError):
     """`gspo-trl filter` options or results that cannot work (e.g. no row kept)."""
+
+
+class RunDirError(UserError):
+    """An output_dir a run cannot use as asked: held by another run, holding a finished run
+    (without --resume or --overwrite), or holding a different run than the one resumed."""

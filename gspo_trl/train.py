@@ -1,8 +1,11 @@
-"""Entry point: `accelerate launch -m gspo_trl.train --config RECIPE.yaml [--resume] [--key value ...]`.
+"""Entry point: `accelerate launch -m gspo_trl.train --config RECIPE [--resume | --overwrite] [--key ...]`.
 
-The same command as `gspo-trl train RECIPE.yaml`: argv -> recipe -> `gspo_trl.training.run`
-(preflight checks, GSPOConfig, GSPOTrainer, train, save). Bad input ends in one line on stderr
-and exit status 2, through the CLI's single error handler.
+The same command as `gspo-trl train RECIPE.yaml`: argv -> recipe -> the preflight checks
+`gspo-trl validate` runs -> the output directory claimed (lock; `--resume` continues the run
+there, `--overwrite` deletes a previous run's checkpoints and logs first; without either a
+directory holding a previous run is refused) -> only then TRL, the model and training.
+Refusals therefore cost what `validate` costs. Bad input ends in one line on stderr and exit
+status 2, through the CLI's single error handler.
 """
 
 from __future__ import annotations
@@ -10,25 +13,32 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from gspo_trl.cli.recipe_args import split_argv
+from gspo_trl.cli.recipe_args import pop_flag, split_argv
 from gspo_trl.errors import RecipeError
 
-USAGE = "gspo-trl train RECIPE.yaml [--resume] [--key value ...]  (or --config RECIPE.yaml)"
+USAGE = "gspo-trl train RECIPE.yaml [--resume | --overwrite] [--key value ...]  (or --config RECIPE.yaml)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Train a recipe (raises a UserError for bad input; the CLI reports it)."""
-    from gspo_trl.config.recipe import load_recipe
-    from gspo_trl.training.build import run
-
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] in (["-h"], ["--help"]):
         print(f"usage: {USAGE}\n\n{__doc__}")
         return 0
+    overwrite = pop_flag(argv, "--overwrite")
     path, resume, overrides = split_argv(argv)
     if path is None:
         raise RecipeError(f"no recipe given: {USAGE}")
-    run(load_recipe(path, overrides), resume=resume)
+    from gspo_trl.config.recipe import load_recipe
+    from gspo_trl.training.preflight import output_dir_of, preflight
+    from gspo_trl.training.safety.run_dir import claim_run_dir
+
+    recipe = load_recipe(path, overrides)
+    data = preflight(recipe)
+    with claim_run_dir(recipe, output_dir_of(recipe), data, resume=resume, overwrite=overwrite) as claim:
+        from gspo_trl.training.build import train_claimed  # TRL, torch, vLLM: only past every check
+
+        train_claimed(recipe, data, claim.checkpoint)
     return 0
 
 

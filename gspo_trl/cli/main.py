@@ -15,7 +15,10 @@ import sys
 from collections.abc import Callable, Sequence
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("gspo_trl.train", "train a recipe: gspo-trl train RECIPE.yaml [--resume] [--key value ...]"),
+    "train": (
+        "gspo_trl.train",
+        "train a recipe: gspo-trl train RECIPE.yaml [--resume | --overwrite] [--key value ...]",
+    ),
     "validate": (
         "gspo_trl.cli.validate",
         "check a recipe (keys, GSPO settings, rewards, data) without training",

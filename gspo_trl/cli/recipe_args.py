@@ -7,13 +7,19 @@ from collections.abc import Sequence
 from gspo_trl.errors import RecipeError
 
 
+def pop_flag(args: list[str], flag: str) -> bool:
+    """Whether `flag` (a switch without a value) is in `args`; removed from it."""
+    found = flag in args
+    while flag in args:
+        args.remove(flag)
+    return found
+
+
 def split_argv(argv: Sequence[str]) -> tuple[str | None, bool, list[str]]:
     """(recipe, resume flag, overrides) from `[RECIPE | --config RECIPE] [--resume] [--key value ...]`."""
     args = list(argv)
-    path, resume = None, False
-    if "--resume" in args:
-        args.remove("--resume")
-        resume = True
+    path = None
+    resume = pop_flag(args, "--resume")
     for index, token in enumerate(args):
         if token == "--config" or token.startswith("--config="):
             if token == "--config":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gspo_trl.cli.recipe_args import split_argv
+from gspo_trl.cli.recipe_args import pop_flag, split_argv
 from gspo_trl.errors import RecipeError
 
 USAGE = "gspo-trl validate RECIPE.yaml [--key value ...]"
@@ -21,6 +21,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args and args[0] in ("-h", "--help"):
         print(f"usage: {USAGE}\n\n{__doc__}")
         return 0
+    pop_flag(args, "--overwrite")  # train's launch switches (like --resume) do not change the recipe
     path, _, overrides = split_argv(args)
     if path is None:
         raise RecipeError(f"no recipe given: {USAGE}")

@@ -1,16 +1,21 @@
 """Checks of a recipe against its data: the columns its rewards read, renames, held-out size,
-and whether the code reward can read the rows' tests. Run by the data loader and by
+whether the code reward can read the rows' tests, whether the rows fill one rollout batch, and
+whether the prompts fit the model's context. Run by the data loader and by
 gspo_trl.training.preflight, so `validate` and `train` refuse alike.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gspo_trl import rewards
 from gspo_trl.config.recipe import Recipe
+from gspo_trl.config.trl_fields import grpo_default
 from gspo_trl.errors import RecipeError
 
 
@@ -119,3 +124,93 @@ def check_code_tests(recipe: Recipe, rows: Any, source: str) -> None:
 
 def _is_code(spec: str) -> bool:
     return rewards.describe(spec).name == "code"
+
+
+def check_rows_fill_a_batch(recipe: Recipe, train_rows: int, processes: int) -> None:
+    """Refuse training data with fewer rows than one rollout batch's distinct prompts.
+
+    TRL's RepeatSampler (trl/trainer/utils.py) cuts the shuffled row indices into chunks of
+    generation_batch_size / num_generations prompts and drops the incomplete last chunk, so
+    smaller data gives no batch at all: the run ends at once, "done: 0 steps", exit 0.
+    """
+    from gspo_trl.config.validation import generation_batch_size
+
+    completions, how = generation_batch_size(recipe.training, processes)
+    num_generations = int(recipe.training.get("num_generations") or grpo_default("num_generations"))
+    prompts = completions // num_generations
+    if train_rows < prompts:
+        raise RecipeError(
+            f"data: {train_rows} training row(s), fewer than one rollout batch's {prompts} prompts "
+            f"({how} = {completions} completions / num_generations {num_generations}); TRL would "
+            "train 0 steps. Add rows, or lower per_device_train_batch_size / steps_per_generation"
+        )
+
+
+def prompt_text(prompt: Any) -> str:
+    """The text a prompt's messages carry (a chat template only adds tokens around it)."""
+    if isinstance(prompt, str):
+        return prompt
+    return "\n".join(str(message.get("content") or "") for message in prompt)
+
+
+def check_prompt_lengths(rows: Any, source: str, budget: PromptBudget | None) -> None:
+    """Refuse the first row whose prompt alone, plus max_completion_length, exceeds the context.
+
+    TRL (1.16) does not truncate prompts, so such a row makes every step run a forward pass far
+    past the model's positions (minutes, then garbage or an index error). Tokens are counted
+    on the messages' text without the chat template: a lower bound, so nothing refused here
+    would fit. A byte-level tokenizer makes no more tokens than UTF-8 bytes, so only rows with
+    more bytes than the budget are tokenized: the whole split is checked in milliseconds.
+    """
+    if budget is None:
+        return
+    texts = [prompt_text(prompt) for prompt in rows["prompt"]]
+    for index, text in enumerate(texts):
+        if len(text.encode("utf-8")) <= budget.prompt_tokens:
+            continue
+        tokens = len(budget.tokenizer.encode(text, add_special_tokens=False).ids)
+        if tokens > budget.prompt_tokens:
+            raise RecipeError(
+                f"{source} row {index}: its prompt is {tokens} tokens; with max_completion_length "
+                f"{budget.completion_tokens} that exceeds {budget.context_tokens} positions "
+                f"({budget.context_source}). Filter or shorten long prompts, or lower max_completion_length"
+            )
+
+
+@dataclass
+class PromptBudget:
+    """How many prompt tokens fit: the context (model positions or vLLM's limit) minus completions."""
+
+    tokenizer: Any
+    context_tokens: int
+    context_source: str
+    completion_tokens: int
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.context_tokens - self.completion_tokens
+
+
+def prompt_budget(recipe: Recipe, model_dir: Path | None) -> PromptBudget | None:
+    """The budget for `recipe` with the model files in `model_dir`, or None when they are not
+    on disk (a hub model not downloaded yet, the tiny model not built yet): then nothing is checked.
+    """
+    if (
+        model_dir is None
+        or not (model_dir / "config.json").is_file()
+        or not (model_dir / "tokenizer.json").is_file()
+    ):
+        return None
+    from tokenizers import Tokenizer
+
+    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    config = config.get("text_config", config) if "max_position_embeddings" not in config else config
+    positions = config.get("max_position_embeddings")
+    if not isinstance(positions, int):
+        return None
+    context, where = positions, f"max_position_embeddings of {model_dir / 'config.json'}"
+    vllm_limit = recipe.training.get("vllm_max_model_length")
+    if recipe.training.get("use_vllm") and vllm_limit and int(vllm_limit) < context:
+        context, where = int(vllm_limit), "vllm_max_model_length"
+    completion = int(recipe.training.get("max_completion_length") or grpo_default("max_completion_length"))
+    return PromptBudget(Tokenizer.from_file(str(model_dir / "tokenizer.json")), context, where, completion)

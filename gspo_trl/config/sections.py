@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 TINY = "tiny"
+TINY_MODEL_DIR = "tiny-model"
+"""Where a run asking for `tiny` builds it: OUTPUT_DIR/tiny-model (gspo_trl.model.loading)."""
 """`model.name_or_path: tiny` builds the tiny CPU model (gspo_trl.model.tiny) under the output dir."""
 
 

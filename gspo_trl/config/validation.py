@@ -56,6 +56,20 @@ def updates_per_rollout_batch(training: dict, processes: int) -> int:
     return max(1, int(steps) // accumulation) * int(training.get("num_iterations", 1))
 
 
+def generation_batch_size(training: Mapping[str, Any], processes: int) -> tuple[int, str]:
+    """(completions per rollout batch, how it was derived): TRL's GRPOConfig rule, in recipe keys."""
+    per_device = int(training.get("per_device_train_batch_size", _trl("per_device_train_batch_size")))
+    generation_batch = training.get("generation_batch_size")
+    if generation_batch is not None:
+        return int(generation_batch), "generation_batch_size"
+    steps = int(training.get("steps_per_generation") or training.get("gradient_accumulation_steps", 1))
+    how = (
+        f"per_device_train_batch_size ({per_device}) x {processes} process(es) "
+        f"x steps_per_generation ({steps})"
+    )
+    return per_device * processes * steps, how
+
+
 def _check_batch_sizes(recipe: Recipe, processes: int) -> None:
     training = recipe.training
     if "generation_batch_size" in recipe.explicit_keys and "steps_per_generation" in recipe.explicit_keys:
@@ -67,21 +81,12 @@ def _check_batch_sizes(recipe: Recipe, processes: int) -> None:
     if num_generations < 2:
         raise RecipeError(f"num_generations: {num_generations}; group advantages need at least 2")
     per_device = int(training.get("per_device_train_batch_size", _trl("per_device_train_batch_size")))
-    generation_batch = training.get("generation_batch_size")
-    if generation_batch is None:
-        steps = int(training.get("steps_per_generation") or training.get("gradient_accumulation_steps", 1))
-        generation_batch = per_device * processes * steps
-        how = (
-            f"per_device_train_batch_size ({per_device}) x {processes} process(es) "
-            f"x steps_per_generation ({steps})"
+    generation_batch, how = generation_batch_size(training, processes)
+    if how == "generation_batch_size" and generation_batch % (per_device * processes):
+        raise RecipeError(
+            f"generation_batch_size: {generation_batch} is not divisible by per_device_train_batch_size "
+            f"({per_device}) x {processes} process(es)"
         )
-    else:
-        how = "generation_batch_size"
-        if generation_batch % (per_device * processes):
-            raise RecipeError(
-                f"generation_batch_size: {generation_batch} is not divisible by per_device_train_batch_size "
-                f"({per_device}) x {processes} process(es)"
-            )
     if generation_batch % num_generations:
         raise RecipeError(
             f"num_generations: the generation batch, {how} = {generation_batch}, must hold whole "

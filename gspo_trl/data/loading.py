@@ -72,14 +72,25 @@ def _move_aside_clashes(renames: dict[str, str], columns: Sequence[str]) -> dict
     return moved
 
 
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
+"""Roles chat templates render (Qwen3's and Llama 3's: system, user, assistant, tool; gpt-oss's
+developer). Templates skip or mangle any other role without an error, so a typo'd role would
+train on a prompt the model never sees as written."""
+
+
 def _prompt_problem(prompt: Any) -> str | None:
     """Why `prompt` cannot be used, or None when it is a usable prompt."""
     if isinstance(prompt, str):
         return None if prompt.strip() else "prompt is empty"
     if isinstance(prompt, list) and prompt:
-        for message in prompt:
+        for position, message in enumerate(prompt):
             if not isinstance(message, dict) or not {"role", "content"} <= message.keys():
                 return "prompt messages must be dicts with 'role' and 'content'"
+            if message["role"] not in CHAT_ROLES:
+                return f"message {position} has role {message['role']!r}, not one of {list(CHAT_ROLES)}"
+        if not any(message["role"] == "user" for message in prompt):
+            roles = [message["role"] for message in prompt]
+            return f"prompt has no user message (roles {roles}): nothing asks the model for a completion"
         return None
     return f"prompt must be a non-empty string or list of chat messages, got {type(prompt).__name__}"
 

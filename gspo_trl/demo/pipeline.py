@@ -59,7 +59,7 @@ def run_demo(
         {"model.name_or_path": str(warm), "output_dir": str(output_dir / "gspo"), **_as_dict(overrides)},
     )
     stage(3, f"GSPO: {recipe.source}, {recipe.training.get('max_steps')} steps, held-out score as it goes")
-    trainer = run(recipe)
+    trainer = run(recipe, overwrite=True)  # the demo owns OUTPUT_DIR/gspo: each `make demo` starts it again
     stage(4, "evaluation: held-out accuracy before and after, results.json, reward curve")
     history = _heldout_callback(trainer).history
     (step_before, before), (step_after, after) = history[0], history[-1]

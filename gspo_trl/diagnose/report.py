@@ -19,6 +19,7 @@ A metric that was never logged gives a PNG that says so, so the file set is pred
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +35,7 @@ from gspo_trl.model.checkpoints import TRAINER_STATE, latest_checkpoint
 
 OFFPOLICY_LENGTH_KEYS = re.escape(names.under(names.OFFPOLICY, names.clip_by_length("len_"))) + ".+"
 MINIBATCH_REGION_KEYS = names.MINIBATCH_REGEX + re.escape("/" + names.CLIP_REGION)
+logger = logging.getLogger(__name__)
 FIGSIZE_IN, DPI = (10.0, 5.6), 100
 """Every PNG is FIGSIZE_IN * DPI = 1000 x 560 pixels."""
 
@@ -64,11 +66,31 @@ def load_log_history(run_dir: str | Path) -> list[dict]:
     """The run's log events (metrics.jsonl or the Trainer's log_history), each with a 'step'."""
     path = find_trainer_state(Path(run_dir))
     if path.name == METRICS_FILE:
-        lines = path.read_text(encoding="utf-8").splitlines()
-        entries = [json.loads(line) for line in lines if line.strip()]
+        entries = read_metrics_lines(path)
     else:
         entries = json.loads(path.read_text()).get("log_history", [])
     return [entry for entry in entries if "step" in entry]
+
+
+def read_metrics_lines(path: Path) -> list[dict]:
+    """metrics.jsonl's events; a line that is not UTF-8 JSON of an object (a crash or a full
+    disk mid-write, a stray edit) is skipped, and the skipped lines are counted in a warning."""
+    entries, bad = [], []
+    for number, raw in enumerate(path.read_bytes().splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            entry = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            entry = None
+        if isinstance(entry, dict):
+            entries.append(entry)
+        else:
+            bad.append(number)
+    if bad:
+        shown = ", ".join(map(str, bad[:5])) + (" ..." if len(bad) > 5 else "")
+        logger.warning("%s: skipped %d corrupt line(s) (line %s)", path, len(bad), shown)
+    return entries
 
 
 def series(history: list[dict], key: str) -> tuple[list[int], list[float]]:

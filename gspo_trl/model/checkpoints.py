@@ -3,13 +3,14 @@
 The Trainer writes `OUTPUT_DIR/checkpoint-N/` file by file, so a run killed while saving
 leaves a newer folder without some files, and a full disk leaves files cut short (half a
 model, half a trainer_state.json, an empty optimizer.pt). Each caller asks for the newest
-checkpoint that holds the file it needs (`trainer_state.json` to resume or plot,
-`config.json` to load a model) and whose every file reads back: JSON parses, safetensors
-headers parse and account for the file's size, torch pickles (zip archives) have their
-central directory and every member inside the file. Nothing is loaded in full, so this costs
-milliseconds even for large checkpoints. Folders that fail are skipped with a warning naming
-them and the file at fault. (GSPOTrainer also writes checkpoints into a staging folder and
-renames it, gspo_trl.training.safety.staged_checkpoints, so its own crashes leave no such folder.)
+checkpoint that holds the files it needs (every part a resume reads: `resumable_checkpoint`;
+`trainer_state.json` to plot, `config.json` to load a model) and whose every file reads
+back: JSON parses, safetensors headers parse and account for the file's size, torch
+pickles (zip archives) have their central directory and every member inside the file.
+Nothing is loaded in full, so this costs milliseconds even for large checkpoints. Folders
+that fail are skipped with a warning naming them and the file at fault. (GSPOTrainer also
+writes checkpoints into a staging folder and renames it, gspo_trl.training.safety.staged_checkpoints,
+so its own crashes leave no such folder.)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import logging
 import re
 import struct
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -44,14 +46,103 @@ def checkpoints_newest_first(run_dir: str | Path) -> list[Path]:
 
 def latest_checkpoint(run_dir: str | Path, needs: str = TRAINER_STATE, purpose: str = "") -> Path | None:
     """The newest complete checkpoint holding the file `needs`, or None; skipped ones are logged."""
+    return _newest(run_dir, lambda checkpoint: checkpoint_problem(checkpoint, needs), purpose)
+
+
+def resumable_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest checkpoint holding every part a resume reads, each file whole, or None.
+
+    transformers' Trainer restores weights, optimizer, scheduler and RNG from the folder it is
+    given, but skips the optimizer and scheduler without a word when either file is missing
+    (Trainer._load_optimizer_and_scheduler) and only warns for the RNG state: such a resume
+    silently restarts Adam and the learning-rate schedule. Missing weights end in a traceback
+    (_load_from_checkpoint). Such folders are skipped, naming what they lack, for the newest
+    earlier one that is complete.
+    """
+    return _newest(run_dir, resume_problem, "--resume")
+
+
+def _newest(run_dir: str | Path, problem_of: Callable[[Path], str | None], purpose: str) -> Path | None:
+    skipped = []
     for checkpoint in checkpoints_newest_first(run_dir):
-        problem = checkpoint_problem(checkpoint, needs)
+        problem = problem_of(checkpoint)
         if problem is None:
+            if skipped:
+                logger.warning(
+                    "%sfalling back to %s, the newest complete checkpoint", _prefix(purpose), checkpoint
+                )
             return checkpoint
-        logger.warning(
-            "%sskipping %s: incomplete (%s)", f"{purpose}: " if purpose else "", checkpoint, problem
-        )
+        skipped.append(checkpoint)
+        logger.warning("%sskipping %s: incomplete (%s)", _prefix(purpose), checkpoint, problem)
     return None
+
+
+def _prefix(purpose: str) -> str:
+    return f"{purpose}: " if purpose else ""
+
+
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+    "adapter_model.safetensors",
+    "adapter_model.bin",
+)
+"""transformers' SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME and
+peft's adapter files (named here so this module stays free of transformers; a test compares)."""
+OPTIMIZER_FILES = ("optimizer.pt", "optimizer.bin")
+SCHEDULER_FILE = "scheduler.pt"
+FSDP_MODEL_PREFIX, FSDP_OPTIMIZER_PREFIX = "pytorch_model_fsdp", "optimizer"
+DEEPSPEED_LATEST = "latest"
+"""DeepSpeed writes weights and optimizer shards into checkpoint-N/<tag>/ and the tag into `latest`."""
+
+
+def _deepspeed_tag(checkpoint: Path) -> Path | None:
+    latest = checkpoint / DEEPSPEED_LATEST
+    if not latest.is_file():
+        return None
+    tag = checkpoint / latest.read_text(encoding="utf-8", errors="replace").strip()
+    return tag if tag.is_dir() else None
+
+
+def _has_weights(checkpoint: Path) -> bool:
+    tag = _deepspeed_tag(checkpoint)
+    return (
+        any((checkpoint / name).is_file() for name in WEIGHT_FILES)
+        or any(path.name.startswith(FSDP_MODEL_PREFIX) for path in checkpoint.iterdir())
+        or (tag is not None and any(tag.glob("*model_states.pt")))
+    )
+
+
+def _has_optimizer(checkpoint: Path) -> bool:
+    tag = _deepspeed_tag(checkpoint)
+    return (
+        any((checkpoint / name).is_file() for name in OPTIMIZER_FILES)
+        or any(p.is_dir() and p.name.startswith(FSDP_OPTIMIZER_PREFIX) for p in checkpoint.iterdir())
+        or (tag is not None and any(tag.glob("*optim_states.pt")))
+    )
+
+
+RESUME_PARTS: tuple[tuple[str, Callable[[Path], bool]], ...] = (
+    ("model weights (model.safetensors, an adapter or a DeepSpeed/FSDP shard folder)", _has_weights),
+    ("optimizer state (optimizer.pt)", _has_optimizer),
+    (  # DeepSpeed's own scheduler is saved inside its tag folder
+        f"scheduler state ({SCHEDULER_FILE})",
+        lambda c: (c / SCHEDULER_FILE).is_file() or _deepspeed_tag(c) is not None,
+    ),
+    ("RNG state (rng_state*.pth)", lambda c: any(c.glob("rng_state*.pth"))),
+    (TRAINER_STATE, lambda c: (c / TRAINER_STATE).is_file()),
+)
+"""Every part a resume reads, and how to tell it is there."""
+
+
+def resume_problem(checkpoint: Path) -> str | None:
+    """What `checkpoint` lacks to be resumed from (each missing part named), or None."""
+    missing = [name for name, present in RESUME_PARTS if not present(checkpoint)]
+    if missing:
+        return "no " + ", no ".join(missing)
+    return checkpoint_problem(checkpoint)
 
 
 def checkpoint_problem(checkpoint: Path, needs: str = TRAINER_STATE) -> str | None:

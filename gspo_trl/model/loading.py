@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from gspo_trl.config.sections import TINY, ModelConfig
+from gspo_trl.config.sections import TINY, TINY_MODEL_DIR, ModelConfig
 from gspo_trl.errors import ModelConfigError
 from gspo_trl.model.tiny import save_tiny_model
 
@@ -25,7 +25,7 @@ def resolve_model_path(config: ModelConfig, output_dir: str | Path) -> str:
         return config.name_or_path
     from accelerate import PartialState
 
-    tiny_dir = Path(output_dir) / "tiny-model"
+    tiny_dir = Path(output_dir) / TINY_MODEL_DIR
     with PartialState().main_process_first():  # one rank builds it; the others then read it
         if not (tiny_dir / "config.json").exists():
             logger.info("Building the tiny CPU model in %s", tiny_dir)

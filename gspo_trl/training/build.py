@@ -2,8 +2,10 @@
 
 `build_trainer` is everything `gspo-trl train` does before `trainer.train()`: the same
 preflight checks `gspo-trl validate` runs (gspo_trl.training.preflight), then the rewards,
-the data, `GSPOConfig` and `GSPOTrainer`. `run` trains, resuming from the newest complete
-checkpoint when asked, and saves the model, the trainer state and the resolved recipe.
+the data, `GSPOConfig` and `GSPOTrainer`. `run` claims the output directory
+(gspo_trl.training.safety.run_dir: lock, no silent overwrite, the checkpoint to resume from), trains
+and saves the model, the trainer state and the resolved recipe. `gspo-trl train` makes the
+same two steps before it imports this module (gspo_trl.train), then calls `train_claimed`.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ from gspo_trl.model.loading import load_tokenizer, lora_config, model_init_kwarg
 from gspo_trl.model.precision import training_weight_precision
 from gspo_trl.training.engine.vllm_server import check_vllm_server
 from gspo_trl.training.heldout.scoring import HeldoutCallback
-from gspo_trl.training.preflight import output_dir_of, preflight
+from gspo_trl.training.preflight import PreparedData, output_dir_of, preflight
 from gspo_trl.training.reporting.console import install_console
 from gspo_trl.training.safety.interrupt import StopOnInterrupt, TrainingInterrupted
 from gspo_trl.training.safety.resume_warnings import quiet_tied_weights_warning
 from gspo_trl.training.safety.reward_checks import guard_rewards
+from gspo_trl.training.safety.run_dir import claim_run_dir
 
 logger = logging.getLogger("gspo_trl")
 
@@ -87,11 +90,12 @@ def gspo_config(recipe: Recipe) -> Any:
     )
 
 
-def build_trainer(recipe: Recipe) -> Any:
-    """A ready GSPOTrainer for `recipe`; raises a UserError (gspo_trl.errors) for bad input."""
+def build_trainer(recipe: Recipe, data: PreparedData | None = None) -> Any:
+    """A ready GSPOTrainer for `recipe` (`data`: its preflight's result, when already run);
+    raises a UserError (gspo_trl.errors) for bad input."""
     from gspo_trl.training.trainer import GSPOTrainer
 
-    data = preflight(recipe)
+    data = data if data is not None else preflight(recipe)
     train_dataset, eval_dataset = data.train, data.eval
     reward_funcs = guard_rewards([rewards.get(entry.spec, **entry.params) for entry in recipe.rewards])
     args = gspo_config(recipe)
@@ -140,16 +144,23 @@ def build_trainer(recipe: Recipe) -> Any:
     return trainer
 
 
-def run(recipe: Recipe, resume: bool = False) -> Any:
+def run(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> Any:
     """Train `recipe` to the end and save; returns the trainer (its state holds the logs).
 
+    `resume` continues the run in its output_dir from its newest complete checkpoint;
+    `overwrite` deletes a previous run's checkpoints and logs there first; without either, an
+    output_dir holding a previous run is refused (gspo_trl.training.safety.run_dir).
     Ctrl-C saves a checkpoint at the end of the current step and raises TrainingInterrupted
     (a KeyboardInterrupt: the CLI prints one line and exits 130); a second Ctrl-C aborts.
     """
-    trainer = build_trainer(recipe)
-    checkpoint = latest_checkpoint(trainer.args.output_dir, purpose="--resume") if resume else None
-    if resume and checkpoint is None:
-        logger.warning("--resume: no checkpoint in %s; starting from scratch", trainer.args.output_dir)
+    data = preflight(recipe)
+    with claim_run_dir(recipe, output_dir_of(recipe), data, resume=resume, overwrite=overwrite) as claim:
+        return train_claimed(recipe, data, claim.checkpoint)
+
+
+def train_claimed(recipe: Recipe, data: PreparedData, checkpoint: Path | None) -> Any:
+    """`run` past the checks: build, train (from `checkpoint` when given) and save."""
+    trainer = build_trainer(recipe, data)
     if trainer.accelerator.is_main_process:
         Path(trainer.args.output_dir).mkdir(parents=True, exist_ok=True)
         (Path(trainer.args.output_dir) / RESOLVED_RECIPE).write_text(recipe_as_yaml(recipe), encoding="utf-8")

@@ -4,8 +4,10 @@
 in training only for reasons that need the model or the hardware. It refuses, naming the
 culprit: the recipe's keys and GSPO settings (gspo_trl.config.validation), a local model path
 that is not there, reward columns the data lacks, null values in the columns the rewards read
-(a null gold answer would be graded as text), a held-out section without a held-out split,
-and an output directory that cannot be written.
+(a null gold answer would be graded as text), chat prompts with unknown roles or no user turn,
+fewer rows than one rollout batch, prompts longer than the model's context (when its files are
+on disk), a held-out section without a held-out split, and an output directory that cannot be
+written. It imports neither torch nor TRL, so `train` refuses as fast as `validate`.
 """
 
 from __future__ import annotations
@@ -16,10 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gspo_trl.config.data_checks import check_code_tests, check_columns, required_columns
+from gspo_trl.config.data_checks import (
+    check_code_tests,
+    check_columns,
+    check_prompt_lengths,
+    check_rows_fill_a_batch,
+    prompt_budget,
+    required_columns,
+)
 from gspo_trl.config.hub_ids import looks_like_local_path
 from gspo_trl.config.recipe import Recipe
-from gspo_trl.config.validation import check_reward_construction, validate
+from gspo_trl.config.sections import TINY, TINY_MODEL_DIR
+from gspo_trl.config.validation import check_reward_construction, validate, world_size
 from gspo_trl.errors import RecipeError
 
 
@@ -64,20 +74,44 @@ def check_model_path(recipe: Recipe) -> None:
         raise RecipeError(f"model.name_or_path: {name!r} does not exist")
 
 
+def model_files(recipe: Recipe) -> Path | None:
+    """The folder holding the model's config.json and tokenizer, when it is on disk already:
+    a local folder, the tiny model a previous run built, or a hub model in the local cache."""
+    name = recipe.model.name_or_path
+    if name == TINY:
+        return Path(output_dir_of(recipe)) / TINY_MODEL_DIR
+    local = Path(name).expanduser()
+    if local.is_dir():
+        return local
+    from huggingface_hub import try_to_load_from_cache  # imported by `datasets` already
+
+    try:
+        cached = try_to_load_from_cache(name, "config.json", revision=recipe.model.revision)
+    except ValueError:  # not a valid hub id either; loading the model will say so
+        return None
+    return Path(cached).parent if isinstance(cached, str) else None
+
+
 def preflight(recipe: Recipe, processes: int | None = None) -> PreparedData:
     """Run every model-free check on `recipe`; returns its data. Raises a UserError."""
+    processes = processes or world_size()
     validate(recipe, processes)
     check_reward_construction(recipe)
     check_model_path(recipe)
     check_output_dir(output_dir_of(recipe))
     from gspo_trl.data.loading import load_data  # `datasets` is slow to import: only past the checks
 
+    budget = prompt_budget(recipe, model_files(recipe))
+
+    def check_rows(rows: Any, source: str) -> None:
+        check_code_tests(recipe, rows, source)
+        check_prompt_lengths(rows, source, budget)
+
     train, evaluation = load_data(
-        recipe.data,
-        required_columns=sorted(required_columns(recipe)),
-        check=lambda rows, source: check_code_tests(recipe, rows, source),
+        recipe.data, required_columns=sorted(required_columns(recipe)), check=check_rows
     )
     check_columns(recipe, train.column_names)
+    check_rows_fill_a_batch(recipe, len(train), processes)
     if recipe.heldout is not None and evaluation is None:
         raise RecipeError("heldout: needs a held-out split; set data.eval_split or data.eval_size")
     return PreparedData(train, evaluation)

@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -185,3 +187,172 @@ def test_mbpp_assert_lists_validate_and_score(tmp_path, capsys) -> None:
     as_json = json.dumps(MBPP_TESTS)
     scores = code([MBPP_RIGHT, MBPP_WRONG, MBPP_RIGHT], tests=[MBPP_TESTS, MBPP_TESTS, as_json])
     assert scores == [1.0, 0.0, 1.0]
+
+
+# --- issue 21, items 5-10: input that trained silently, hung, or was refused only after TRL loaded ---
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model on disk: 512 positions (TinyModelSpec), a tokenizer.json to count with."""
+    from _gspo_helpers import tiny_model_dir
+
+    return tiny_model_dir(tmp_path_factory.mktemp("model"))
+
+
+def _chat_rows(tmp_path: Path, name: str, messages: list[dict]) -> list[str]:
+    rows = _rows(*({"prompt": messages, "solution": "21"} for _ in range(40)))
+    return [*_data(_write(tmp_path, name, rows)), "--data.eval_size", "4"]
+
+
+def _long_prompt_rows(tmp_path: Path, model: Path) -> list[str]:
+    rows = [{"prompt": f"reverse {n}", "solution": str(n)[::-1]} for n in range(10, 50)]
+    rows[3]["prompt"] = "reverse " + "1 " * 15_000  # one token per digit and space: 30k tokens
+    return [*_data(_write(tmp_path, "long.jsonl", _rows(*rows))), "--model.name_or_path", str(model)]
+
+
+def _sparse_recipe(tmp_path: Path, size: int) -> Path:
+    """A `size`-byte recipe file, sparse (nothing is written to disk): its start is a valid recipe."""
+    path = _recipe(tmp_path)
+    with path.open("r+b") as file:
+        file.truncate(size)
+    return path
+
+
+def _broken_yaml(tmp_path: Path) -> Path:
+    path = _recipe(tmp_path)
+    path.write_text(path.read_text() + "learning_rate: [1e-6\n")
+    return path
+
+
+ISSUE_21_CASES: list[tuple[str, Callable[[Path, Path], list[str]], list[str]]] = [
+    # (id and issue item, argv (a function of tmp_path and the tiny model dir), words the error must contain)
+    (
+        "5: 1 row, smaller than one batch",
+        lambda t, m: [
+            str(_recipe(t)),
+            *_data(_write(t, "one.jsonl", _rows(GOOD[0]))),
+            "--data.eval_size",
+            "0",
+        ],
+        ["data:", "1 training row(s)", "8 prompts", "0 steps"],
+    ),
+    (
+        "5: eval split leaves less than a batch",
+        lambda t, m: [str(_recipe(t)), "--data.num_rows", "20", "--data.eval_size", "16"],
+        ["data:", "4 training row(s)", "8 prompts"],
+    ),
+    (
+        "7: unknown chat role",
+        lambda t, m: [
+            str(_recipe(t)),
+            *_chat_rows(t, "role.jsonl", [{"role": "usr", "content": "reverse 12"}]),
+        ],
+        ["role.jsonl", "row 0", "role 'usr'"],
+    ),
+    (
+        "7: assistant turns only",
+        lambda t, m: [
+            str(_recipe(t)),
+            *_chat_rows(t, "assistant.jsonl", [{"role": "assistant", "content": "reverse 12"}]),
+        ],
+        ["assistant.jsonl", "row 0", "no user message"],
+    ),
+    (
+        "8: 200 MB recipe",
+        lambda t, m: [str(_sparse_recipe(t, 200 << 20))],
+        ["recipe.yaml", "larger than 256 KiB"],
+    ),
+    (
+        "9: 30k-token prompt, 512 positions",
+        lambda t, m: [str(_recipe(t)), *_long_prompt_rows(t, m)],
+        ["long.jsonl", "row 3", "30002 tokens", "512 positions", "max_position_embeddings"],
+    ),
+    (
+        "10: YAML syntax error",
+        lambda t, m: [str(_broken_yaml(t))],
+        ["recipe.yaml", "line 13", "YAML error"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "argv", "words"), ISSUE_21_CASES, ids=[c[0] for c in ISSUE_21_CASES])
+def test_issue_21_bad_input_is_refused_by_validate_and_train_alike(
+    tmp_path, capsys, tiny_dir, case, argv, words
+) -> None:
+    message = refused_alike(argv(tmp_path, tiny_dir), capsys)
+    for word in words:
+        assert word in message, message
+
+
+NO_MODEL_SCRIPT = """
+import json, sys
+from gspo_trl.cli.main import main
+heavy = ("torch", "transformers", "trl", "vllm", "deepspeed")
+for argv in json.loads(sys.argv[1]):
+    code = main(argv)
+    print(json.dumps([argv[0], code, [name for name in heavy if name in sys.modules]]), flush=True)
+"""
+
+
+def test_train_refuses_issue_21_input_before_importing_the_training_stack(tmp_path, tiny_dir) -> None:
+    """Every refusal above, through `train` in one fresh process: after each, neither torch nor
+    TRL nor vLLM is imported (no model can have loaded), the same cost as `validate`'s."""
+    for i in range(len(ISSUE_21_CASES)):
+        (tmp_path / str(i)).mkdir()
+    runs = [["train", *argv(tmp_path / str(i), tiny_dir)] for i, (_, argv, _) in enumerate(ISSUE_21_CASES)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", NO_MODEL_SCRIPT, json.dumps(runs)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    reports = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(reports) == len(runs), result.stderr[-3000:]
+    for (case, _, _), (command, code, imported) in zip(ISSUE_21_CASES, reports, strict=True):
+        assert (command, code, imported) == ("train", 2, []), (case, code, imported)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == len(runs) and "Traceback" not in result.stderr, result.stderr
+
+
+REWARDS_21 = """
+def all_none(completions, **kwargs):
+    return [None] * len(completions)
+
+
+def all_nan(completions, **kwargs):
+    return [float("nan")] * len(completions)
+
+
+def huge(completions, **kwargs):
+    return [1e308] + [0.0] * (len(completions) - 1)
+"""
+
+
+@pytest.mark.parametrize(
+    ("reward", "words"),
+    [
+        ("all_none", ["'all_none'", "judged none of the 32 completions of the first rollout batch"]),
+        ("all_nan", ["'all_nan'", "judged none", "None or NaN"]),
+        ("huge", ["'huge'", "1e+308", "row 0", "+-1e+06"]),
+    ],
+)
+def test_issue_21_rewards_that_judge_nothing_or_absurdly_stop_the_first_batch(
+    tmp_path, capsys, reward, words
+):
+    """Item 6: only completions show these, so `validate` accepts the recipe and `train` stops
+    on the first rollout batch (before any optimizer step), exit 2, one line naming the reward."""
+    module = tmp_path / "rewards21.py"
+    module.write_text(REWARDS_21)
+    argv = [str(_recipe(tmp_path)), "--rewards", f"[{module}:{reward}]", "--max_steps", "2"]
+    assert gspo_trl_main(["validate", *argv]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert gspo_trl_main(["train", *argv]) == 2
+    err = capsys.readouterr().err
+    lines = re.findall(r"error: .*", err)
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for word in words:
+        assert word in lines[0], lines[0]
+    assert not (tmp_path / "out" / "trainer_state.json").exists()

@@ -9,8 +9,11 @@ trains on nothing but the other rewards, with a warning per batch that is easy t
 `guard_rewards` wraps each reward function (not reward models): the wrapper keeps the
 reward's name (TRL's metric key) and sync/async nature, and raises `RewardFailedError`, a
 UserError (one line, exit 2), naming the reward, the row (index in the batch) and what it
-got; after `max_unjudged_batches` batches in a row in which a reward judged nothing, the run
-stops naming that reward.
+got: not a number, not finite, or beyond MAX_REWARD_MAGNITUDE. If no reward judges any
+completion of the first rollout batch (all None or NaN), the run stops at once, naming the
+rewards: a short run would otherwise end with loss 0 and exit 0. Later, after
+`max_unjudged_batches` batches in a row in which one reward judged nothing, the run stops
+naming that reward.
 """
 
 from __future__ import annotations
@@ -29,6 +32,11 @@ MAX_UNJUDGED_BATCHES = 5
 """Rollout batches in a row in which a reward returns None for every completion before the
 run stops. A reward that answers None for rows outside its task (a mixture of maths and code)
 still judges some rows of most batches; five all-None batches in a row is a broken input."""
+MAX_REWARD_MAGNITUDE = 1e6
+"""Largest |score| accepted. TRL keeps scores in float32 tensors (trl/trainer/grpo_trainer.py:
+`torch.tensor(output_reward_func, dtype=torch.float32)`), where 1e308 is already inf and the
+group std overflows from ~1e19; long before that one row's reward swamps every other reward's
+weight. No reward scale is near 1e6: such a score is a bug in the reward."""
 SHOWN_CHARS = 80
 
 
@@ -48,17 +56,51 @@ def _as_number(score: Any) -> Any:
 
 
 def _unjudged(value: Any) -> bool:
+    value = _as_number(value)
     return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+class FirstRolloutBatch:
+    """Whether any reward judged a completion of this process's first rollout batch.
+
+    Each guarded reward reports its first call; once all have, a batch that none of them
+    judged stops the run. Off (`names` empty) when a reward model is among the rewards: a
+    model scores every completion.
+    """
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.pending = set(names)
+        self.names = list(names)
+        self.judged = False
+
+    def report(self, name: str, judged: bool, completions: int, prompts: Sequence[Any] | None) -> None:
+        if name not in self.pending:
+            return
+        self.pending.discard(name)
+        self.judged = self.judged or judged
+        if not self.pending and not self.judged:
+            first = f"; first prompt: {_short(prompts[0])}" if prompts else ""
+            raise RewardFailedError(
+                f"reward(s) {self.names} judged none of the {completions} completions of the first "
+                "rollout batch (every score None or NaN): the data's columns are probably not in the "
+                f"format they read (`gspo-trl rewards list`, docs/rewards.md){first}"
+            )
 
 
 class GuardedReward:
     """A reward function whose every result is checked (see the module docstring)."""
 
-    def __init__(self, func: Callable[..., Any], max_unjudged_batches: int = MAX_UNJUDGED_BATCHES) -> None:
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        max_unjudged_batches: int = MAX_UNJUDGED_BATCHES,
+        first_batch: FirstRolloutBatch | None = None,
+    ) -> None:
         self.func = func
         self.__name__ = get_callable_name(func)  # TRL's metric key
         self.max_unjudged_batches = max_unjudged_batches
         self.unjudged_batches = 0
+        self.first_batch = first_batch
 
     def __call__(
         self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (), **kwargs: Any
@@ -106,6 +148,15 @@ class GuardedReward:
                     f"reward {self.__name__!r} returned {score} for row {index} of the batch "
                     f"(completion {_short(completions[index])}); scores must be finite"
                 )
+            if abs(value) > MAX_REWARD_MAGNITUDE:
+                raise RewardFailedError(
+                    f"reward {self.__name__!r} returned {score} for row {index} of the batch "
+                    f"(completion {_short(completions[index])}); scores beyond +-{MAX_REWARD_MAGNITUDE:g} "
+                    "are not a reward scale (TRL keeps them in float32): rescale the reward"
+                )
+        if self.first_batch is not None:
+            judged = any(not _unjudged(_as_number(score)) for score in scores)
+            self.first_batch.report(self.__name__, judged, len(scores), prompts)
         self._count_unjudged(scores, prompts)
         return scores
 
@@ -143,14 +194,19 @@ class AsyncGuardedReward(GuardedReward):
 
 def guard_rewards(reward_funcs: Sequence[Any], max_unjudged_batches: int = MAX_UNJUDGED_BATCHES) -> list[Any]:
     """Each reward function wrapped in a GuardedReward; reward models (nn.Module) and ids as given."""
+    models = [
+        func for func in reward_funcs if isinstance(func, str) or not callable(func) or _is_module(func)
+    ]
+    functions = [func for func in reward_funcs if not any(func is model for model in models)]
+    first_batch = None if models else FirstRolloutBatch([get_callable_name(func) for func in functions])
     guarded: list[Any] = []
     for func in reward_funcs:
-        if isinstance(func, str) or not callable(func) or _is_module(func):
+        if any(func is model for model in models):
             guarded.append(func)
         elif is_async_callable(func):
-            guarded.append(AsyncGuardedReward(func, max_unjudged_batches))
+            guarded.append(AsyncGuardedReward(func, max_unjudged_batches, first_batch))
         else:
-            guarded.append(GuardedReward(func, max_unjudged_batches))
+            guarded.append(GuardedReward(func, max_unjudged_batches, first_batch))
     return guarded
 
 

@@ -61,6 +61,10 @@ def infinite(completions, **_):
     return [float("inf")] + [0.0] * (len(completions) - 1)
 
 
+def huge(completions, **_):
+    return [0.0, -1e9] + [0.0] * (len(completions) - 2)
+
+
 def never_judges(completions, **_):
     return [None] * len(completions)
 
@@ -82,6 +86,8 @@ FAULTS = [
     (strings, ["'strings'", "'1.0'", "row 2", "'56'"]),
     (a_string, ["'a_string'", "not a list"]),
     (infinite, ["'infinite'", "row 0", "finite"]),
+    (huge, ["'huge'", "-1000000000.0", "row 1", "+-1e+06", "rescale"]),
+    (never_judges, ["'never_judges'", "judged none of the 4 completions of the first rollout batch"]),
     (async_strings, ["'async_strings'", "row 2"]),
 ]
 
@@ -111,15 +117,31 @@ def test_rewards_that_work_pass_through_unchanged() -> None:
 
 def test_a_reward_that_judges_nothing_stops_after_n_batches() -> None:
     (guarded,) = guard_rewards([never_judges], max_unjudged_batches=3)
+    guarded.func = fine  # a first batch judged: only the batches-in-a-row rule applies after it
+    _call(guarded)
+    guarded.func = never_judges
     _call(guarded), _call(guarded)
     with pytest.raises(RewardFailedError, match=r"'never_judges' judged no completion .* 3 rollout batches"):
         _call(guarded)
-    (mixed,) = guard_rewards([never_judges], max_unjudged_batches=2)
+    (mixed,) = guard_rewards([fine], max_unjudged_batches=2)
+    _call(mixed)
+    mixed.func = never_judges
     _call(mixed)
     mixed.func = fine  # one judged batch resets the count
     _call(mixed)
     mixed.func = never_judges
     _call(mixed)
+
+
+def test_the_first_batch_needs_one_judged_completion_from_any_reward() -> None:
+    """A maths-and-code mixture: each reward answers None for the other task's rows, so one
+    reward judging nothing in the first batch is fine while another judged; none judging is not."""
+    judged, unjudged = guard_rewards([fine, never_judges])
+    _call(unjudged), _call(judged)  # either order: the batch is complete once both reported
+    first, second = guard_rewards([never_judges, lambda completions, **_: [float("nan")] * len(completions)])
+    _call(first)
+    with pytest.raises(RewardFailedError, match=r"\['never_judges', '<lambda>'\] judged none of the 4"):
+        _call(second)
 
 
 REWARD_MODULE = """
@@ -253,3 +275,196 @@ def test_the_best_checkpoint_recorded_in_each_checkpoint_exists(tmp_path: Path) 
     for checkpoint in checkpoints:
         best = json.loads((checkpoint / "trainer_state.json").read_text())["best_model_checkpoint"]
         assert STAGING not in Path(best).parts and Path(best).is_dir(), (checkpoint.name, best)
+
+
+# --- issue 21, items 11-15: runs that overwrote or resumed the wrong thing -------------------
+
+FINISHED = ["--max_steps", "4", "--save_steps", "2", "--steps_per_generation", "2"]
+"""The finished run every scenario starts from: checkpoint-2, checkpoint-4, the final model."""
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(recipe, run dir) of one real 4-step run, copied by each scenario."""
+    root = tmp_path_factory.mktemp("finished")
+    recipe = write_mini_recipe(root, tiny_model_dir(root))
+    out = root / "run"
+    assert gspo_trl_main(["train", str(recipe), "--output_dir", str(out), *FINISHED]) == 0
+    return recipe, out
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    """(size, mtime) of every file: equal snapshots mean nothing was written or removed."""
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
+
+
+def global_step(run: Path) -> int:
+    return json.loads((run / "trainer_state.json").read_text())["global_step"]
+
+
+def metrics_steps(run: Path) -> list[int]:
+    """The steps of the training log events (those with a loss) in metrics.jsonl, in order."""
+    events = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [event["step"] for event in events if "loss" in event]
+
+
+@contextlib.contextmanager
+def lock_held_by(run: Path, alive: bool) -> Iterator[int]:
+    """A lock in `run` written the way RunLock writes it, for a live process (a `sleep`) or
+    for one that has exited (what kill -9 leaves)."""
+    import socket
+
+    from gspo_trl.training.safety.run_dir import LOCK_FILE, _process_start
+
+    holder = subprocess.Popen(["sleep", "300" if alive else "0"])
+    if not alive:
+        holder.wait()
+    started = _process_start(holder.pid) if alive else "1"
+    (run / LOCK_FILE).write_text(
+        json.dumps(
+            {"pid": holder.pid, "host": socket.gethostname(), "process_start": started, "since": "then"}
+        )
+    )
+    try:
+        yield holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def _no_model(run: Path) -> None:
+    (run / "checkpoint-4" / "model.safetensors").unlink()
+
+
+def _no_checkpoints(run: Path) -> None:
+    for checkpoint in run.glob("checkpoint-*"):
+        shutil.rmtree(checkpoint)
+
+
+def _corrupt_metrics(run: Path) -> None:
+    with (run / "metrics.jsonl").open("ab") as file:
+        file.write(b'\xff\xfe{"step": 9}\n{"step": 10, "loss": \n')
+
+
+FAULT_SCENARIOS = [
+    # (id and issue item, damage to the finished run, command, exit status, words in the log or error)
+    (
+        "11: newest checkpoint without its model",
+        _no_model,
+        ["train", "--resume", *FINISHED],
+        0,
+        ["skipping", "checkpoint-4: incomplete (no model weights", "falling back to", "checkpoint-2"],
+    ),
+    (
+        "12: a live run holds the lock",
+        "live lock",
+        ["train", "--resume", *FINISHED],
+        2,
+        ["in use by another run"],
+    ),
+    (
+        "12+14: a dead run's lock is taken over, a harmless change warned",
+        "dead lock",
+        ["train", "--resume", *FINISHED, "--logging_steps", "2"],
+        0,
+        ["taking over the lock", "no longer runs", "fine to change", "logging_steps (1.0 -> 2.0)"],
+    ),
+    (
+        "13: training again without --resume or --overwrite",
+        None,
+        ["train", *FINISHED],
+        2,
+        [
+            "holds a previous run",
+            "checkpoint-2, checkpoint-4, trainer_state.json, metrics.jsonl",
+            "--overwrite",
+        ],
+    ),
+    (
+        "13: --overwrite starts again from nothing",
+        None,
+        ["train", "--overwrite", "--max_steps", "2", "--save_steps", "2", "--steps_per_generation", "2"],
+        0,
+        ["--overwrite: removed the previous run's checkpoint-2, checkpoint-4"],
+    ),
+    (
+        "13: --resume over a finished run with no checkpoint left",
+        _no_checkpoints,
+        ["train", "--resume", *FINISHED],
+        2,
+        ["finished run and no complete checkpoint", "--overwrite"],
+    ),
+    (
+        "14: a different num_generations",
+        None,
+        ["train", "--resume", *FINISHED, "--num_generations", "2"],
+        2,
+        ["is a different run", "num_generations (4 -> 2)"],
+    ),
+    (
+        "14: a different model",
+        None,
+        ["train", "--resume", *FINISHED, "--model.name_or_path", "tiny"],
+        2,
+        ["is a different run", "model.name_or_path (", '-> "tiny")'],
+    ),
+    (
+        "14: different data",
+        None,
+        ["train", "--resume", *FINISHED, "--data.num_rows", "48"],
+        2,
+        ["is a different run", "data (fingerprint of the training rows)", "data.num_rows (64 -> 48)"],
+    ),
+    ("15: report on a corrupt metrics.jsonl", _corrupt_metrics, ["report"], 0, ["skipped 2 corrupt line(s)"]),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("case", "damage", "command", "status", "words"), FAULT_SCENARIOS, ids=[s[0] for s in FAULT_SCENARIOS]
+)
+def test_issue_21_runs_neither_overwrite_nor_resume_the_wrong_thing(
+    finished_run, tmp_path, capsys, caplog, case, damage, command, status, words
+) -> None:
+    """Each scenario on a copy of one finished run: the outcome, and for every refusal, the run
+    directory exactly as it was (nothing overwritten, nothing resumed)."""
+    recipe, finished = finished_run
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    if callable(damage):
+        damage(run)
+    before = snapshot(run)
+    argv = (
+        [command[0], str(run)]
+        if command[0] == "report"
+        else [command[0], str(recipe), "--output_dir", str(run)]
+    )
+    with contextlib.ExitStack() as stack:
+        if damage in ("live lock", "dead lock"):
+            pid = stack.enter_context(lock_held_by(run, alive=damage == "live lock"))
+            before = snapshot(run)
+        with caplog.at_level("WARNING"):
+            assert gspo_trl_main([*argv, *command[1:]]) == status, capsys.readouterr().err[-3000:]
+    err = capsys.readouterr().err
+    text = "\n".join(re.findall(r"error: .*", err)) if status else caplog.text
+    assert "Traceback" not in err, err
+    for word in words:
+        assert word in text, text
+    if status:
+        assert len(re.findall(r"error: .*", err)) == 1, err
+        assert snapshot(run) == before, "a refused run changed its output_dir"
+        if damage == "live lock":
+            import socket
+
+            assert f"pid {pid} on {socket.gethostname()}" in text, text
+        return
+    if case.startswith("11"):
+        assert global_step(run) == 4 and (run / "checkpoint-4" / "model.safetensors").is_file()
+        assert metrics_steps(run) == [1, 2, 3, 4, 3, 4], "not resumed from checkpoint-2"
+    if case.startswith("12+14"):
+        assert not (run / ".gspo-trl.lock").exists(), "the lock outlived its run"
+    if case.startswith("13"):
+        assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-2"], "old checkpoints left"
+        assert global_step(run) == 2 and max(metrics_steps(run)) == 2, "the old run's log is mixed in"
+    if case.startswith("15"):
+        assert len(list((run / "report").glob("*.png"))) >= 4

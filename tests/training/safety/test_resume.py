@@ -181,3 +181,81 @@ def test_resume_skips_a_checkpoint_a_crash_left_incomplete(
         assert latest_checkpoint(tmp_path, purpose="--resume") == tmp_path / "checkpoint-8"
     assert f"skipping {tmp_path / 'checkpoint-12'}" in caplog.text and named in caplog.text, caplog.text
     assert latest_checkpoint(tmp_path / "missing") is None
+
+
+MISSING_PARTS = [
+    # (issue 21 item 11: a part of the newest checkpoint that is gone, the words the warning names)
+    ("model.safetensors", "no model weights"),
+    ("optimizer.pt", "no optimizer state"),
+    ("scheduler.pt", "no scheduler state"),
+    ("rng_state.pth", "no RNG state"),
+    ("trainer_state.json", "no trainer_state.json"),
+]
+
+
+@pytest.mark.parametrize(("missing", "named"), MISSING_PARTS, ids=[m[0] for m in MISSING_PARTS])
+def test_resume_needs_every_part_it_reads(tmp_path: Path, caplog, missing, named) -> None:
+    """transformers resumes from a folder without optimizer.pt or scheduler.pt by silently
+    restarting Adam and the schedule, and dies in a traceback without the weights: such a
+    folder is skipped for the newest complete one, saying what it lacks and where it falls back."""
+    from gspo_trl.model.checkpoints import resumable_checkpoint
+
+    for step in (4, 8):
+        _write_checkpoint(tmp_path / f"checkpoint-{step}", step)
+    assert resumable_checkpoint(tmp_path) == tmp_path / "checkpoint-8"
+    (tmp_path / "checkpoint-8" / missing).unlink()
+    with caplog.at_level("WARNING"):
+        assert resumable_checkpoint(tmp_path) == tmp_path / "checkpoint-4"
+    assert f"skipping {tmp_path / 'checkpoint-8'}: incomplete ({named}" in caplog.text, caplog.text
+    assert f"falling back to {tmp_path / 'checkpoint-4'}" in caplog.text, caplog.text
+    (tmp_path / "checkpoint-4" / missing).unlink()
+    assert resumable_checkpoint(tmp_path) is None
+
+
+def test_resume_accepts_the_sharded_layouts(tmp_path: Path) -> None:
+    """A DeepSpeed checkpoint keeps weights, optimizer and its scheduler in a tag folder named by
+    `latest`; a LoRA one holds an adapter instead of the model."""
+    from gspo_trl.model.checkpoints import resumable_checkpoint
+
+    deepspeed = tmp_path / "ds" / "checkpoint-2"
+    deepspeed.parent.mkdir()
+    _write_checkpoint(deepspeed, 2)
+    for name in ("model.safetensors", "optimizer.pt", "scheduler.pt"):
+        (deepspeed / name).unlink()
+    (deepspeed / "rng_state.pth").rename(deepspeed / "rng_state_0.pth")
+    assert resumable_checkpoint(deepspeed.parent) is None
+    (deepspeed / "global_step2").mkdir()
+    torch.save({}, deepspeed / "global_step2" / "mp_rank_00_model_states.pt")
+    torch.save({}, deepspeed / "global_step2" / "zero_pp_rank_0_mp_rank_00_optim_states.pt")
+    (deepspeed / "latest").write_text("global_step2")
+    assert resumable_checkpoint(deepspeed.parent) == deepspeed
+    lora = tmp_path / "lora" / "checkpoint-2"
+    lora.parent.mkdir()
+    _write_checkpoint(lora, 2)
+    (lora / "model.safetensors").rename(lora / "adapter_model.safetensors")
+    assert resumable_checkpoint(lora.parent) == lora
+
+
+def test_file_names_match_the_libraries_that_write_them() -> None:
+    """The resolver and the run-directory guard name these files without importing transformers."""
+    from transformers import trainer, utils
+
+    from gspo_trl.model import checkpoints
+    from gspo_trl.training.safety import metrics_file, run_dir
+    from gspo_trl.training.safety import staged_checkpoints as checkpoint_guard
+
+    assert {
+        utils.SAFE_WEIGHTS_NAME,
+        utils.SAFE_WEIGHTS_INDEX_NAME,
+        utils.WEIGHTS_NAME,
+        utils.WEIGHTS_INDEX_NAME,
+    } | {
+        utils.ADAPTER_SAFE_WEIGHTS_NAME,
+        utils.ADAPTER_WEIGHTS_NAME,
+    } == set(checkpoints.WEIGHT_FILES)
+    assert (trainer.OPTIMIZER_NAME, trainer.OPTIMIZER_NAME_BIN) == checkpoints.OPTIMIZER_FILES
+    assert trainer.SCHEDULER_NAME == checkpoints.SCHEDULER_FILE
+    assert trainer.FSDP_MODEL_NAME == checkpoints.FSDP_MODEL_PREFIX
+    assert trainer.TRAINER_STATE_NAME == checkpoints.TRAINER_STATE
+    assert run_dir.METRICS_FILE == metrics_file.METRICS_FILE
+    assert run_dir.STAGING == checkpoint_guard.STAGING

@@ -1,0 +1,344 @@
+"""One run per output directory: a lock, no silent overwrite, no resume of a different run.
+
+`claim_run_dir` is what `gspo-trl train` does with its output_dir after the preflight checks
+and before anything heavy is imported, so each refusal below takes as long as `validate`:
+
+- a lock file (LOCK_FILE) naming the holder (pid, host, start) keeps a second run out while
+  the first lives; one left by a dead process on this host (kill -9, a crash) is taken over
+  with a warning, one from another host is reported with how to remove it;
+- a directory holding a previous run's training output (checkpoints, trainer_state.json,
+  metrics.jsonl) is refused unless the launch says what to do with it: `--resume` continues
+  it, `--overwrite` deletes its checkpoints and logs first (what the HF Trainer's users know
+  as overwrite_output_dir), so a later `--resume` cannot jump into the old run's checkpoints;
+- `--resume` picks the newest checkpoint holding every part a resume reads
+  (gspo_trl.model.checkpoints.resumable_checkpoint) and refuses over a finished run with no
+  checkpoint left instead of starting it again from scratch;
+- RUN_RECORD holds what defines the run (every resolved recipe key, the data's fingerprint,
+  the number of processes); `--resume` refuses when a defining key differs, listing each, and
+  warns for keys that only change logging, saving or length (HARMLESS_KEYS).
+
+Only the launch's main process (RANK 0) takes the lock and writes; every process reaches the
+same decisions from the same files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gspo_trl.config.recipe import Recipe, recipe_as_yaml
+from gspo_trl.errors import RunDirError
+from gspo_trl.metric_names import METRICS_FILE
+from gspo_trl.model.checkpoints import TRAINER_STATE, checkpoints_newest_first, resumable_checkpoint
+
+logger = logging.getLogger(__name__)
+
+LOCK_FILE = ".gspo-trl.lock"
+RUN_RECORD = "run.json"
+STAGING = ".staging"
+"""gspo_trl.training.safety.staged_checkpoints.STAGING, named here without transformers (a test pins it)."""
+FINGERPRINT_ROWS = 1000
+"""Rows hashed whole into the data fingerprint (with the row count and the column names)."""
+HARMLESS_KEYS = (
+    "output_dir",
+    "logging_steps",
+    "logging_first_step",
+    "logging_strategy",
+    "report_to",
+    "run_name",
+    "project",
+    "trackio_space_id",
+    "save_steps",
+    "save_strategy",
+    "save_total_limit",
+    "save_only_model",
+    "max_steps",
+    "num_train_epochs",
+    "eval_steps",
+    "eval_strategy",
+    "per_device_eval_batch_size",
+    "dataloader_num_workers",
+    "log_completions",
+    "num_completions_to_print",
+    "gradient_checkpointing",
+    "vllm_server_host",
+    "vllm_server_port",
+    "vllm_server_timeout",
+    "vllm_gpu_memory_utilization",
+    "heldout.",
+    "diagnostics.",
+)
+"""Keys (a trailing dot: a whole section) a resumed run may change: they decide what is logged,
+saved, evaluated or how long it trains, not what is trained on or how. Every other key defines
+the run."""
+
+
+@dataclass
+class RunClaim:
+    """What `claim_run_dir` decided: the checkpoint to resume from (None: from scratch)."""
+
+    output_dir: Path
+    checkpoint: Path | None
+
+
+def is_main_process() -> bool:
+    """RANK 0 of a launch (accelerate and torchrun set RANK), or a plain process."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+@contextlib.contextmanager
+def claim_run_dir(
+    recipe: Recipe, output_dir: str | Path, data: Any, resume: bool = False, overwrite: bool = False
+) -> Iterator[RunClaim]:
+    """Lock `output_dir` for this run and decide how it starts; released when the block ends."""
+    if resume and overwrite:
+        raise RunDirError("--resume and --overwrite: give one (--resume continues, --overwrite starts over)")
+    folder = Path(output_dir)
+    lock = RunLock(folder / LOCK_FILE) if is_main_process() else None
+    if lock is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+        lock.acquire()
+    try:
+        record = run_record(recipe, data)
+        checkpoint = _decide(folder, record, resume, overwrite)
+        if lock is not None:
+            _write_json(folder / RUN_RECORD, record)
+        yield RunClaim(folder, checkpoint)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _decide(folder: Path, record: dict[str, Any], resume: bool, overwrite: bool) -> Path | None:
+    previous = previous_run(folder)
+    if overwrite:
+        if previous and is_main_process():
+            clear_previous_run(folder)
+        return None
+    if not resume:
+        if previous:
+            raise RunDirError(
+                f"output_dir {str(folder)!r} holds a previous run ({', '.join(previous)}): continue it with "
+                "--resume, start it again with --overwrite (deletes its checkpoints and logs), or give "
+                "another output_dir"
+            )
+        return None
+    checkpoint = resumable_checkpoint(folder)
+    if checkpoint is None:
+        if (folder / TRAINER_STATE).is_file():
+            raise RunDirError(
+                f"--resume: output_dir {str(folder)!r} holds a finished run and no complete checkpoint to "
+                "resume from; train it again from scratch with --overwrite, or give another output_dir"
+            )
+        logger.warning("--resume: no complete checkpoint in %s; starting from scratch", folder)
+        return None
+    compare_records(folder, record)
+    return checkpoint
+
+
+def previous_run(folder: Path) -> list[str]:
+    """What in `folder` is a previous run's training output (empty: nothing to lose)."""
+    found = [path.name for path in reversed(checkpoints_newest_first(folder))]
+    if len(found) > 2:
+        found = [f"{found[0]} .. {found[-1]}"]
+    for name in (TRAINER_STATE, METRICS_FILE):
+        path = folder / name
+        if path.is_file() and path.stat().st_size:
+            found.append(name)
+    return found
+
+
+def clear_previous_run(folder: Path) -> None:
+    """Delete what would mix with a new run: checkpoints (a later --resume would pick them),
+    the staging folder, the trainer state, the metrics log and the run record. The model files
+    are overwritten by the new run's save; the tiny model (built from fixed inputs) stays."""
+    removed = []
+    for path in [*reversed(checkpoints_newest_first(folder)), folder / STAGING]:
+        if path.is_dir():
+            shutil.rmtree(path)
+            removed.append(path.name)
+    for name in (TRAINER_STATE, METRICS_FILE, RUN_RECORD):
+        if (folder / name).is_file():
+            (folder / name).unlink()
+            removed.append(name)
+    logger.warning("--overwrite: removed the previous run's %s from %s", ", ".join(removed), folder)
+
+
+# --- what defines a run ----------------------------------------------------------------------
+
+
+def run_record(recipe: Recipe, data: Any) -> dict[str, Any]:
+    """The run's identity: every resolved recipe key (flattened), the data fingerprint, processes."""
+    text = recipe_as_yaml(recipe)
+    content = yaml.safe_load(text)
+    keys = _flatten({key: value for key, value in content.items()})
+    keys["data (fingerprint of the training rows)"] = (
+        data_fingerprint(data.train) if data is not None else None
+    )
+    keys["processes"] = int(os.environ.get("WORLD_SIZE", "1"))
+    return {"recipe_sha256": hashlib.sha256(text.encode()).hexdigest(), "keys": keys}
+
+
+def data_fingerprint(rows: Any) -> str:
+    """sha256 of the row count, the column names and the first FINGERPRINT_ROWS rows."""
+    digest = hashlib.sha256(json.dumps([len(rows), sorted(rows.column_names)]).encode())
+    for row in rows.select(range(min(FINGERPRINT_ROWS, len(rows)))):
+        digest.update(json.dumps(row, sort_keys=True, default=str).encode())
+    return digest.hexdigest()[:16]
+
+
+def _flatten(content: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in content.items():
+        if isinstance(value, dict) and value and key in ("model", "data", "heldout", "diagnostics", "engine"):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _harmless(key: str) -> bool:
+    return any(key == entry or (entry.endswith(".") and key.startswith(entry)) for entry in HARMLESS_KEYS)
+
+
+def compare_records(folder: Path, record: dict[str, Any]) -> None:
+    """Refuse a resume whose defining keys differ from the run's record; warn for harmless ones."""
+    path = folder / RUN_RECORD
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))["keys"]
+    except FileNotFoundError:
+        logger.warning(
+            "--resume: %s has no %s (an older gspo-trl); not checked for a different run", folder, path.name
+        )
+        return
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise RunDirError(
+            f"--resume: {path} is unreadable ({error}); resume with --overwrite or a new output_dir"
+        ) from None
+    new = record["keys"]
+    changed = [key for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
+    shown = [f"{key} ({_short(old.get(key))} -> {_short(new.get(key))})" for key in changed]
+    defining = [text for key, text in zip(changed, shown, strict=True) if not _harmless(key)]
+    harmless = [text for key, text in zip(changed, shown, strict=True) if _harmless(key)]
+    if defining:
+        raise RunDirError(
+            f"--resume: {folder} is a different run: {'; '.join(defining)}. Resume it with the settings it "
+            f"started with ({folder / 'recipe.yaml'}), or train into another output_dir"
+        )
+    if harmless:
+        logger.warning("--resume: changed since %s started (fine to change): %s", folder, "; ".join(harmless))
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _write_json(path: Path, content: dict[str, Any]) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(content, indent=1, default=str) + "\n", encoding="utf-8")
+    os.replace(temporary, path)
+
+
+# --- the lock ----------------------------------------------------------------------------------
+
+
+def _process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22), or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _alive(pid: int, started: str | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's live process
+    current = _process_start(pid)
+    return started is None or current is None or current == started  # a reused pid is not the holder
+
+
+class RunLock:
+    """OUTPUT_DIR/LOCK_FILE, created atomically (a hard link of a complete file: no reader ever
+    sees it empty, and link is atomic on NFS too) and holding its holder as JSON."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.holder = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "process_start": _process_start(os.getpid()),
+            "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
+        self.held = False
+
+    def acquire(self) -> None:
+        for _ in range(2):  # a second try after removing a stale lock
+            temporary = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+            try:
+                temporary.write_text(json.dumps(self.holder), encoding="utf-8")
+                os.link(temporary, self.path)
+                self.held = True
+                return
+            except FileExistsError:
+                self._remove_if_stale()
+            except OSError as error:
+                raise RunDirError(
+                    f"output_dir: cannot write the run lock {self.path}: {error.strerror}"
+                ) from None
+            finally:
+                with contextlib.suppress(OSError):
+                    temporary.unlink()
+        raise RunDirError(f"output_dir: could not take the run lock {self.path}; another run keeps taking it")
+
+    def _remove_if_stale(self) -> None:
+        try:
+            holder = json.loads(self.path.read_text(encoding="utf-8"))
+            pid, host = int(holder["pid"]), str(holder["host"])
+        except FileNotFoundError:
+            return  # released meanwhile: try again
+        except (OSError, ValueError, KeyError, TypeError):
+            logger.warning("output_dir: removing an unreadable run lock %s", self.path)
+            self.path.unlink(missing_ok=True)
+            return
+        if host == socket.gethostname() and not _alive(pid, holder.get("process_start")):
+            logger.warning(
+                "output_dir: taking over the lock %s of pid %d (started %s), which no longer runs",
+                self.path,
+                pid,
+                holder.get("since"),
+            )
+            self.path.unlink(missing_ok=True)
+            return
+        elsewhere = (
+            "" if host == socket.gethostname() else " (another host: if that run is gone, delete the lock)"
+        )
+        raise RunDirError(
+            f"output_dir {str(self.path.parent)!r} is in use by another run: pid {pid} on {host}, since "
+            f"{holder.get('since')}{elsewhere}; wait for it or give another output_dir"
+        )
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(self.path.read_text(encoding="utf-8")).get("pid") == os.getpid():
+                self.path.unlink()
+        self.held = False
