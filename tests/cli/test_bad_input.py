@@ -178,7 +178,7 @@ def test_mbpp_assert_lists_validate_and_score(tmp_path, capsys) -> None:
     `validate`, and the code reward runs the asserts (it scored every row None before)."""
     from gspo_trl import rewards
 
-    rows = _rows(*({"text": f"Write remove_Occ, try {n}", "test_list": MBPP_TESTS} for n in range(4)))
+    rows = _rows(*({"text": f"Write remove_Occ, try {n}", "test_list": MBPP_TESTS} for n in range(16)))
     path = _write(tmp_path, "mbpp.jsonl", rows)
     argv = ["validate", str(_recipe(tmp_path)), *_data(path), "--data.prompt_column", "text"]
     argv += ["--data.columns", "{test_list: tests}", "--rewards", "[code]", "--heldout.reward", "code"]
@@ -195,7 +195,7 @@ def test_mbpp_assert_lists_validate_and_score(tmp_path, capsys) -> None:
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model on disk: 512 positions (TinyModelSpec), a tokenizer.json to count with."""
-    from _gspo_helpers import tiny_model_dir
+    from tests._gspo_helpers import tiny_model_dir
 
     return tiny_model_dir(tmp_path_factory.mktemp("model"))
 

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _qwen3_tokenizer import QWEN3_NO_THINK_GENERATION_PROMPT, qwen3_template_model_dir
 
 from gspo_trl.cli.main import main as gspo_trl_main
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.data.loading import load_data
 from tests._gspo_helpers import single_torch_thread  # noqa: F401 (autouse fixture)
 from tests._paths import ROOT
+from tests._qwen3_tokenizer import QWEN3_NO_THINK_GENERATION_PROMPT, qwen3_template_model_dir
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

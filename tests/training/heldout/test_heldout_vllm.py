@@ -28,7 +28,7 @@ pytestmark = [
 
 @pytest.mark.timeout(700)
 def test_heldout_generates_with_the_colocated_engine(tmp_path: Path) -> None:
-    from _qwen3_tokenizer import QWEN3_NO_THINK_GENERATION_PROMPT, qwen3_template_model_dir
+    from tests._qwen3_tokenizer import QWEN3_NO_THINK_GENERATION_PROMPT, qwen3_template_model_dir
 
     model = qwen3_template_model_dir(tmp_path)
     out = tmp_path / "out.json"

@@ -254,8 +254,9 @@ def test_the_best_checkpoint_recorded_in_each_checkpoint_exists(tmp_path: Path) 
     """metric_for_best_model picks a checkpoint during its (staged) save: the trainer_state.json
     inside every checkpoint, which --resume reads, must name the renamed folder, not the staging
     one (which is gone: load_best_model_at_end would fail after a resume)."""
-    from _gspo_helpers import make_trainer
     from datasets import Dataset
+
+    from tests._gspo_helpers import make_trainer
 
     eval_rows = Dataset.from_list([{"prompt": f"add {i} and 1"} for i in range(8)])
     trainer = make_trainer(

@@ -241,7 +241,8 @@ def test_file_names_match_the_libraries_that_write_them() -> None:
     from transformers import trainer, utils
 
     from gspo_trl.model import checkpoints
-    from gspo_trl.training.safety import metrics_file, run_dir
+    from gspo_trl.training.reporting import metrics_file
+    from gspo_trl.training.safety import run_dir
     from gspo_trl.training.safety import staged_checkpoints as checkpoint_guard
 
     assert {
