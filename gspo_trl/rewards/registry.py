@@ -318,7 +318,7 @@ def _make_entry(
 
 def _source_of(target: Callable[..., Any]) -> str:
     module = getattr(target, "__module__", "") or ""
-    return "built-in" if module.startswith("rewards.") else module
+    return "built-in" if module.startswith(__package__ + ".") else module
 
 
 def _entry_from_object(name: str, obj: Any, source: str) -> _Entry:

@@ -299,3 +299,9 @@ def test_console_entry_runs_as_module():
         timeout=60,
     )
     assert "soft_overlong" in out.stdout
+
+
+@pytest.mark.parametrize("name", ["math", "code", "format", "cosine", "soft_overlong"])
+def test_the_shipped_rewards_say_built_in(name) -> None:
+    """The library's own rewards, wherever the package is installed (it moved under gspo_trl)."""
+    assert rewards.describe(name).source == "built-in"
