@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from gspo_trl.config.batch import rollout_batch
 from gspo_trl.config.defaults import GSPO_DEFAULTS
 from gspo_trl.config.recipe import load_recipe, parse_overrides
-from gspo_trl.config.validation import updates_per_rollout_batch, validate
+from gspo_trl.config.validation import validate
 from gspo_trl.errors import RecipeError
 
 TINY_RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "reversal.yaml"
@@ -109,7 +110,7 @@ def test_parse_overrides(tokens: list[str], expected: dict) -> None:
 def test_generation_batch_size_replaces_steps_per_generation(tmp_path: Path) -> None:
     recipe = load_recipe(write(tmp_path, GOOD + "generation_batch_size: 32\n"))
     assert "steps_per_generation" not in recipe.training
-    assert updates_per_rollout_batch(recipe.training, processes=1) == 4
+    assert rollout_batch(recipe.training, 1).optimizer_updates == 4
     validate(recipe, processes=1)
 
 
@@ -138,6 +139,22 @@ BAD_RECIPES = [
     ("both batch knobs", "generation_batch_size: 32\nsteps_per_generation: 4\n", "generation_batch_size"),
     ("empty rewards", "rewards: []\n", "rewards"),
     ("bad diagnostics key", "diagnostics: {buckets: [1]}\n", "diagnostics.buckets"),
+    ("on-policy via replays", "gradient_accumulation_steps: 8\nnum_iterations: 2\n", "on-policy"),
+    ("bad launch key", "launch: {gpus: 8}\n", "launch.gpus"),
+    (
+        "launch world size",
+        "generation_batch_size: 32\nlaunch: {gpus_per_node: 3}\n",
+        "3 processes): generation",
+    ),
+    ("launch zero nodes", "launch: {nodes: 0}\n", "launch.nodes"),
+    ("launch server on 1 node", "use_vllm: true\nvllm_mode: server\nlaunch: {gpus_per_node: 8}\n", "no node"),
+    ("launch bad cost", "launch: {seconds_per_step: [60, 30]}\n", "launch.seconds_per_step"),
+    ("launch unknown config", "launch: {accelerate_config: configs/zero9.yaml}\n", "zero9"),
+    (
+        "launch command without its config",
+        "launch: {accelerate_config: configs/zero2.yaml, command: gspo-trl train x.yaml}\n",
+        "launch.command",
+    ),
 ]
 
 

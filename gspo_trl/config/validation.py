@@ -15,12 +15,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import rewards
+from gspo_trl.config.batch import is_server_mode, rollout_batch, training_nodes
 from gspo_trl.config.defaults import EPSILON_CLIP_LOSSES, TOKEN_SUM_LOSSES
 from gspo_trl.config.engine_checks import check_engine_settings
 from gspo_trl.config.fields import build_dataclass
 from gspo_trl.config.recipe import Recipe
 from gspo_trl.config.sections import DiagnosticsConfig
-from gspo_trl.config.trl_fields import grpo_default
+from gspo_trl.config.shipped import find_accelerate_config
 from gspo_trl.errors import FieldTypeError, RecipeError
 
 logger = logging.getLogger(__name__)
@@ -72,23 +73,10 @@ def _check_loss_aggregation(algorithm: str, training: Mapping[str, Any]) -> None
         )
 
 
-def updates_per_rollout_batch(training: dict, processes: int) -> int:
-    """Optimizer steps taken on one rollout batch (1 = every update is on-policy)."""
-    accumulation = int(training.get("gradient_accumulation_steps", 1))
-    steps = training.get("steps_per_generation")
-    if steps is None:
-        generation_batch = training.get("generation_batch_size")
-        per_step = (
-            int(training.get("per_device_train_batch_size", _trl("per_device_train_batch_size"))) * processes
-        )
-        steps = generation_batch // per_step if generation_batch else accumulation
-    return max(1, int(steps) // accumulation) * int(training.get("num_iterations", 1))
-
-
 def _check_off_policy(recipe: Recipe, processes: int) -> None:
     if recipe.algorithm not in GSPO_ALGORITHMS or recipe.allow_on_policy:
         return
-    if updates_per_rollout_batch(recipe.training, processes) <= 1:
+    if rollout_batch(recipe.training, processes).on_policy:
         raise RecipeError(
             "steps_per_generation / gradient_accumulation_steps / num_iterations: every update is "
             "on-policy, so s_i = 1, nothing is ever clipped and GSPO is exactly GRPO. Use several "
@@ -98,36 +86,55 @@ def _check_off_policy(recipe: Recipe, processes: int) -> None:
 
 
 def _check_batch_sizes(recipe: Recipe, processes: int) -> None:
-    training = recipe.training
-    if "generation_batch_size" in recipe.explicit_keys and "steps_per_generation" in recipe.explicit_keys:
+    """TRL's batch refusals with the recipe's key names, here and on the `launch:` hardware."""
+    rollout_batch(recipe.training, processes)
+    launch = recipe.launch
+    if launch is None or not launch.gpus:
+        return
+    nodes = training_nodes(launch.nodes, is_server_mode(recipe.training))
+    if nodes < 1:
         raise RecipeError(
-            "generation_batch_size and steps_per_generation: set one of them, not both "
-            "(generation_batch_size = per_device_train_batch_size x processes x steps_per_generation)"
+            f"launch.nodes: {launch.nodes} with vllm_mode: server leaves no node to train (the vLLM "
+            "server node trains nothing); give 2 or more nodes, or use vllm_mode: colocate"
         )
-    num_generations = int(training.get("num_generations") or _trl("num_generations"))
-    if num_generations < 2:
-        raise RecipeError(f"num_generations: {num_generations}; group advantages need at least 2")
-    per_device = int(training.get("per_device_train_batch_size", _trl("per_device_train_batch_size")))
-    generation_batch = training.get("generation_batch_size")
-    if generation_batch is None:
-        steps = int(training.get("steps_per_generation") or training.get("gradient_accumulation_steps", 1))
-        generation_batch = per_device * processes * steps
-        how = (
-            f"per_device_train_batch_size ({per_device}) x {processes} process(es) "
-            f"x steps_per_generation ({steps})"
-        )
-    else:
-        how = "generation_batch_size"
-        if generation_batch % (per_device * processes):
-            raise RecipeError(
-                f"generation_batch_size: {generation_batch} is not divisible by per_device_train_batch_size "
-                f"({per_device}) x {processes} process(es)"
-            )
-    if generation_batch % num_generations:
+    world = nodes * launch.gpus_per_node
+    try:
+        rollout_batch(recipe.training, world)
+    except RecipeError as error:
+        where = f"launch ({nodes} training node(s) x {launch.gpus_per_node} GPUs = {world} processes)"
+        raise RecipeError(f"{where}: {error}") from None
+
+
+def _check_launch(recipe: Recipe) -> None:
+    """The `launch:` section is what `gspo-trl plan` plans: refuse values it cannot use."""
+    launch = recipe.launch
+    if launch is None:
+        return
+    if launch.nodes < 1 or launch.gpus_per_node < 0:
         raise RecipeError(
-            f"num_generations: the generation batch, {how} = {generation_batch}, must hold whole "
-            f"groups of num_generations ({num_generations}). Change per_device_train_batch_size or "
-            "num_generations so that it divides."
+            f"launch.nodes: {launch.nodes} / launch.gpus_per_node: {launch.gpus_per_node}; "
+            "expected nodes >= 1 and gpus_per_node >= 0 (0: a CPU run)"
+        )
+    memory = launch.gpu_memory_gb
+    if memory is not None and not (math.isfinite(memory) and memory > 0):
+        raise RecipeError(f"launch.gpu_memory_gb: {memory} must be a positive number of GB, e.g. 80")
+    seconds = launch.seconds_per_step
+    if len(seconds) > 2 or not all(math.isfinite(s) and s > 0 for s in seconds) or seconds != sorted(seconds):
+        raise RecipeError(
+            f"launch.seconds_per_step: {seconds}; expected [typical] or [low, high] positive seconds"
+        )
+    config = launch.accelerate_config
+    if config is None:
+        return
+    if find_accelerate_config(config) is None:
+        raise RecipeError(
+            f"launch.accelerate_config: {config!r} is neither a file nor a shipped accelerate config "
+            "(configs/ddp.yaml, configs/zero2.yaml, configs/zero3.yaml, ...)"
+        )
+    if launch.command and config not in launch.command:
+        raise RecipeError(
+            f"launch.command does not pass launch.accelerate_config ({config}): the plan would size "
+            "another launch than the one the command starts"
         )
 
 
@@ -169,10 +176,6 @@ def check_gspo_settings(algorithm: str, training: Mapping[str, Any]) -> None:
     _check_field_ranges(training)
     _check_loss_aggregation(algorithm, training)
     _check_clip_range(algorithm, training)
-
-
-def _trl(key: str) -> Any:
-    return grpo_default(key)
 
 
 def _check_rewards(recipe: Recipe) -> None:
@@ -293,6 +296,7 @@ def validate(recipe: Recipe, processes: int | None = None) -> None:
     processes = processes or world_size()
     _check_algorithm_consistency(recipe)
     check_gspo_settings(recipe.algorithm, recipe.training)
+    _check_launch(recipe)
     _check_batch_sizes(recipe, processes)
     _check_off_policy(recipe, processes)
     _check_rewards(recipe)

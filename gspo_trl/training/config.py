@@ -20,11 +20,12 @@ from typing import Any
 
 from trl import GRPOConfig
 
+from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.config.defaults import GSPO_DEFAULTS
 from gspo_trl.config.engine_checks import check_engine_settings
 from gspo_trl.config.fields import build_dataclass
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig
-from gspo_trl.config.validation import check_gspo_settings, updates_per_rollout_batch
+from gspo_trl.config.validation import check_gspo_settings
 from gspo_trl.errors import FieldTypeError, RecipeError
 
 
@@ -98,7 +99,7 @@ class GSPOConfig(GRPOConfig):
         if (
             self.algorithm != "grpo"
             and not self.allow_on_policy
-            and updates_per_rollout_batch(settings, self.world_size) <= 1
+            and RolloutBatch.from_grpo_config(self).on_policy
         ):
             raise RecipeError(
                 "steps_per_generation / gradient_accumulation_steps / num_iterations: every update is "
