@@ -126,3 +126,36 @@ def test_qwen3_recipes_decide_thinking_mode_and_vllm_memory_and_say_why(path: Pa
         assert 0.5 <= utilization <= 0.6
         assert f"# Memory:   vllm_gpu_memory_utilization {utilization}:" in text
     assert "score None" not in text, "the code reward runs function-call tests; nothing scores None"
+
+
+def scaling_table() -> dict[str, list[str]]:
+    """docs/scaling.md's recipe table: recipe file -> its cells (model, hardware, config, data)."""
+    rows = {}
+    for line in (ROOT / "docs" / "scaling.md").read_text(encoding="utf-8").splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if cells and cells[0].startswith("`recipes/"):
+            rows[cells[0].strip("`").removeprefix("recipes/")] = cells[1:]
+    return rows
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=RECIPE_IDS)
+def test_scaling_doc_table_is_the_launch_section(path: Path) -> None:
+    """The docs' recipe table restates each `launch:` (hardware, strategy); it must agree with it."""
+    from gspo_trl.plan.launch import read_accelerate_config
+
+    row = scaling_table().get(str(path.relative_to(ROOT / "recipes")))
+    assert row is not None, f"docs/scaling.md has no row for {path}"
+    _, hardware, config, _ = row
+    recipe = load_recipe(path)
+    launch = recipe.launch
+    if not launch.gpus:
+        assert "CPU" in hardware
+    elif launch.nodes > 1:
+        trains = resolve_topology(recipe.training, launch).training_nodes
+        assert hardware.startswith(f"{launch.nodes} nodes ({trains} train + 1 vLLM)"), hardware
+    else:
+        assert hardware == f"{launch.gpus_per_node} x {launch.gpu_memory_gb:g} GB", hardware
+    strategy = (
+        read_accelerate_config(launch.accelerate_config).strategy if launch.accelerate_config else "none"
+    )
+    assert config.split(" / ")[0] == strategy, config
