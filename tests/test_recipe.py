@@ -114,6 +114,7 @@ def test_generation_batch_size_replaces_steps_per_generation(tmp_path: Path) -> 
     validate(recipe, processes=1)
 
 
+SERVER = "use_vllm: true\nvllm_mode: server\n"
 BAD_RECIPES = [
     # (what is wrong, extra YAML or override, substring the error must contain)
     ("unknown key", "learnin_rate: 1.0e-6\n", "did you mean 'learning_rate'"),
@@ -147,9 +148,25 @@ BAD_RECIPES = [
         "3 processes): generation",
     ),
     ("launch zero nodes", "launch: {nodes: 0}\n", "launch.nodes"),
-    ("launch server on 1 node", "use_vllm: true\nvllm_mode: server\nlaunch: {gpus_per_node: 8}\n", "no node"),
+    ("launch server on 1 node", SERVER + "launch: {gpus_per_node: 8}\n", "no node"),
     ("launch bad cost", "launch: {seconds_per_step: [60, 30]}\n", "launch.seconds_per_step"),
     ("launch unknown config", "launch: {accelerate_config: configs/zero9.yaml}\n", "zero9"),
+    (
+        "launch server layout when colocated",
+        "launch: {server_tensor_parallel_size: 2}\n",
+        "vllm_mode: server",
+    ),
+    (
+        "launch server layout not the node's GPUs",
+        SERVER + "launch: {nodes: 2, gpus_per_node: 8, server_tensor_parallel_size: 2}\n",
+        "server node's launch.gpus_per_node (8)",
+    ),
+    (
+        "launch command with another server layout",
+        SERVER + "launch: {nodes: 2, gpus_per_node: 8, server_tensor_parallel_size: 2, "
+        "server_data_parallel_size: 4, command: sbatch train.slurm --vllm-tp 4 --vllm-dp 2}\n",
+        "--vllm-tp 2 --vllm-dp 4",
+    ),
     (
         "launch command without its config",
         "launch: {accelerate_config: configs/zero2.yaml, command: gspo-trl train x.yaml}\n",

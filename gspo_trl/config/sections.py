@@ -165,6 +165,11 @@ class LaunchConfig:
     strategy (DDP, ZeRO-2/3, FSDP2)."""
     command: str | None = None
     """The command that launches this recipe on this hardware."""
+    server_tensor_parallel_size: int | None = None
+    """With vllm_mode: server, `trl vllm-serve --tensor_parallel_size` on the server node."""
+    server_data_parallel_size: int | None = None
+    """With vllm_mode: server, `trl vllm-serve --data_parallel_size`; x the tensor parallel size
+    = the server node's GPUs (what scripts/slurm/train.slurm requires)."""
     seconds_per_step: list[float] = field(default_factory=list)
     """Wall-clock seconds per optimizer step here: [typical] or [low, high]; `gspo-trl plan` sets
     it beside its compute floor and multiplies it by max_steps."""

@@ -123,6 +123,7 @@ def _check_launch(recipe: Recipe) -> None:
         raise RecipeError(
             f"launch.seconds_per_step: {seconds}; expected [typical] or [low, high] positive seconds"
         )
+    _check_server_layout(recipe)
     config = launch.accelerate_config
     if config is None:
         return
@@ -135,6 +136,29 @@ def _check_launch(recipe: Recipe) -> None:
         raise RecipeError(
             f"launch.command does not pass launch.accelerate_config ({config}): the plan would size "
             "another launch than the one the command starts"
+        )
+
+
+def _check_server_layout(recipe: Recipe) -> None:
+    launch = recipe.launch
+    tp, dp = launch.server_tensor_parallel_size, launch.server_data_parallel_size
+    if tp is None and dp is None:
+        return
+    if not is_server_mode(recipe.training):
+        raise RecipeError(
+            "launch.server_tensor_parallel_size / server_data_parallel_size: only for use_vllm with "
+            "vllm_mode: server (a colocated engine's layout is vllm_tensor_parallel_size)"
+        )
+    tp, dp = tp or 1, dp or 1
+    if tp < 1 or dp < 1 or tp * dp != launch.gpus_per_node:
+        raise RecipeError(
+            f"launch.server_tensor_parallel_size {tp} x server_data_parallel_size {dp} must use the "
+            f"server node's launch.gpus_per_node ({launch.gpus_per_node}) GPUs"
+        )
+    command = launch.command or ""
+    if "--vllm-tp" in command and not (f"--vllm-tp {tp}" in command and f"--vllm-dp {dp}" in command):
+        raise RecipeError(
+            f"launch.command does not pass --vllm-tp {tp} --vllm-dp {dp}, the layout launch states"
         )
 
 
