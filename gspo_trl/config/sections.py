@@ -166,7 +166,8 @@ class LaunchConfig:
     command: str | None = None
     """The command that launches this recipe on this hardware."""
     server_tensor_parallel_size: int | None = None
-    """With vllm_mode: server, `trl vllm-serve --tensor_parallel_size` on the server node."""
+    """With vllm_mode: server, `trl vllm-serve --tensor_parallel_size` on the server node
+    (unused otherwise)."""
     server_data_parallel_size: int | None = None
     """With vllm_mode: server, `trl vllm-serve --data_parallel_size`; x the tensor parallel size
     = the server node's GPUs (what scripts/slurm/train.slurm requires)."""

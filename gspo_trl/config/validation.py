@@ -142,13 +142,8 @@ def _check_launch(recipe: Recipe) -> None:
 def _check_server_layout(recipe: Recipe) -> None:
     launch = recipe.launch
     tp, dp = launch.server_tensor_parallel_size, launch.server_data_parallel_size
-    if tp is None and dp is None:
-        return
-    if not is_server_mode(recipe.training):
-        raise RecipeError(
-            "launch.server_tensor_parallel_size / server_data_parallel_size: only for use_vllm with "
-            "vllm_mode: server (a colocated engine's layout is vllm_tensor_parallel_size)"
-        )
+    if (tp is None and dp is None) or not is_server_mode(recipe.training):
+        return  # no server to lay out (e.g. `--use_vllm false` for a CPU check of a server recipe)
     tp, dp = tp or 1, dp or 1
     if tp < 1 or dp < 1 or tp * dp != launch.gpus_per_node:
         raise RecipeError(
