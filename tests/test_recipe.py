@@ -152,11 +152,6 @@ BAD_RECIPES = [
     ("launch bad cost", "launch: {seconds_per_step: [60, 30]}\n", "launch.seconds_per_step"),
     ("launch unknown config", "launch: {accelerate_config: configs/zero9.yaml}\n", "zero9"),
     (
-        "launch server layout when colocated",
-        "launch: {server_tensor_parallel_size: 2}\n",
-        "vllm_mode: server",
-    ),
-    (
         "launch server layout not the node's GPUs",
         SERVER + "launch: {nodes: 2, gpus_per_node: 8, server_tensor_parallel_size: 2}\n",
         "server node's launch.gpus_per_node (8)",
