@@ -86,7 +86,8 @@ def _check_off_policy(recipe: Recipe, processes: int) -> None:
 
 
 def _check_batch_sizes(recipe: Recipe, processes: int) -> None:
-    """TRL's batch refusals with the recipe's key names, here and on the `launch:` hardware."""
+    """TRL's batch refusals with the recipe's key names, at `processes` and on the `launch:`
+    hardware; a real multi-process launch of another size is checked at its own size only."""
     rollout_batch(recipe.training, processes)
     launch = recipe.launch
     if launch is None or not launch.gpus:
@@ -98,6 +99,8 @@ def _check_batch_sizes(recipe: Recipe, processes: int) -> None:
             "server node trains nothing); give 2 or more nodes, or use vllm_mode: colocate"
         )
     world = nodes * launch.gpus_per_node
+    if "WORLD_SIZE" in os.environ and world_size() != world:
+        return  # launched on other hardware than `launch:` states: TRL checks the real world size
     try:
         rollout_batch(recipe.training, world)
     except RecipeError as error:
