@@ -267,11 +267,11 @@ def test_text_that_is_no_list_is_refused_for_a_list_field(text) -> None:
 
 
 def test_launch_world_size_is_checked_unless_launched_elsewhere(tmp_path: Path, monkeypatch) -> None:
-    """`launch:` says 3 GPUs, where a 32-completion generation batch cannot split into micro-batches
-    of 8 x 3: refused before a launch, but a real launch on 4 processes is checked at 4 only."""
-    recipe = load_recipe(write(tmp_path, GOOD + "generation_batch_size: 32\nlaunch: {gpus_per_node: 3}\n"))
+    """`launch:` says 3 GPUs, where a 64-completion generation batch cannot split into micro-batches
+    of 8 x 3: refused before a launch, but a real launch on 2 processes is checked at 2 only."""
+    recipe = load_recipe(write(tmp_path, GOOD + "generation_batch_size: 64\nlaunch: {gpus_per_node: 3}\n"))
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     with pytest.raises(RecipeError, match="3 processes"):
         validate(recipe)
-    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("WORLD_SIZE", "2")
     validate(recipe)
