@@ -2,7 +2,7 @@
 
 The Python API mirrors TRL's trainer/config pair, with GSPO's settings as the defaults:
 
-    import rewards
+    from gspo_trl import rewards
     from gspo_trl import GSPOConfig, GSPOTrainer
 
     trainer = GSPOTrainer(

@@ -8,7 +8,7 @@ nothing heavy, so every layer of the package can raise these.
 
 from __future__ import annotations
 
-from rewards.errors import RewardParameterError, UnknownRewardError
+from gspo_trl.rewards.errors import RewardParameterError, UnknownRewardError
 
 
 class UserError(ValueError):

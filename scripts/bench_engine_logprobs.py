@@ -123,7 +123,7 @@ PARITY_DRIVER = """
 import json, sys
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.training.build import run
-from gspo_trl.training.heldout import HeldoutCallback
+from gspo_trl.training.heldout.scoring import HeldoutCallback
 recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]))
 trainer = run(recipe)
 history = next(c for c in trainer.callback_handler.callbacks if isinstance(c, HeldoutCallback)).history
@@ -137,8 +137,8 @@ print("RESULT=" + json.dumps({"before": history[0][1], "after": history[-1][1],
 
 def parity(seeds: list[int], max_steps: int, sft_steps: int, output_dir: Path) -> list[dict]:
     from gspo_trl.data.synthetic import ReversalTask
+    from gspo_trl.demo.warm_start import warm_start
     from gspo_trl.model.tiny import save_tiny_model
-    from gspo_trl.training.warm_start import warm_start
 
     warm = warm_start(
         save_tiny_model(output_dir / "tiny"), output_dir / "warm", ReversalTask(), steps=sft_steps

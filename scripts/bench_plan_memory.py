@@ -7,8 +7,10 @@ it with TRL's fused LM head exactly as GRPOTrainer does, and take one step of th
 log-prob loss on batch x (prompt + completion) tokens (completion tokens scored) with torch
 AdamW. The measured figure is the peak resident set (getrusage ru_maxrss) during the step minus
 the resident set just before it (model and inputs loaded): gradients, AdamW moments, saved
-activations and the fused head's buffers, which is what the plan predicts for the same settings
-(weights and the CUDA-context estimate left out). tracemalloc does not see torch's allocations.
+activations, the backward's buffers and the fused head's, which is what the plan predicts for
+the same settings (weights, AdamW's moments, allocated by a small warm-up step, and the
+CUDA-context estimate left out). tracemalloc does not see torch's allocations. Rows are
+right-padded like TRL's batches, so transformers builds its 4-D attention mask.
 
 CPU attention (SDPA's flash kernel for CPU, no padding) stores what the GPU kernels store, but
 the CPU allocator and glibc round and cache differently, so read the ratio as a sanity band,
@@ -26,7 +28,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-PLANNED_TERMS = ("gradients", "optimizer", "activations", "logits")
+PLANNED_TERMS = ("gradients", "activations", "logits")
+PAD_FRACTION = 8
+"""1/8 of each row's completion is right padding, as in TRL's batches (so the 4-D mask is built)."""
 
 
 def rss_bytes() -> int:
@@ -51,10 +55,14 @@ def child(model_dir: str, batch: int, prompt: int, completion: int, checkpointin
     length = prompt + completion
     input_ids = torch.randint(0, model.config.vocab_size, (batch, length))
     attention_mask = torch.ones_like(input_ids)
-    labels = input_ids.clone()
+    attention_mask[1:, length - completion // PAD_FRACTION :] = 0
+    labels = input_ids.masked_fill(attention_mask == 0, -100)
     labels[:, :prompt] = -100
-    warm = input_ids[:1, :8]  # torch's lazy one-time setup (kernels, thread pools) happens here
+    # A small warm-up step does torch's lazy setup and allocates AdamW's moments, which persist
+    # from step to step like the weights: the baseline holds both, the plan counts the rest.
+    warm = input_ids[:1, :8]
     model(input_ids=warm, labels=warm, fused_lm_head=True).log_probs.sum().backward()
+    optimizer.step()
     model.zero_grad(set_to_none=True)
     baseline = rss_bytes()
     outputs = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, fused_lm_head=True)
@@ -66,7 +74,7 @@ def child(model_dir: str, batch: int, prompt: int, completion: int, checkpointin
 
 
 def predicted_bytes(model_dir: str, batch: int, prompt: int, completion: int, checkpointing: bool) -> int:
-    """The plan's gradients + optimizer + activations + logits for the same step (1 process, fp32)."""
+    """The plan's gradients + activations + logits for the same step (1 process, fp32)."""
     from gspo_trl.plan import plan
 
     training = {

@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_rewards_math_table import PATHOLOGICAL, TABLE, UNPARSEABLE
 
-import rewards
-from rewards.execution import sandbox
-from rewards.math_verify_reward import usable_cores
+from gspo_trl import rewards
+from gspo_trl.rewards.execution import sandbox
+from gspo_trl.rewards.math_verify_reward import usable_cores
 
 
 def math_items(per_gold: int = 8) -> list[tuple[str, str, float | None, bool]]:

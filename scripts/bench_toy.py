@@ -27,12 +27,15 @@ fixed GSPO range (0.0225, 0.03) becomes narrower than the noise left on log s_i
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import torch
 
-from gspo_trl.training.reference_loss import grpo_loss, gspo_clipped, gspo_loss
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the reference losses live in tests/
+from tests._reference_loss import grpo_loss, gspo_clipped, gspo_loss
 
 CLIP = {"grpo": (0.2, 0.27), "gspo": (0.0225, 0.03)}
 LOSS = {"grpo": grpo_loss, "gspo": gspo_loss}

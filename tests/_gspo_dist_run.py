@@ -1,6 +1,6 @@
 """A GSPOTrainer run whose global batches do not depend on the number of processes.
 
-Launched by tests/test_diagnostics_distributed.py twice - once with 2 gloo processes
+Launched by tests/training/test_diagnostics_distributed.py twice - once with 2 gloo processes
 (per-device batch 4) and once in 1 process (per-device batch 8) - to check that the gathered
 gspo/* statistics are the same. Two things normally differ between the layouts and are
 pinned here, without touching the loss:

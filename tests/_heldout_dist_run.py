@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _gspo_helpers import make_trainer
 from datasets import Dataset
 
-from gspo_trl.training.heldout import HeldoutCallback
+from gspo_trl.training.heldout.scoring import HeldoutCallback
 
 ROWS = 11  # odd, so the two shards differ in size
 

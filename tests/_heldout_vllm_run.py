@@ -13,8 +13,8 @@ from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.shipped import RECIPES_DIR
 from gspo_trl.eval.generation import generate_completions
 from gspo_trl.training.build import build_trainer
-from gspo_trl.training.heldout import HeldoutCallback
-from gspo_trl.training.heldout_generation import heldout_generator
+from gspo_trl.training.heldout.generation import heldout_generator
+from gspo_trl.training.heldout.scoring import HeldoutCallback
 
 
 def main() -> None:

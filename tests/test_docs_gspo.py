@@ -15,14 +15,14 @@ from __future__ import annotations
 import ast
 import itertools
 import re
-from pathlib import Path
 
 import pytest
 import torch
 
 from gspo_trl.training import diagnostics
+from tests._paths import ROOT
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "gspo.md"
+DOC = ROOT / "docs" / "gspo.md"
 TEXT = DOC.read_text(encoding="utf-8")
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e-?\d+)?")
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_smoke.py"
+from tests._paths import ROOT
+
+SCRIPT = ROOT / "scripts" / "gpu_smoke.py"
 CUDA_CALLS = ("synchronize", "reset_peak_memory_stats", "max_memory_allocated", "empty_cache")
 
 

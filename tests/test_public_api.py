@@ -14,8 +14,7 @@ import pytest
 from datasets import Dataset
 from transformers import AutoTokenizer
 
-import rewards
-from gspo_trl import GSPO_DEFAULTS, GSPOConfig, GSPOTrainer, RecipeError
+from gspo_trl import GSPO_DEFAULTS, GSPOConfig, GSPOTrainer, RecipeError, rewards
 from tests._gspo_helpers import single_torch_thread, tiny_model_dir  # noqa: F401 - autouse fixture
 
 

@@ -5,8 +5,8 @@ configs and scripts and the demo's output (`runs/demo`, from the `demo_run` fixt
 these documented adjustments so that the suite stays within CI's time on 2 cores:
 training-type commands get FAST overrides appended (fewer steps, rows and samples).
 Commands that need GPUs or slurm are checked to be exercised elsewhere: the accelerate
-configs by tests/test_distributed.py (on 2 CPU processes), the recipes by
-tests/test_recipe_fixtures.py (2 steps each on the tiny model, on rows of the dataset's real
+configs by tests/training/test_distributed.py (on 2 CPU processes), the recipes by
+tests/data/test_recipe_fixtures.py (2 steps each on the tiny model, on rows of the dataset's real
 schema), `sbatch` by its `--dry-run` twin.
 """
 
@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests._paths import ROOT
+
 BIN = Path(sys.executable).parent
 FAST_TRAIN = [
     "--max_steps",
@@ -81,8 +82,8 @@ def test_gpu_launches_are_exercised_on_cpu_elsewhere(command: str) -> None:
     config = words[words.index("--config_file") + 1]
     recipe = words[words.index("--config") + 1]
     assert (ROOT / config).is_file() and (ROOT / recipe).is_file()
-    assert Path(config).name in (ROOT / "tests" / "test_distributed.py").read_text()
-    fixture_tests = (ROOT / "tests" / "test_recipe_fixtures.py").read_text()
+    assert Path(config).name in (ROOT / "tests" / "training" / "test_distributed.py").read_text()
+    fixture_tests = (ROOT / "tests" / "data" / "test_recipe_fixtures.py").read_text()
     assert 'RECIPES = sorted((ROOT / "recipes").glob("**/*.yaml"))' in fixture_tests  # every recipe runs
 
 

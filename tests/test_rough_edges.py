@@ -10,6 +10,7 @@ import pytest
 
 from gspo_trl.diagnose.report import heldout_label, std_band
 from tests._gspo_helpers import single_torch_thread  # noqa: F401  (fixture: one torch thread)
+from tests._paths import ROOT
 
 
 @pytest.mark.parametrize(
@@ -39,8 +40,8 @@ def test_report_std_band_stays_in_the_score_range(mean, std, values, low, high) 
 def test_warm_start_is_cached_by_its_inputs(tmp_path) -> None:
     """`make demo` twice: the second run reuses the warm start; other settings train anew."""
     from gspo_trl.data.synthetic import ReversalTask
+    from gspo_trl.demo.warm_start import CACHE_KEY_FILE, warm_start, warm_start_key
     from gspo_trl.model.tiny import save_tiny_model
-    from gspo_trl.training.warm_start import CACHE_KEY_FILE, warm_start, warm_start_key
 
     task = ReversalTask()
     base = save_tiny_model(tmp_path / "base")
@@ -86,7 +87,7 @@ def test_trl_and_open_r1_keys_point_to_the_recipe_key(key, value, points_to) -> 
 def test_recipe_imports_register_custom_rewards(tmp_path, monkeypatch, capsys) -> None:
     """`imports: [pkg.module]` is imported (cwd on sys.path) before the rewards resolve, and
     `rewards list --import` shows what it registers."""
-    import rewards
+    from gspo_trl import rewards
     from gspo_trl.cli.main import main as gspo_trl_main
     from gspo_trl.config.recipe import load_recipe
     from gspo_trl.config.validation import validate
@@ -96,7 +97,7 @@ def test_recipe_imports_register_custom_rewards(tmp_path, monkeypatch, capsys) -
     (tmp_path / package).mkdir()
     (tmp_path / package / "__init__.py").write_text("")
     (tmp_path / package / "numeric.py").write_text(
-        "import rewards\n\n"
+        "from gspo_trl import rewards\n\n"
         f"@rewards.register({reward_name!r})\n"
         "def numeric(completions, solution, **_):\n"
         '    """1.0 when the completion is the solution."""\n'
@@ -150,13 +151,12 @@ def test_reward_override_names_what_is_wrong(key, message) -> None:
 
 def test_recipe_reference_is_up_to_date() -> None:
     """docs/recipe-reference.md is generated; regenerate: python -m gspo_trl.config.reference."""
-    from pathlib import Path
 
     from gspo_trl.config import sections
     from gspo_trl.config.reference import SECTION_CLASSES, recipe_reference
 
     page = recipe_reference()
-    committed = (Path(__file__).resolve().parents[1] / "docs" / "recipe-reference.md").read_text()
+    committed = (ROOT / "docs" / "recipe-reference.md").read_text()
     assert committed == page, "run: python -m gspo_trl.config.reference > docs/recipe-reference.md"
     documented = {cls for _, cls in SECTION_CLASSES}
     assert documented == {
@@ -285,12 +285,11 @@ def test_resume_says_where_it_resumes_and_not_that_tied_weights_are_missing(tmp_
     """A real resume of the tiny model (tied embeddings): the checkpoint lacks lm_head.weight
     by design, which transformers reports as missing; that one warning is silenced."""
     import logging
-    from pathlib import Path
 
     from gspo_trl.config.recipe import load_recipe
     from gspo_trl.training.build import run
 
-    path = Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "reversal.yaml"
+    path = ROOT / "recipes" / "tiny" / "reversal.yaml"
     fast = {"per_device_train_batch_size": 8, "num_generations": 4, "max_completion_length": 6}
     fast |= {"data.num_rows": 64, "data.eval_size": 0, "output_dir": str(tmp_path)}
     fast |= {"save_strategy": "steps", "save_steps": 4}
@@ -325,7 +324,7 @@ def test_tied_weights_filter_drops_only_the_tied_copy(tmp_path, missing, dropped
 
     from transformers import AutoModelForCausalLM
 
-    from gspo_trl.training.resume_warnings import MISSING_KEYS_PREFIX, TiedWeightsFilter
+    from gspo_trl.training.safety.resume_warnings import MISSING_KEYS_PREFIX, TiedWeightsFilter
     from tests._gspo_helpers import tiny_model_dir
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir(tmp_path))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests._paths import ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -55,16 +55,20 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dic
 
 def test_the_wheel_is_imported_not_the_checkout(installed) -> None:
     bin_dir, work, env = installed
-    where = _run(
-        [
-            str(bin_dir / "python"),
-            "-c",
-            "import gspo_trl, rewards; print(gspo_trl.__file__, rewards.__file__)",
-        ],
-        work,
-        env,
-    )
+    where = _run([str(bin_dir / "python"), "-c", "import gspo_trl; print(gspo_trl.__file__)"], work, env)
     assert str(ROOT) not in where and str(bin_dir.parent) in where, where
+
+
+def test_the_wheel_claims_no_top_level_rewards(installed) -> None:
+    """A user's own `rewards` module or package must stay theirs: the verifiers live in gspo_trl."""
+    bin_dir, work, env = installed
+    result = subprocess.run(
+        [str(bin_dir / "python"), "-c", "import rewards"], cwd=work, env=env, capture_output=True, text=True
+    )
+    assert result.returncode != 0 and "No module named 'rewards'" in result.stderr, result.stderr
+    documented = "from gspo_trl import rewards; print(rewards.__file__, rewards.get('math').__name__)"
+    where = _run([str(bin_dir / "python"), "-c", documented], work, env)
+    assert str(bin_dir.parent) in where and where.split()[-1] == "math", where
 
 
 def test_recipes_list_and_copy_then_validate(installed) -> None:

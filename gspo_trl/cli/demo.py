@@ -1,6 +1,6 @@
 """`gspo-trl demo` (what `make demo` runs): GSPO that visibly learns, on 2 CPU cores, no hub.
 
-Arguments and printing only; the work is done by gspo_trl.demo.
+Arguments and printing only; the work is done by gspo_trl.demo.pipeline.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from gspo_trl.demo import DEFAULT_RECIPE, run_demo
+from gspo_trl.demo.pipeline import DEFAULT_RECIPE, run_demo
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -29,7 +29,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "gspo_trl.cli.tiny_model",
         "build the tiny CPU model and tokenizer: gspo-trl tiny-model OUT_DIR",
     ),
-    "rewards": ("rewards.cli", "list the reward functions: gspo-trl rewards list"),
+    "rewards": ("gspo_trl.rewards.cli", "list the reward functions: gspo-trl rewards list"),
     "calibrate": ("gspo_trl.cli.calibrate", "measure log s_i on a recipe's first batches and suggest eps"),
     "report": ("gspo_trl.cli.report", "PNG plots of a run: gspo-trl report RUN_DIR"),
     "check-logprobs": ("gspo_trl.cli.check_logprobs", "compare vLLM's log-probs with the trainer's"),

@@ -9,7 +9,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import rewards
+from gspo_trl import rewards
 from gspo_trl.config.recipe import Recipe
 from gspo_trl.errors import RecipeError
 
@@ -92,7 +92,7 @@ def check_code_tests(recipe: Recipe, rows: Any, source: str) -> None:
     one unreadable row among the first is a format problem, refused naming the row (its
     index in the source) and what its `tests` held.
     """
-    from rewards.code_tests import asserted_function, read_tests
+    from gspo_trl.rewards.code_tests import asserted_function, read_tests
 
     readers = [f"rewards[{i}] ({e.spec})" for i, e in enumerate(recipe.rewards) if _is_code(e.spec)]
     if recipe.heldout is not None and recipe.heldout.reward and _is_code(recipe.heldout.reward):

@@ -34,8 +34,8 @@ from gspo_trl.config.sections import DataConfig, HeldoutConfig, LaunchConfig, Mo
 from gspo_trl.config.shipped import resolve_recipe_path
 from gspo_trl.config.trl_fields import grpo_field_types
 from gspo_trl.errors import FieldTypeError, RecipeError
-from rewards import loading as reward_loading
-from rewards.errors import UnknownRewardError
+from gspo_trl.rewards import loading as reward_loading
+from gspo_trl.rewards.errors import UnknownRewardError
 
 SECTIONS = ("model", "data", "rewards", "diagnostics", "heldout", "engine", "launch")
 RECIPE_KEYS = ("algorithm", "allow_on_policy", "imports")

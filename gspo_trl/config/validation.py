@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-import rewards
+from gspo_trl import rewards
 from gspo_trl.config.batch import is_server_mode, rollout_batch, training_nodes
 from gspo_trl.config.defaults import EPSILON_CLIP_LOSSES, TOKEN_SUM_LOSSES
 from gspo_trl.config.engine_checks import check_engine_settings

@@ -218,7 +218,7 @@ def calibrate_recipe(recipe_path: str, overrides: list[str], batches: int, outpu
     """Train `batches` rollout batches of the recipe; return (rows by minibatch, eps, buckets)."""
     from gspo_trl.config.recipe import load_recipe
     from gspo_trl.training.build import build_trainer
-    from gspo_trl.training.step_progress import show_steps_as_bar
+    from gspo_trl.training.reporting.step_progress import show_steps_as_bar
 
     with tempfile.TemporaryDirectory(prefix="gspo-calibrate-") as tmp:
         recipe = load_recipe(recipe_path, overrides)

@@ -223,7 +223,7 @@ def run_check(
     if train_steps > 0:
         trainer.vllm_generation.sync_weights()
         before = sample_and_recompute(trainer, prompts, num_generations)
-        from gspo_trl.training.step_progress import show_steps_as_bar
+        from gspo_trl.training.reporting.step_progress import show_steps_as_bar
 
         trainer.args.max_steps = train_steps
         show_steps_as_bar(trainer, "GSPO steps")  # stdout is for the report

@@ -1,7 +1,7 @@
 """`gspo-trl report RUN_DIR`: PNG plots of a finished or running GSPO run, no GUI needed.
 
 Reads `RUN_DIR/metrics.jsonl` (every log event, written as the run goes by
-gspo_trl.training.console), else the HF Trainer `log_history` from `RUN_DIR/trainer_state.json`
+gspo_trl.training.reporting.console), else the HF Trainer `log_history` from `RUN_DIR/trainer_state.json`
 (written at the end of a run) or the newest `RUN_DIR/checkpoint-*/trainer_state.json` (or the
 same one folder down: `gspo-trl report runs/demo` finds runs/demo/gspo).
 Writes, by default to `RUN_DIR/report/`, one 1000 x 560 px PNG per question:
@@ -31,7 +31,7 @@ import matplotlib.pyplot as plt
 from gspo_trl.model.checkpoints import TRAINER_STATE, latest_checkpoint
 
 METRICS_FILE = "metrics.jsonl"
-"""Written by gspo_trl.training.metrics_file; named again here so `report` does not import transformers."""
+"""Written by gspo_trl.training.reporting.metrics_file; named here so `report` needs no transformers."""
 FIGSIZE_IN, DPI = (10.0, 5.6), 100
 """Every PNG is FIGSIZE_IN * DPI = 1000 x 560 pixels."""
 

@@ -23,6 +23,7 @@ from huggingface_hub.errors import HFValidationError
 
 from gspo_trl.config.sections import ModelConfig
 from gspo_trl.errors import ModelNotFoundError
+from gspo_trl.eval.batching import DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TOKENS, token_bounded_batches
 from gspo_trl.model.checkpoints import MODEL_CONFIG, latest_checkpoint
 from gspo_trl.model.loading import load_tokenizer
 from gspo_trl.progress import progress_bar, vllm_progress
@@ -70,35 +71,6 @@ def _checkpoint_dtype(path: str) -> str:
     return str(dtype).removeprefix("torch.") if dtype is not None else "auto"
 
 
-DEFAULT_BATCH_TOKENS = 65536
-"""Prompt + new tokens one HF `generate` batch may hold. The KV cache grows with it: Qwen3-4B/8B
-keep ~144 KiB per token in bf16, so 65536 tokens is ~9 GiB, where 64 rows x 8k tokens is ~79 GB."""
-
-
-def token_bounded_batches(
-    prompt_lengths: Sequence[int], max_new_tokens: int, max_batch_tokens: int, max_batch_size: int = 64
-) -> list[range]:
-    """Consecutive index ranges whose rows x (longest prompt + max_new_tokens) <= max_batch_tokens.
-
-    A left-padded batch costs its longest prompt for every row, hence the max. A single row
-    that alone exceeds the budget still gets a batch of its own (generation cannot be split).
-    """
-    batches: list[range] = []
-    start, longest = 0, 0
-    for index, length in enumerate(prompt_lengths):
-        longest_with = max(longest, length)
-        rows = index - start + 1
-        if index > start and (
-            rows > max_batch_size or rows * (longest_with + max_new_tokens) > max_batch_tokens
-        ):
-            batches.append(range(start, index))
-            start, longest_with = index, length
-        longest = longest_with
-    if start < len(prompt_lengths):
-        batches.append(range(start, len(prompt_lengths)))
-    return batches
-
-
 def sampling_kwargs(temperature: float, top_p: float = 1.0, top_k: int | None = 0) -> dict[str, Any]:
     """`generate` keywords: greedy at temperature 0, else sampling with the recipe's top_p/top_k."""
     if temperature <= 0:
@@ -114,7 +86,7 @@ def generate_completions(
     max_new_tokens: int,
     temperature: float = 0.0,
     num_samples: int = 1,
-    batch_size: int = 64,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     top_p: float = 1.0,
     top_k: int | None = 0,
     max_batch_tokens: int = DEFAULT_BATCH_TOKENS,

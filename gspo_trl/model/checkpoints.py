@@ -9,7 +9,7 @@ headers parse and account for the file's size, torch pickles (zip archives) have
 central directory and every member inside the file. Nothing is loaded in full, so this costs
 milliseconds even for large checkpoints. Folders that fail are skipped with a warning naming
 them and the file at fault. (GSPOTrainer also writes checkpoints into a staging folder and
-renames it, gspo_trl.training.checkpoint_guard, so its own crashes leave no such folder.)
+renames it, gspo_trl.training.safety.staged_checkpoints, so its own crashes leave no such folder.)
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ What the shim changes (only when vLLM is installed *and* its platform is CPU):
 
 Why it is correct: the engine's forward becomes the textbook `x @ W.T + b` over the very tensor
 `load_weights` fills, with the same dtype as the trainer, so after a sync the engine's
-log-probs equal the trainer's up to kernel rounding (measured by `tests/test_vllm_cpu.py`:
+log-probs equal the trainer's up to kernel rounding (measured by `tests/model/test_vllm_cpu.py`:
 ~1e-6 per token on the tiny model).
 
 What it costs: the packed oneDNN/AMX kernels are not used, so CPU generation runs on

@@ -1,13 +1,25 @@
 """Per-GPU bytes of one training micro-batch: saved activations and the fused LM head's buffers.
 
 Activations follow the accounting of Korthikanti et al. 2022 ("Reducing Activation Recomputation
-in Large Transformer Models", §4.1): every tensor a layer saves for its backward, per token. Their
-GPT block stores sbh(34 + 5as/h) bytes; here the same count is redone for the Qwen3 block: RMSNorm
-instead of LayerNorm, no dropout masks, grouped-query attention with q/k norms, a SwiGLU MLP
-(gate, silu, up and their product saved), flash/SDPA attention (the s x s scores are never stored,
-so the 5as/h term is gone; only the fp32 log-sum-exp per head remains), and top-k routed experts
-on MoE layers. With gradient checkpointing (HF checkpoints every decoder layer) only each layer's
-input survives, plus one layer's activations while it is recomputed (their "full recomputation").
+in Large Transformer Models", §4.1): every tensor a layer saves for its backward, per token,
+redone for the Qwen3 block as transformers 5 runs it (models/qwen3/modeling_qwen3.py):
+- RMSNorm upcasts its input to fp32 and keeps that copy (for `pow` and the `* rsqrt`), plus the
+  normalized tensor for the weight's gradient; the q/k norms do the same per head.
+- Under bf16 autocast on fp32 weights (DDP, gspo_trl.model.precision) the residual stream stays
+  fp32, every linear saves its own bf16 cast of its input (q/k/v and gate/up each cast the same
+  norm output) and autocast's bf16 weight copies stay alive until the backward.
+- TRL's batches are padded, so transformers builds a 4-D boolean mask (batch x 1 x s x s,
+  masking_utils.sdpa_mask) and, with a mask, repeats K and V to every query head
+  (integrations/sdpa_attention.py, `use_gqa_in_sdpa`); torch's SDPA converts the mask to an
+  additive one in the query's dtype on every call and keeps it for the backward. So each layer's
+  attention saves q, repeated k and v, its output, that mask (s values per token) and an fp32
+  log-sum-exp per head; still no s x s scores.
+- The SwiGLU MLP saves gate, silu, up and their product; MoE layers each routed copy, fp32 router.
+With gradient checkpointing (HF checkpoints every decoder layer) only each layer's input
+survives, plus one layer's activations while it is recomputed ("full recomputation"). Either way
+the backward of one layer holds gradient buffers of its own on top: the gradients flowing in and
+out of it and one intermediate-width gradient in flight through SwiGLU (autograd frees each
+node's saved tensors as it runs, so the other gradients take their place).
 
 Logits: TRL 1.16 never materializes the (tokens x vocab) logits. GRPOTrainer patches the model
 with `add_fused_lm_head` (trl/trainer/utils.py), whose `ChunkedLogProbFunction`
@@ -28,41 +40,94 @@ TRL_VOCAB_TILE = 32768  # trl/trainer/utils.py _CHUNKED_LOGPROB_CHUNK_SIZE
 TRL_FP32_STATS_PER_TOKEN = 7  # running max, sum_exp and five more fp32 accumulators per token
 
 
+FP32 = 4
+
+
 def activation_bytes(setup: Setup) -> int:
-    """Bytes per activation element: bf16 under mixed precision, else the weights' dtype."""
-    return 2 if setup.bf16 else setup.weight_bytes
+    """Bytes per matmul-output element: bf16 under mixed precision, else the weights' dtype."""
+    return setup.compute_bytes
 
 
-def layer_activation_bytes_per_token(shape: ModelShape, index: int, element_bytes: int) -> int:
+def _linear_inputs(width: int, consumers: int, setup: Setup) -> int:
+    """Bytes the linears reading one tensor of `width` (in the residual dtype) save per token:
+    one shared input, or each consumer's own cast when autocast changes the dtype."""
+    residual, compute = setup.forward_weight_bytes, setup.compute_bytes
+    return width * (consumers * compute if residual != compute else residual)
+
+
+def _rms_norm(width: int, input_bytes: int) -> int:
+    """RMSNorm's saved tensors per token: the fp32 copy of its input (the input itself when
+    already fp32) and the normalized tensor in the input's dtype."""
+    return width * (FP32 + input_bytes)
+
+
+def layer_activation_bytes_per_token(shape: ModelShape, index: int, setup: Setup) -> int:
     """Bytes decoder layer `index` saves for backward, per token, without recomputation."""
     h, q, kv = shape.hidden_size, shape.q_dim, shape.kv_dim
-    # attention: norm input, qkv input, q/k/v, normed+rotated q/k, attention output (o_proj input)
-    attention = h + h + (q + 2 * kv) + (q + kv) + q
-    # MLP: norm input and output, then per SwiGLU: gate out, silu out, up out, product
+    residual, c = setup.forward_weight_bytes, setup.compute_bytes
+    norms = 2 * _rms_norm(h, residual)
+    attention = _linear_inputs(h, 3, setup)  # q/k/v projections' input
+    attention += _rms_norm(q, c) + _rms_norm(kv, c)  # q_norm, k_norm on the projections' outputs
+    # SDPA with a mask: transformers repeats K and V to every query head (repeat_kv, no GQA
+    # kernel), so q, k, v and the output (o_proj's input) are q-wide; torch converts the boolean
+    # mask to an additive one in the query's dtype per call and saves it (s per token).
+    attention += 4 * q * c + setup.sequence_length * c
+    attention += shape.num_heads * FP32  # SDPA's log-sum-exp
     if shape.is_moe_layer(index):
         k, width = shape.num_experts_per_tok, shape.moe_intermediate_size
-        mlp = 2 * h + k * (h + 4 * width + h)  # each routed copy: dispatched input, SwiGLU, output
-        fp32_extra = 2 * shape.num_experts * 4  # router logits and probabilities
+        mlp = _linear_inputs(h, 1, setup)  # router input
+        mlp += k * (h + 4 * width + h) * c  # each routed copy: dispatched input, SwiGLU, output
+        mlp += 2 * shape.num_experts * FP32  # router logits and probabilities
     else:
-        mlp = 2 * h + 4 * shape.intermediate_size
-        fp32_extra = 0
-    log_sum_exp = shape.num_heads * 4
-    return (attention + mlp) * element_bytes + fp32_extra + log_sum_exp
+        mlp = _linear_inputs(h, 2, setup) + 4 * shape.intermediate_size * c  # gate, silu, up, product
+    return norms + attention + mlp
+
+
+def layer_backward_bytes_per_token(shape: ModelShape, index: int, setup: Setup) -> int:
+    """Gradient buffers one layer's backward adds, per token, net of the saved tensors autograd
+    frees as each node runs: the gradients of its output and input (residual dtype) and one
+    intermediate-width gradient in flight through SwiGLU (each node's grads replace its inputs)."""
+    width = shape.moe_intermediate_size * shape.num_experts_per_tok
+    if not shape.is_moe_layer(index):
+        width = shape.intermediate_size
+    return 2 * shape.hidden_size * setup.forward_weight_bytes + width * setup.compute_bytes
+
+
+def attention_mask_bytes(setup: Setup) -> int:
+    """The 4-D boolean mask transformers builds for padded SDPA batches: batch x 1 x s x s."""
+    return setup.per_device_train_batch_size * setup.sequence_length**2
+
+
+def autocast_weight_copy_bytes(shape: ModelShape, setup: Setup) -> int:
+    """bf16 copies autocast makes of fp32 weights and keeps until the backward: every layer's
+    linears without checkpointing, one recomputed layer's with it; plus the LM head's."""
+    if setup.forward_weight_bytes == setup.compute_bytes:
+        return 0
+    layers = [shape.layer_params(i) for i in range(shape.num_layers)]
+    kept = max(layers) if setup.gradient_checkpointing else sum(layers)
+    return (kept + shape.lm_head_params) * setup.compute_bytes
 
 
 def activation_term(shape: ModelShape, setup: Setup) -> MemoryTerm:
-    """Saved activations of one micro-batch (per_device_train_batch_size x prompt+completion tokens)."""
+    """Saved activations of one micro-batch (per_device_train_batch_size x prompt+completion
+    tokens), the backward's gradient buffers of one layer, the 4-D mask and autocast copies."""
     tokens = setup.micro_batch_tokens
-    element = activation_bytes(setup)
-    per_layer = [layer_activation_bytes_per_token(shape, i, element) for i in range(shape.num_layers)]
-    head_inputs = 2 * shape.hidden_size * element  # final norm input and output
+    residual = setup.forward_weight_bytes
+    layers = range(shape.num_layers)
+    per_layer = [layer_activation_bytes_per_token(shape, i, setup) for i in layers]
+    backward = max(layer_backward_bytes_per_token(shape, i, setup) for i in layers)
+    head_inputs = _rms_norm(shape.hidden_size, residual)  # the final norm
     if setup.gradient_checkpointing:
-        per_token = shape.num_layers * shape.hidden_size * element + max(per_layer) + head_inputs
+        per_token = shape.num_layers * shape.hidden_size * residual + max(per_layer) + head_inputs
         note = f"{tokens} tokens, checkpointed: layer inputs + 1 layer recomputed"
     else:
         per_token = sum(per_layer) + head_inputs
         note = f"{tokens} tokens, every layer's saved tensors"
-    return MemoryTerm("activations", tokens * per_token, "train", note)
+    extra = attention_mask_bytes(setup) + autocast_weight_copy_bytes(shape, setup)
+    note += ", 1 layer's backward, 4-D mask"
+    if autocast_weight_copy_bytes(shape, setup):
+        note += ", bf16 weight copies"
+    return MemoryTerm("activations", tokens * (per_token + backward) + extra, "train", note)
 
 
 def naive_logits_bytes(shape: ModelShape, setup: Setup) -> int:

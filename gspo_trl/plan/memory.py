@@ -1,15 +1,23 @@
 """Per-GPU bytes of the model state: weights, gradients, optimizer moments, fp32 master weights.
 
-The ZeRO paper (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
-Parameter Models", §3.1, §5) counts mixed-precision Adam at 16 bytes per parameter: 2 (bf16/fp16
-weights) + 2 (gradients) + K = 12 (fp32 master copy, momentum, variance). Over N_d data-parallel
-GPUs, ZeRO-2 keeps 2Ψ + (2 + K)Ψ / N_d per GPU and ZeRO-3 (2 + 2 + K)Ψ / N_d. That is what
-DeepSpeed runs here (accelerate `mixed_precision: bf16`: bf16 module, fp32 master partitions).
+The ZeRO paper (Rajbhandari et al. 2020, §3.1, §5) counts mixed-precision Adam at 16 bytes per
+parameter: 2 (bf16 weights) + 2 (gradients) + K = 12 (fp32 master, momentum, variance); over
+N GPUs ZeRO-2 keeps 2Ψ + 14Ψ/N and ZeRO-3 16Ψ/N. DeepSpeed's optimizer step also casts the bf16
+gradient partition to fp32 (+4Ψ/N; ZeRO-3: at most one 1e9-parameter sub-group at a time), in
+the `step` phase, when the activations are gone. Its ZeRO-2
+estimator counts "18 = 2_grads_16bit + 4_grads_32bit + 4_params_32bit +
+8_optimizer_states_32bit" (stage_1_and_2.py, estimate_zero2_model_states_mem_needs). Its ZeRO-3
+estimator counts 18Ψ/N + 4 x the largest module (stage3.py, estimate_zero3_model_states_mem_needs)
+and leaves out the bf16 gradient partition, which stage3.py:791 allocates for every parameter
+(`dtype=self.gradient_accumulation_dtype`, bf16 under `bf16`: engine.py get_data_types), while
+counting every fp32 gradient at once; the plan follows the code
+(tests/plan/test_plan_deepspeed.py reconciles the two term by term).
 
-The torch-native strategies differ:
-- ddp: torch AdamW keeps its moments in the parameter dtype and HF autocast keeps no master copy,
-  so bf16 weights cost 2 + 2 + 4 = 8 bytes per trainable parameter (fp32 weights: 4 + 4 + 8).
-  DDP also holds gradient buckets as large as the gradients (`gradient_as_bucket_view=False`).
+The torch-native strategies train the weights in the dtype gspo_trl.model.precision picks
+(bfloat16 becomes float32 without DeepSpeed or LoRA):
+- ddp: torch AdamW keeps its moments in the parameter dtype and autocast keeps no master copy,
+  so fp32 weights cost 4 + 4 + 8 bytes per parameter (pure bf16: 2 + 2 + 4), plus DDP's
+  gradient buckets as large as the gradients (`gradient_as_bucket_view=False`).
 - fsdp2: accelerate upcasts trainable parameters to fp32 under mixed precision (the fp32 shard is
   the master), so 4 + 4 + 8 = 16 bytes per trainable parameter, all of it sharded.
 ZeRO-3 and FSDP2 also hold gathered bf16 copies of about two shard units (the one running and the
@@ -26,6 +34,8 @@ from gspo_trl.plan.setup import LoraSpec, Setup
 
 RUNTIME_OVERHEAD_BYTES = 2 * 2**30
 """CUDA context, NCCL buffers and allocator slack per GPU: an estimate, not a measurement."""
+DEEPSPEED_SUB_GROUP_SIZE = 10**9
+"""deepspeed/runtime/zero/config.py: `sub_group_size: int = Field(pp_int(1e9), ge=0)`."""
 
 
 @dataclass(frozen=True)
@@ -33,8 +43,8 @@ class MemoryTerm:
     """One line of the per-GPU memory table.
 
     `phase` says when the bytes are live: `state` always (weights, optimizer), `train` during the
-    policy forward/backward, `rollout` while vLLM generates. The verdict adds state to the larger
-    of the two phases, or to both when vLLM does not sleep during training.
+    policy forward/backward, `rollout` while vLLM generates, `step` in the optimizer step. The
+    verdict adds state to the largest of those phases.
     """
 
     name: str
@@ -66,6 +76,15 @@ def largest_shard_unit(shape: ModelShape) -> int:
     return max(layers, shape.embedding_params)
 
 
+def fp32_gradient_partition_params(trainable: int, world_size: int, strategy: str) -> int:
+    """Parameters whose fp32 gradient DeepSpeed holds at once in its optimizer step. ZeRO-2
+    casts each parameter group's bf16 partition `.to(fp32)` (stage_1_and_2.py step; the weight
+    decay group is nearly all of it); ZeRO-3 one sub-group at a time (stage3.py step,
+    `_release_sub_group`: "get rid of the fp32 gradients"), `sub_group_size` 1e9 by default."""
+    partition = trainable // world_size
+    return min(partition, DEEPSPEED_SUB_GROUP_SIZE) if strategy == "zero3" else partition
+
+
 def model_state_terms(shape: ModelShape, setup: Setup) -> list[MemoryTerm]:
     """Weights, gradients, optimizer moments and master weights per GPU, for `setup.strategy`."""
     n = setup.world_size
@@ -73,7 +92,8 @@ def model_state_terms(shape: ModelShape, setup: Setup) -> list[MemoryTerm]:
     adapters = lora_adapter_params(shape, setup.lora) if setup.lora else 0
     trainable = adapters if setup.lora else total
     frozen = total if setup.lora else 0
-    w = setup.weight_bytes
+    w = setup.train_weight_bytes  # gspo_trl.model.precision: fp32 where nothing keeps a master
+    dtype = setup.train_weights_dtype
     strategy = setup.strategy
     terms: list[MemoryTerm] = []
 
@@ -86,10 +106,19 @@ def model_state_terms(shape: ModelShape, setup: Setup) -> list[MemoryTerm]:
                 "weights", weights, "state", f"bf16, {'sharded' if weight_shards > 1 else 'replicated'}"
             )
         )
-        terms.append(MemoryTerm("gradients", trainable * half // n, "state", "sharded"))
+        terms.append(MemoryTerm("gradients", trainable * half // n, "state", "sharded, bf16 accumulation"))
         if setup.bf16:
             terms.append(MemoryTerm("master weights (fp32)", trainable * 4 // n, "state", "sharded"))
         terms.append(MemoryTerm("optimizer (AdamW, 2 fp32 moments)", trainable * 8 // n, "state", "sharded"))
+        if setup.bf16:
+            terms.append(
+                MemoryTerm(
+                    "fp32 gradient partition",
+                    fp32_gradient_partition_params(trainable, n, strategy) * 4,
+                    "step",
+                    "one sub-group, optimizer step only",
+                )
+            )
     elif strategy == "fsdp2":
         trainable_bytes = 4 if setup.bf16 or setup.lora else w  # accelerate upcast; PEFT fp32 adapters
         weights = (trainable * trainable_bytes + frozen * w) // n
@@ -103,7 +132,7 @@ def model_state_terms(shape: ModelShape, setup: Setup) -> list[MemoryTerm]:
     else:  # ddp
         trainable_bytes = 4 if setup.lora else w
         weights = total * w + adapters * 4
-        terms.append(MemoryTerm("weights", weights, "state", "replicated"))
+        terms.append(MemoryTerm("weights", weights, "state", f"replicated, {dtype}"))
         terms.append(MemoryTerm("gradients", trainable * trainable_bytes, "state", "replicated"))
         if n > 1:
             terms.append(
@@ -122,8 +151,9 @@ def model_state_terms(shape: ModelShape, setup: Setup) -> list[MemoryTerm]:
         terms.append(MemoryTerm("gathered shard units (bf16)", gathered, "train", "running + prefetched"))
     if setup.beta > 0 and not setup.lora:
         ref_shards = n if strategy in ("zero3", "fsdp2") else 1
+        ref_bytes = setup.forward_weight_bytes
         terms.append(
-            MemoryTerm("reference model (beta > 0)", total * w // ref_shards, "state", "frozen copy")
+            MemoryTerm("reference model (beta > 0)", total * ref_bytes // ref_shards, "state", "frozen copy")
         )
     terms.append(MemoryTerm("CUDA context, NCCL, allocator", RUNTIME_OVERHEAD_BYTES, "state", "estimate"))
     return terms

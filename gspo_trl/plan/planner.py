@@ -137,6 +137,7 @@ def plan(
     gpu_memory_gb: float = 80.0,
     lora: dict[str, Any] | None = None,
     dtype: str | None = None,
+    allow_pure_bf16: bool = False,
     peak_tflops: float = H100_BF16_DENSE_TFLOPS,
     bandwidth_tb_s: float = H100_SXM_BANDWIDTH_TB_S,
 ) -> Plan:
@@ -146,8 +147,9 @@ def plan(
     gradient_checkpointing, use_vllm, vllm_gpu_memory_utilization, ...; others are ignored), plus
     optional `max_prompt_length`. `model_name_or_path` is a local model directory, a config.json,
     a shipped hub id (`Qwen/Qwen3-8B`), or a `ModelShape` already read. `strategy` is ddp, zero2,
-    zero3 or fsdp2; `lora` holds peft.LoraConfig fields; `dtype` the weights' load dtype (None:
-    the checkpoint's own).
+    zero3 or fsdp2; `lora` holds peft.LoraConfig fields; `dtype` the recipe's `model.dtype` (None:
+    the checkpoint's own; bfloat16 is trained as float32 without DeepSpeed or LoRA unless
+    `allow_pure_bf16`, gspo_trl.model.precision).
     `gpu_memory_gb` is the card's nominal size, read as GiB; `peak_tflops` and `bandwidth_tb_s`
     (H100 SXM by default) only scale the time estimates.
     """
@@ -155,7 +157,9 @@ def plan(
         shape = model_name_or_path
     else:
         shape = load_model_shape(model_name_or_path)
-    setup = make_setup(training, shape, strategy, nodes, gpus_per_node, gpu_memory_gb, lora, dtype)
+    setup = make_setup(
+        training, shape, strategy, nodes, gpus_per_node, gpu_memory_gb, lora, dtype, allow_pure_bf16
+    )
     terms, engine, verdict = judge(shape, setup)
     verdict = dataclasses.replace(verdict, fix=first_fix(shape, setup, verdict, engine))
     work = throughput(shape, setup, engine, peak_tflops, bandwidth_tb_s)

@@ -3,13 +3,8 @@
 Beyond `plan(...)`'s memory and work, a recipe decides whether its batches divide at the
 world size (TRL refuses a generation batch that does not hold whole groups), how many
 optimizer updates each rollout batch feeds (GSPO needs >= 2, else every ratio is 1), both
-from gspo_trl.config.batch; the held-out evaluation it runs on every rank; and the cost its
-`launch:` section states.
-
-Held-out evaluation (gspo_trl.training.heldout) generates with plain `model.generate` on each
-rank, unsharded: rows x (1 greedy + sampled pass@k samples) x max_completion_length tokens per
-evaluation, 64 prompts at a time (gspo_trl.eval.generation.generate_completions), so its KV
-cache, 64 x (prompt + completion) x KV bytes per token, sits beside the model state.
+from gspo_trl.config.batch; the held-out evaluation it runs (gspo_trl.plan.heldout_memory); and
+the cost its `launch:` section states.
 """
 
 from __future__ import annotations
@@ -20,30 +15,12 @@ from gspo_trl.config.batch import RolloutBatch, rollout_batch
 from gspo_trl.config.recipe import Recipe
 from gspo_trl.config.sections import LaunchConfig
 from gspo_trl.errors import RecipeError
+from gspo_trl.plan.heldout_memory import HeldoutLoad, heldout_load
 from gspo_trl.plan.model_shape import ModelShape, PlanError, load_model_shape
 from gspo_trl.plan.planner import Plan, plan
 from gspo_trl.plan.topology import Topology
 
-HELDOUT_GENERATE_BATCH = 64
-"""Prompts per `model.generate` call in held-out evaluation (generate_completions' batch_size)."""
 TINY = "tiny"
-
-
-@dataclass(frozen=True)
-class HeldoutLoad:
-    """One held-out evaluation on one rank (every rank runs it whole today: not sharded)."""
-
-    rows: int
-    rows_known: bool
-    samples: int
-    max_completion_length: int
-    evaluations: int | None
-    kv_peak_bytes: int
-    peak_bytes: int
-
-    @property
-    def tokens(self) -> int:
-        return self.rows * self.samples * self.max_completion_length
 
 
 @dataclass(frozen=True)
@@ -90,34 +67,6 @@ def recipe_shape(recipe: Recipe) -> ModelShape:
     return tiny_shape() if name == TINY else load_model_shape(name)
 
 
-def heldout_load(recipe: Recipe, result: Plan) -> HeldoutLoad | None:
-    """Tokens and KV cache of one held-out evaluation, None without a `heldout:` section."""
-    section = recipe.heldout
-    if section is None:
-        return None
-    eval_size = recipe.data.eval_size
-    rows_known = recipe.data.eval_split is None and eval_size >= 1
-    rows = min(section.max_rows, int(eval_size)) if rows_known else section.max_rows
-    sampled = (section.num_samples or max(section.k)) if section.k else 0
-    setup = result.setup
-    max_steps = int(recipe.training.get("max_steps") or -1)
-    evaluations = None
-    if max_steps > 0:
-        evaluations = 2 + ((max_steps - 1) // section.every_steps if section.every_steps else 0)
-    batch = min(HELDOUT_GENERATE_BATCH, rows)
-    kv = batch * setup.sequence_length * result.shape.kv_bytes_per_token(setup.weight_bytes)
-    state = sum(t.bytes for t in result.terms if t.phase == "state")
-    return HeldoutLoad(
-        rows=rows,
-        rows_known=rows_known,
-        samples=1 + sampled,
-        max_completion_length=setup.max_completion_length,
-        evaluations=evaluations,
-        kv_peak_bytes=kv,
-        peak_bytes=state + kv,
-    )
-
-
 def plan_recipe(recipe: Recipe, topology: Topology) -> RecipePlan:
     """Plan `recipe` on `topology` (gspo_trl.plan.topology.resolve_topology)."""
     batch = rollout_batch(recipe.training, topology.world_size, allow_partial_groups=True)
@@ -131,6 +80,7 @@ def plan_recipe(recipe: Recipe, topology: Topology) -> RecipePlan:
             gpu_memory_gb=topology.gpu_memory_gb,
             lora=recipe.model.lora,
             dtype=recipe.model.dtype,
+            allow_pure_bf16=recipe.model.allow_pure_bf16,
         )
     except PlanError as error:
         raise PlanError(f"recipe {recipe.source}: {error}") from None

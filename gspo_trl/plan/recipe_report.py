@@ -17,9 +17,14 @@ def _launch(result: RecipePlan) -> list[str]:
         f"  strategy  {topology.strategy} ({sources['strategy']})",
     ]
     if topology.server_mode:
+        launch = result.launch
+        layout = ""
+        if launch is not None and launch.server_tensor_parallel_size:
+            tp, dp = launch.server_tensor_parallel_size, launch.server_data_parallel_size or 1
+            layout = f" (tensor parallel {tp} x data parallel {dp}, launch:)"
         lines.append(
-            f"  vLLM      server mode: node {topology.vllm_node} runs `trl vllm-serve` and trains nothing; "
-            f"{topology.training_nodes} training node(s)"
+            f"  vLLM      server mode: node {topology.vllm_node} runs `trl vllm-serve`{layout} and trains "
+            f"nothing; {topology.training_nodes} training node(s)"
         )
     lines.append(f"  processes {topology.world_size} training processes (world size)")
     problem = result.batch_problem
@@ -43,15 +48,32 @@ def _heldout(result: RecipePlan) -> list[str]:
     every = f", {load.evaluations} evaluations over max_steps" if load.evaluations else ""
     gpu_bytes = result.plan.verdict.gpu_bytes
     share = load.peak_bytes / gpu_bytes
-    warning = "" if share <= 1 else "  WARNING: more than the GPU; lower heldout.max_rows or max length"
-    return [
+    warning = "" if share <= 1 else "  WARNING: more than the GPU; lower heldout.max_batch_tokens"
+    samples = f"{load.score_samples} score"
+    if load.sampled_samples:
+        samples += f" + {load.sampled_samples} pass@k"
+    lines = [
         "",
-        "Held-out evaluation (estimate; HF generate on each rank today, not sharded)",
-        f"  {rows} rows x {load.samples} sample(s) x {load.max_completion_length} tokens = "
-        f"{load.tokens:,} generated tokens per evaluation per rank{every}",
-        f"  KV cache of one 64-prompt generate batch {load.kv_peak_bytes / GIB:.1f} GiB; "
-        f"with the model state {load.peak_bytes / GIB:.1f} GiB = {share:.0%} of the GPU{warning}",
+        f"Held-out evaluation (estimate; {load.engine}, rows split over {load.num_shards} shard(s))",
+        f"  {rows} rows, {load.rows_per_shard} per shard x ({samples}) sample(s) x "
+        f"{load.max_completion_length} tokens = {load.tokens:,} generated tokens per evaluation on the "
+        f"busiest rank{every}",
     ]
+    if load.batch_rows is None:
+        lines.append(
+            f"  inside the colocated engine's reservation: with the model state "
+            f"{load.peak_bytes / GIB:.1f} GiB = {share:.0%} of the GPU{warning}"
+        )
+        return lines
+    gathered = ""
+    if load.gathered_weight_bytes:
+        gathered = f" + {load.gathered_weight_bytes / GIB:.1f} GiB of gathered ZeRO-3 weights"
+    lines.append(
+        f"  HF generate, {load.batch_rows} rows per batch (heldout.max_batch_tokens "
+        f"{load.max_batch_tokens}): KV cache {load.kv_peak_bytes / GIB:.1f} GiB{gathered}; with the "
+        f"model state {load.peak_bytes / GIB:.1f} GiB = {share:.0%} of the GPU{warning}"
+    )
+    return lines
 
 
 def _cost(result: RecipePlan) -> list[str]:

@@ -28,8 +28,10 @@ def _topology(plan: Plan) -> list[str]:
         lora = f"LoRA r={setup.lora.r} on {', '.join(setup.lora.target_modules)}"
     prompt = f"{setup.max_prompt_length}" + (" (assumed)" if setup.prompt_length_assumed else "")
     generation = "transformers generate"
-    if setup.use_vllm:
-        generation = f"vLLM {setup.vllm_mode}, TP {setup.vllm_tensor_parallel_size}"
+    if setup.colocated_vllm:
+        generation = f"vLLM colocate, TP {setup.vllm_tensor_parallel_size}"
+    elif setup.use_vllm:
+        generation = "vLLM server on its own node (vllm_tensor_parallel_size is colocate's)"
     return [
         f"gspo-trl plan: {shape.name}",
         f"  model     {_params(shape.total_params)} params{active} "
@@ -46,7 +48,7 @@ def _topology(plan: Plan) -> list[str]:
 
 def _memory_table(plan: Plan) -> list[str]:
     lines = ["", "Memory per GPU (estimate)", f"  {'term':38s} {'size':>12s}  when      note"]
-    when = {"state": "always", "train": "training", "rollout": "rollout"}
+    when = {"state": "always", "train": "training", "rollout": "rollout", "step": "opt. step"}
     for term in plan.terms:
         lines.append(f"  {term.name:38s} {_gib(term.bytes)}  {when[term.phase]:9s} {term.note}")
     verdict = plan.verdict

@@ -14,9 +14,11 @@ from typing import Any
 from gspo_trl.config.batch import RolloutBatch, rollout_batch
 from gspo_trl.config.trl_fields import grpo_default
 from gspo_trl.errors import RecipeError
+from gspo_trl.model.precision import training_weight_precision
 from gspo_trl.plan.model_shape import ModelShape, PlanError, dtype_bytes
 
 STRATEGIES = ("ddp", "zero2", "zero3", "fsdp2")
+DEEPSPEED_STRATEGIES = ("zero2", "zero3")
 LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 PEFT_QWEN3_DEFAULT_TARGETS = ("q_proj", "v_proj")  # peft's default for model_type qwen3
 ASSUMED_PROMPT_LENGTH = 512
@@ -74,6 +76,39 @@ class Setup:
     cast_lm_head_to_fp32: bool
     vllm_importance_sampling_correction: bool
     lora: LoraSpec | None
+    requested_dtype: str | None = None
+    """The recipe's `model.dtype` (None: the checkpoint's, loaded as is)."""
+    allow_pure_bf16: bool = False
+
+    @property
+    def deepspeed(self) -> bool:
+        return self.strategy in DEEPSPEED_STRATEGIES
+
+    @property
+    def train_weights_dtype(self) -> str:
+        """The dtype the trainer loads and keeps the weights in (gspo_trl.model.precision, the
+        rule `gspo-trl train` applies: bfloat16 becomes float32 without DeepSpeed or LoRA)."""
+        precision = training_weight_precision(
+            self.requested_dtype, self.deepspeed, self.lora is not None, self.allow_pure_bf16
+        )
+        return precision.load_dtype if precision.upcast else self.weights_dtype
+
+    @property
+    def train_weight_bytes(self) -> int:
+        return dtype_bytes(self.train_weights_dtype)
+
+    @property
+    def forward_weight_bytes(self) -> int:
+        """Bytes per weight in the forward pass: DeepSpeed and FSDP2 run bf16 copies under
+        `bf16`; DDP runs the trained weights themselves (autocast casts only matmul inputs)."""
+        if self.bf16 and self.strategy != "ddp":
+            return 2
+        return self.train_weight_bytes
+
+    @property
+    def compute_bytes(self) -> int:
+        """Bytes per element of a matmul output: bf16 under autocast, else the weights' dtype."""
+        return 2 if self.bf16 else self.forward_weight_bytes
 
     @property
     def world_size(self) -> int:
@@ -165,6 +200,7 @@ def make_setup(
     gpu_memory_gb: float,
     lora: dict[str, Any] | None = None,
     dtype: str | None = None,
+    allow_pure_bf16: bool = False,
 ) -> Setup:
     """Validate the plan inputs; `gpu_memory_gb` is the card's nominal size (80 for H100), read as GiB."""
     if strategy not in STRATEGIES:
@@ -206,6 +242,8 @@ def make_setup(
         vllm_gpu_memory_utilization=float(utilization),
         beta=float(training.get("beta", grpo_default("beta"))),
         lora=make_lora(lora),
+        requested_dtype=dtype,
+        allow_pure_bf16=allow_pure_bf16,
         **ints,
         **bools,
     )

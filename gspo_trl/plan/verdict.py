@@ -1,10 +1,11 @@
 """Does the setup fit one GPU, which term dominates, and which change to try first.
 
-Peak memory is the always-live `state` terms plus the larger phase: the policy's forward/backward
-(`train`) or vLLM's rollout (`rollout`, when it sleeps during training). "tight" above 90% of the
-GPU leaves too little for allocator fragmentation and communication buffers, which the plan only
-estimates. Fixes are listed cheapest first for the dominant term; the planner re-plans each and
-recommends the first that fits.
+Peak memory is the always-live `state` terms plus the largest phase: the policy's
+forward/backward (`train`), vLLM's rollout (`rollout`, when it sleeps during training) or the
+optimizer step (`step`). "tight" above 90% of the GPU leaves too little for allocator
+fragmentation and communication buffers, which the plan only estimates. Fixes are listed
+cheapest first for the dominant term; the planner re-plans each and recommends the first that
+fits.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from gspo_trl.plan.setup import LINEAR_MODULES, LoraSpec, Setup
 
 FITS, TIGHT, DOES_NOT_FIT = "fits", "tight", "does not fit"
 TIGHT_FRACTION = 0.9
+PHASES = ("train", "rollout", "step")
+"""Phases that are live one at a time, each beside the `state` terms (gspo_trl.plan.memory.MemoryTerm)."""
 STATE_TERMS = ("weights", "gradients", "master", "optimizer", "DDP", "reference")
 
 
@@ -47,7 +50,7 @@ class Verdict:
 def classify(terms: list[MemoryTerm], gpu_bytes: int) -> Verdict:
     """The peak phase's total against the GPU, and the term that weighs most in it."""
     state = [t for t in terms if t.phase == "state"]
-    phases = {phase: state + [t for t in terms if t.phase == phase] for phase in ("train", "rollout")}
+    phases = {phase: state + [t for t in terms if t.phase == phase] for phase in PHASES}
     peak_phase = max(phases, key=lambda p: sum(t.bytes for t in phases[p]))
     live = phases[peak_phase]
     peak = sum(t.bytes for t in live)

@@ -13,17 +13,18 @@ import os
 from pathlib import Path
 from typing import Any
 
-import rewards
+from gspo_trl import rewards
 from gspo_trl.config.recipe import Recipe, recipe_as_yaml
 from gspo_trl.model.checkpoints import latest_checkpoint
 from gspo_trl.model.loading import load_tokenizer, lora_config, model_init_kwargs, resolve_model_path
-from gspo_trl.training.console import install_console
-from gspo_trl.training.heldout import HeldoutCallback
-from gspo_trl.training.interrupt import StopOnInterrupt, TrainingInterrupted
+from gspo_trl.model.precision import training_weight_precision
+from gspo_trl.training.engine.vllm_server import check_vllm_server
+from gspo_trl.training.heldout.scoring import HeldoutCallback
 from gspo_trl.training.preflight import output_dir_of, preflight
-from gspo_trl.training.resume_warnings import quiet_tied_weights_warning
-from gspo_trl.training.reward_guard import guard_rewards
-from gspo_trl.training.vllm_server import check_vllm_server
+from gspo_trl.training.reporting.console import install_console
+from gspo_trl.training.safety.interrupt import StopOnInterrupt, TrainingInterrupted
+from gspo_trl.training.safety.resume_warnings import quiet_tied_weights_warning
+from gspo_trl.training.safety.reward_checks import guard_rewards
 
 logger = logging.getLogger("gspo_trl")
 
@@ -43,26 +44,19 @@ def _deepspeed_launch() -> bool:
 
 
 def _weights_dtype(recipe: Recipe, dtype: Any) -> Any:
-    """The dtype to load trainable weights in: bfloat16 becomes float32 where nothing keeps
-    fp32 master weights.
-
-    torch's AdamW adds its ~lr-sized step (1e-6) straight onto the weights; on bf16 weights
-    (spacing ~1e-4 at magnitude 0.02) that rounds away for all but ~2% of them
-    (scripts/bench_bf16_updates.py: 1.95% vs 100% of weights changed). DeepSpeed keeps fp32
-    masters itself, and LoRA trains fp32 adapters over a frozen base (PEFT upcasts them), so
-    both keep bf16; `model.allow_pure_bf16: true` keeps it on purpose. The forward pass stays
-    bf16 through autocast (`bf16: true`, TRL's default on GPUs).
-    """
-    if str(dtype).removeprefix("torch.") != "bfloat16" or recipe.model.allow_pure_bf16:
-        return dtype
-    if _deepspeed_launch() or recipe.model.lora:
+    """The dtype to load trainable weights in (gspo_trl.model.precision: bfloat16 becomes
+    float32 where nothing keeps fp32 master weights)."""
+    precision = training_weight_precision(
+        dtype, _deepspeed_launch(), bool(recipe.model.lora), recipe.model.allow_pure_bf16
+    )
+    if not precision.upcast:
         return dtype
     logger.warning(
         "model.dtype: bfloat16 without DeepSpeed: nothing keeps fp32 master weights, so AdamW would "
         "round most updates away. Loading the weights in float32 and training under bf16 autocast "
         "(bf16: true); set model.allow_pure_bf16: true to keep pure bf16 weights."
     )
-    return "float32"
+    return precision.load_dtype
 
 
 def gspo_config(recipe: Recipe) -> Any:

@@ -9,7 +9,7 @@ never re-implements the loss:
   `_get_per_token_logps_and_entropies`, derive log s_i from the same tensors TRL uses, and
   gather one small row per response across ranks. No extra forward pass, no recomputed
   entropy.
-- Checkpoints written whole or not at all (gspo_trl.training.checkpoint_guard).
+- Checkpoints written whole or not at all (gspo_trl.training.safety.staged_checkpoints).
 - GSPO-token (`GSPOConfig(gspo_token=True)`, with `importance_sampling_level="token"`). TRL reads
   `inputs["old_per_token_logps"]` after computing `per_token_logps`; we set it to
   `per_token_logps.detach() - sg[log s_i]`, so TRL's own token ratio becomes
@@ -20,7 +20,7 @@ never re-implements the loss:
 
 With `engine={"old_logprobs": "engine"}` (recipe `engine:` section), pi_old is vLLM's sampling
 log-probs instead of TRL's recompute forward, and the on-policy minibatch's log s_i is judged
-as the engine mismatch on every rollout batch (gspo_trl.training.engine_logprobs, engine_guard).
+as the engine mismatch on every rollout batch (gspo_trl.training.engine.logprobs, engine_guard).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ import torch
 from trl import GRPOTrainer
 
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig
-from gspo_trl.training.checkpoint_guard import StagedCheckpoints
 from gspo_trl.training.diagnostics import ROW_COLUMNS, ClipAlarm, sequence_log_ratio, summarize_rows
-from gspo_trl.training.engine_logprobs import EngineOldLogprobs
+from gspo_trl.training.engine.logprobs import EngineOldLogprobs
+from gspo_trl.training.safety.staged_checkpoints import StagedCheckpoints
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
         self._gspo_captured = {}
         return loss
 
-    # --- engine log-probs as pi_old (gspo_trl.training.engine_logprobs) -------------------------
+    # --- engine log-probs as pi_old (gspo_trl.training.engine.logprobs) -------------------------
     def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
         self.engine_logprobs.begin_rollout(self.model.training)
         try:

@@ -1,19 +1,20 @@
 """The plan against a measurement: the tiny model's real training step on CPU (scripts/bench_plan_memory.py).
 
-Measured on a 2-core CPU worker, 16 x 512 tokens, fp32: 135 MiB measured vs 123 MiB planned with
-gradient checkpointing (ratio 1.10), 365 vs 275 MiB without (1.33: the plan counts saved
-activations, not the backward's transient gradient buffers). The band below only catches a
-plan that is off by a large factor (a lost term, a unit slip), not allocator detail.
+Measured on the 2-core CPU worker (load ~14), 16 x 512 tokens, fp32, right-padded rows, AdamW's
+moments allocated by a warm-up step: 158.7 MiB measured vs 175.7 MiB planned with gradient
+checkpointing (ratio 0.90), 425.3 vs 396.0 MiB without (1.07). The band holds the plan within
+15% under the measurement and 20% over it.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_plan_memory.py"
+from tests._paths import ROOT
+
+SCRIPT = ROOT / "scripts" / "bench_plan_memory.py"
 
 
 def load_bench():
@@ -24,14 +25,15 @@ def load_bench():
 
 
 @pytest.mark.slow
-def test_tiny_model_step_memory_is_within_a_loose_band_of_the_plan(tmp_path):
+@pytest.mark.parametrize("checkpointing", [True, False])
+def test_tiny_model_step_memory_is_within_15_percent_of_the_plan(tmp_path, checkpointing):
     from gspo_trl.model.tiny import save_tiny_model
 
     bench = load_bench()
     model_dir = str(save_tiny_model(tmp_path / "tiny"))
-    row = bench.measure(model_dir, batch=16, prompt=64, completion=448, checkpointing=False)
+    row = bench.measure(model_dir, batch=16, prompt=64, completion=448, checkpointing=checkpointing)
     print(
         f"measured {row['measured'] / 2**20:.1f} MiB, plan {row['predicted'] / 2**20:.1f} MiB, "
         f"ratio {row['ratio']:.2f}"
     )
-    assert 0.5 < row["ratio"] < 2.5, row
+    assert 0.8 < row["ratio"] < 1.15, row

@@ -62,7 +62,16 @@ STRATEGY_TABLE = [
         "ddp",
         {"weights": 2 * PSI, "gradients": 2 * PSI, "DDP gradient buckets": 2 * PSI, "optimizer": 4 * PSI},
     ),
-    ("zero2", {"weights": 2 * PSI, "gradients": 2 * PSI // 4, "master weights": PSI, "optimizer": 2 * PSI}),
+    (
+        "zero2",
+        {
+            "weights": 2 * PSI,
+            "gradients": 2 * PSI // 4,
+            "master weights": PSI,
+            "optimizer": 2 * PSI,
+            "fp32 gradient partition": PSI,
+        },
+    ),
     (
         "zero3",
         {
@@ -70,6 +79,7 @@ STRATEGY_TABLE = [
             "gradients": 2 * PSI // 4,
             "master weights": PSI,
             "optimizer": 2 * PSI,
+            "fp32 gradient partition": PSI,
             "gathered shard units": 2 * 64_000 * 2,
         },
     ),
@@ -88,6 +98,7 @@ def test_model_state_per_gpu(toy, strategy, expected):
 def test_zero3_is_16_bytes_per_param_over_the_gpus(toy):
     """ZeRO paper: (2 + 2 + K) x PSI / N_d with K = 12: 16 x 138_112 / 4 = 552_448 bytes."""
     terms = state(model_state_terms(toy, toy_setup(toy, "zero3")))
+    terms.pop("fp32 gradient partition")  # the optimizer step's, when the activations are gone
     sharded = sum(v for k, v in terms.items() if k != "gathered shard units")
     assert sharded == 16 * PSI // 4 == 552_448
 
@@ -99,6 +110,7 @@ def test_zero_formulas_for_qwen3_8b_on_8_gpus():
         setup = make_setup({}, shape, strategy, 1, 8, 80)
         terms = state(model_state_terms(shape, setup))
         terms.pop("gathered shard units", None)
+        terms.pop("fp32 gradient partition")
         assert sum(terms.values()) == pytest.approx(expected, abs=8)
 
 
@@ -122,6 +134,7 @@ def test_lora_zero3_trains_only_the_adapters(toy):
         "gradients": adapters * 2 // 4,
         "master weights": adapters,
         "optimizer": adapters * 2,
+        "fp32 gradient partition": adapters,
         "gathered shard units": 256_000,
     }
 
@@ -133,15 +146,41 @@ def test_runtime_overhead_is_one_term(toy):
 
 
 def test_activation_bytes_by_hand(toy):
-    # saved elements per token per layer: 4h + 3q + 3kv + 4I = 256 + 192 + 96 + 512 = 1_056, bf16,
-    # plus the fp32 log-sum-exp of 4 heads (16 bytes)
-    assert layer_activation_bytes_per_token(toy, 0, 2) == 1056 * 2 + 16
-    tokens = 2 * (16 + 48)
-    head = 2 * 64 * 2  # final norm input and output
-    full = activation_term(toy, toy_setup(toy, "ddp", gradient_checkpointing=False))
+    # bf16 weights and compute (no upcast: dtype None), per token per layer, bytes:
+    # two RMSNorms h x (4 fp32 copy + 2 normed) = 768; q/k/v input h x 2 = 128;
+    # q_norm q x 6 = 384, k_norm kv x 6 = 192; SDPA q, repeated k and v, output 4q x 2 = 512,
+    # its additive mask s x 2 = 128, log-sum-exp 4 heads x 4 = 16; MLP input 128 + 4I x 2 = 1024.
+    setup = toy_setup(toy, "ddp", gradient_checkpointing=False)
+    per_layer = 768 + 128 + 384 + 192 + 512 + 128 + 16 + 128 + 1024
+    assert layer_activation_bytes_per_token(toy, 0, setup) == per_layer == 3280
+    tokens, head, backward = 2 * (16 + 48), 64 * 6, 2 * 64 * 2 + 128 * 2
+    boolean_mask = 2 * 64 * 64
+    full = activation_term(toy, setup)
     checkpointed = activation_term(toy, toy_setup(toy, "ddp", gradient_checkpointing=True))
-    assert full.bytes == tokens * (2 * 2128 + head)
-    assert checkpointed.bytes == tokens * (2 * 64 * 2 + 2128 + head)
+    assert full.bytes == tokens * (2 * per_layer + head + backward) + boolean_mask
+    assert checkpointed.bytes == tokens * (2 * 64 * 2 + per_layer + head + backward) + boolean_mask
+
+
+def test_fp32_weights_under_autocast_keep_an_fp32_residual_and_bf16_weight_copies(toy):
+    """DDP + bfloat16 trains fp32 weights (gspo_trl.model.precision) under bf16 autocast: the
+    checkpointed layer inputs are fp32, and each linear saves its own bf16 cast."""
+    bf16 = toy_setup(toy, "ddp", gradient_checkpointing=True)
+    upcast = make_setup(
+        {"per_device_train_batch_size": 2, "max_prompt_length": 16, "max_completion_length": 48},
+        toy,
+        "ddp",
+        nodes=1,
+        gpus_per_node=4,
+        gpu_memory_gb=80,
+        dtype="bfloat16",
+    )
+    assert (bf16.train_weights_dtype, upcast.train_weights_dtype) == ("bfloat16", "float32")
+    assert (upcast.forward_weight_bytes, upcast.compute_bytes) == (4, 2)
+    assert state(model_state_terms(toy, upcast))["weights"] == 4 * PSI
+    # q/k/v read one fp32 norm output: three bf16 casts (3 x 64 x 2) instead of one shared 64 x 2
+    grown = layer_activation_bytes_per_token(toy, 0, upcast) - layer_activation_bytes_per_token(toy, 0, bf16)
+    norms, linear_inputs = 2 * 64 * (4 - 2), (3 * 64 * 2 - 64 * 2) + (2 * 64 * 2 - 64 * 2)
+    assert grown == norms + linear_inputs
 
 
 def test_fused_lm_head_buffers_by_hand(toy):

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_rewards.py"
+from tests._paths import ROOT
+
+SCRIPT = ROOT / "scripts" / "bench_rewards.py"
 
 
 @pytest.mark.slow

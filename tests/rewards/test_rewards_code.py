@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-import rewards
-from rewards.code import last_code_block, rank_share_of_cores
-from rewards.code_tests import CallTest, StdioTest, read_tests, same_output, same_value
+from gspo_trl import rewards
+from gspo_trl.rewards.code import last_code_block, rank_share_of_cores
+from gspo_trl.rewards.code_tests import CallTest, StdioTest, read_tests, same_output, same_value
 
 
 @pytest.mark.parametrize(
@@ -95,7 +95,7 @@ def test_unreadable_tests_score_none_and_check_needs_entry_point(caplog):
 def test_without_bwrap_refuses_unless_rlimit_is_chosen():
     """No bwrap: the default refuses, naming the fix; `sandbox="rlimit"` scores, warning once."""
     script = (
-        "import logging, rewards\n"
+        "import logging\nfrom gspo_trl import rewards\n"
         "logging.basicConfig(level=logging.WARNING)\n"
         "try:\n    rewards.get('code')\nexcept RuntimeError as err:\n    print('refused:', err)\n"
         "fn = rewards.get('code', sandbox='rlimit')\n"
@@ -115,7 +115,7 @@ def test_without_bwrap_refuses_unless_rlimit_is_chosen():
 
 
 def test_env_var_forces_fallback(monkeypatch):
-    from rewards.execution import sandbox
+    from gspo_trl.rewards.execution import sandbox
 
     monkeypatch.setenv("GSPO_TRL_SANDBOX", "rlimit")
     assert sandbox.resolve_mode("bwrap") == "rlimit"
@@ -197,7 +197,7 @@ def test_last_code_block_is_linear():
 
 @pytest.mark.parametrize(("cores_env", "expected_max"), [("8", None), ("1", None), ("", None)])
 def test_max_workers_default_is_the_rank_share(monkeypatch, cores_env, expected_max):
-    from rewards.math_verify_reward import usable_cores
+    from gspo_trl.rewards.math_verify_reward import usable_cores
 
     monkeypatch.setenv("LOCAL_WORLD_SIZE", cores_env)
     share = max(1, usable_cores() // max(1, int(cores_env or 1)))

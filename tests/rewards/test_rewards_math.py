@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-import rewards
-from rewards.math_answers import last_boxed
+from gspo_trl import rewards
+from gspo_trl.rewards.math_answers import last_boxed
 
 LIMIT_S = 1.0
 GRACE_S = 0.5  # the pool's kill margin past the limit
@@ -112,7 +112,7 @@ def test_repeated_answers_reuse_one_verdict_and_stay_correct(math_reward):
 
 
 def test_unparseable_gold_logs_one_line_naming_the_row(math_reward, caplog):
-    with caplog.at_level(logging.WARNING, logger="rewards.math_verify_reward"):
+    with caplog.at_level(logging.WARNING, logger="gspo_trl.rewards.math_verify_reward"):
         scores = math_reward(
             [r"\boxed{1}"] * 5, solution=["1", "1", r"\frac{1}{", r"\frac{1}{", r"\frac{1}{"]
         )
@@ -232,7 +232,7 @@ def test_integer_fast_path_agrees_with_math_verify(gold, answer):
     """Plain integers skip sympy; the verdict must be math-verify's."""
     from math_verify import parse, verify
 
-    from rewards.math_answers import integer_verdict, parse_answer, parse_gold
+    from gspo_trl.rewards.math_answers import integer_verdict, parse_answer, parse_gold
 
     quick = integer_verdict(gold, answer)
     full = verify(parse_gold(gold), parse_answer(f"\\boxed{{{answer}}}"), timeout_seconds=None)
@@ -374,7 +374,7 @@ def test_reasoning_delimiters_grade_only_text_after_the_reasoning(math_reward):
 def test_math_verify_checker_options(params, text, gold, expected):
     from math_verify import parse, verify
 
-    from rewards.math_answers import parse_answer, parse_gold
+    from gspo_trl.rewards.math_answers import parse_answer, parse_gold
 
     fn = rewards.get("math", timeout=20.0, workers=2, **params)
     assert fn([text], solution=[gold]) == [expected]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import rewards
-from rewards import RewardParameterError, UnknownRewardError
+from gspo_trl import rewards
+from gspo_trl.rewards import RewardParameterError, UnknownRewardError
 
 BUILTINS = ["code", "cosine", "format", "math", "repetition", "soft_overlong", "tag_count", "think_format"]
 ALIASES = {
@@ -63,7 +63,7 @@ def test_bad_label_is_refused(label):
 
 @pytest.mark.parametrize(("alias", "name"), sorted(ALIASES.items()))
 def test_aliases_resolve_to_the_builtin_and_are_listed(alias, name, capsys):
-    from rewards.cli import main
+    from gspo_trl.rewards.cli import main
 
     assert rewards.describe(alias) == rewards.describe(name)
     assert alias in rewards.describe(name).aliases
@@ -78,7 +78,7 @@ def test_old_parameter_name_strict_latex_still_works_and_warns(caplog):
     info = rewards.describe("math")
     assert "strict_latex" not in {p.name for p in info.parameters}
     rewards.validate_params("math", {"strict_latex": True})
-    with caplog.at_level("WARNING", logger="rewards.registry"):
+    with caplog.at_level("WARNING", logger="gspo_trl.rewards.registry"):
         fn = rewards.get("math", strict_latex=True)
     assert fn.latex_shorthand is False and "latex_shorthand" in caplog.text
     with pytest.raises(RewardParameterError, match="latex_shorthand"):
@@ -86,14 +86,14 @@ def test_old_parameter_name_strict_latex_still_works_and_warns(caplog):
 
 
 CLASH_A = """
-from rewards import register
+from gspo_trl.rewards import register
 
 @register("clash_reward")
 def first(completions, **kwargs):
     return [1.0 for _ in completions]
 """
 CLASH_B = """
-from rewards import register
+from gspo_trl.rewards import register
 
 def helper():
     pass
@@ -126,7 +126,7 @@ def test_registering_an_alias_name_is_refused():
 
 
 def test_registering_the_same_definition_again_is_allowed():
-    from rewards.shaping import TagCount
+    from gspo_trl.rewards.shaping import TagCount
 
     rewards.register("tag_count", factory=True)(TagCount)
     assert rewards.get("tag_count")(["<think>a</think>"]) == [0.5]
@@ -184,7 +184,7 @@ def test_validate_params_is_cheap_and_does_not_build():
 
 USER_FILE = """
 import asyncio
-from rewards import register
+from gspo_trl.rewards import register
 
 def length_reward(completions, solution, *, scale: float = 1.0, **kwargs):
     '''Length of each completion times scale.'''
@@ -195,7 +195,7 @@ async def async_reward(completions, **kwargs):
     return [1.0 for _ in completions]
 """
 DECORATED_FILE = """
-from rewards import register
+from gspo_trl.rewards import register
 
 @register("user_registered_reward", columns=("answer",))
 def decorated(completions, answer, **kwargs):
@@ -270,7 +270,7 @@ def test_entry_point_group(tmp_path, monkeypatch):
 
 
 def test_cli_lists_every_reward_with_params_and_columns(capsys):
-    from rewards.cli import main
+    from gspo_trl.rewards.cli import main
 
     assert main(["list"]) == 0
     out = capsys.readouterr().out
@@ -280,7 +280,7 @@ def test_cli_lists_every_reward_with_params_and_columns(capsys):
 
 
 def test_cli_describe_unknown_reward_fails_cleanly(capsys):
-    from rewards.cli import main
+    from gspo_trl.rewards.cli import main
 
     assert main(["describe", "cosin"]) == 2
     assert "cosine" in capsys.readouterr().err
@@ -290,6 +290,10 @@ def test_console_entry_runs_as_module():
     import subprocess
 
     out = subprocess.run(
-        [sys.executable, "-m", "rewards.cli", "list"], capture_output=True, text=True, check=True, timeout=60
+        [sys.executable, "-m", "gspo_trl.rewards.cli", "list"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     )
     assert "soft_overlong" in out.stdout

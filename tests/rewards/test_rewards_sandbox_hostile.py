@@ -8,16 +8,19 @@ small so the battery is safe for the machine: 256 MiB of address space, 16 MiB p
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-import rewards
-from rewards.execution import sandbox
-from rewards.execution.identity import MARKER
+from gspo_trl import rewards
+from gspo_trl.rewards.execution import sandbox
+from gspo_trl.rewards.execution.identity import MARKER
+from tests._paths import ROOT
 
 WALL_S = 2.0
 MARGIN_S = 2.0
@@ -216,12 +219,17 @@ def test_cannot_kill_the_caller(mode):
     assert os.getpid() == caller
 
 
-def test_killing_its_parent_fails_the_job_only(mode):
-    """The job's parent is the harness or the sandbox server: killing it costs the job, nothing else."""
+# bwrap: the parent is the server, the namespace's init, which the kernel keeps from the
+# job's SIGKILL (the job goes on and prints); rlimit: the trainer, another uid (EPERM, a crash)
+KILL_PARENT_SCORE = {"bwrap": 1.0, "rlimit": 0.0}
+
+
+def test_killing_its_parent_costs_nothing_but_the_job(mode):
+    """The job's parent is the sandbox server or the trainer: killing it changes nothing else."""
     program = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint(9)"
     fn = code_reward(mode)
-    assert fn([fenced(program)], tests=[STDIO_ECHO]) == [0.0]
-    assert fn([fenced("print(int(input()) ** 2)")], tests=[STDIO_ECHO]) == [1.0]  # a fresh sandbox takes over
+    assert fn([fenced(program)], tests=[STDIO_ECHO]) == [KILL_PARENT_SCORE[mode]]
+    assert fn([fenced("print(int(input()) ** 2)")], tests=[STDIO_ECHO]) == [1.0]
     sandbox.shutdown()
     assert leftovers() == []
 
@@ -358,7 +366,7 @@ def test_stale_sandbox_dirs_are_removed(tmp_path):
     import sys
     import tempfile
 
-    from rewards.execution import jail
+    from gspo_trl.rewards.execution import jail
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
     stale = Path(tempfile.mkdtemp(prefix=f"gspo-sandbox-{int(dead.stdout)}-"))
@@ -410,3 +418,66 @@ def _marked(needle: bytes) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+def _battery():
+    path = ROOT / "scripts" / "sandbox_battery.py"
+    spec = importlib.util.spec_from_file_location("sandbox_battery", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+BATTERY = _battery()
+
+
+@pytest.mark.parametrize("case", BATTERY.CASES, ids=[c.name for c in BATTERY.CASES])
+def test_hostile_battery_row(mode, case):
+    """One row of ``scripts/sandbox_battery.py``'s table (issue 21, items 1-4): the attack gets
+    nothing, leaves no process, SysV segment or memory behind, and 8 honest jobs after it score
+    right in the same reused sandbox (the pid-1 takeover zeroed every one of them before)."""
+    row = BATTERY.run_case(case, mode)
+    assert row.contained, BATTERY.table([row])
+    assert row.same_sandbox is not False, "the sandbox had to be replaced: " + BATTERY.table([row])
+    sandbox.shutdown()
+    assert leftovers() == [], describe(leftovers())
+
+
+def test_rlimit_jobs_get_their_own_ipc_namespace():
+    """SysV objects of an rlimit job die with it: its IPC namespace is not the host's."""
+    result = _run("rlimit", "import os\nprint(os.readlink('/proc/self/ns/ipc'))")
+    assert result.stdout.strip() and result.stdout.strip().decode() != os.readlink("/proc/self/ns/ipc")
+
+
+def test_a_reused_sandbox_whose_init_changed_is_retired():
+    """The parent's outside check: a server that became dumpable, or whose init has a child
+    after clean-up, is not handed another job."""
+    if not sandbox.bwrap_works():
+        pytest.skip("bubblewrap is not usable on this machine")
+    import signal
+
+    from gspo_trl.rewards.execution import servers
+
+    assert _run("bwrap", "print(1)").stdout == b"1\n"
+    (server,) = [s for group in servers._idle.values() for s in group]
+    assert server.tampered() is None
+    os.kill(server.init.pid, signal.SIGSTOP)  # from outside the kernel delivers it
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and server.tampered() is None:
+        time.sleep(0.01)
+    assert "stopped" in (server.tampered() or "")
+    os.kill(server.init.pid, signal.SIGCONT)
+    changed = type(server.init)(**{**vars(server.init), "children": "12345"})
+    assert "outlived" in server.init.differs(changed, server.uid or os.getuid())
+    dumpable = type(server.init)(**{**vars(server.init), "owner": server.uid or os.getuid()})
+    assert "dumpable" in server.init.differs(dumpable, server.uid or os.getuid())
+    sandbox.shutdown()
+
+
+def test_docs_name_every_denied_system_call():
+    """docs/rewards.md lists the seccomp filter's system calls: it must not drift from _seccomp."""
+    from gspo_trl.rewards.execution import _seccomp
+
+    docs = (ROOT / "docs" / "rewards.md").read_text()
+    assert [name for name in _seccomp.DENIED if f"`{name}`" not in docs] == []

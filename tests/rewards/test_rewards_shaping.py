@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-import rewards
-from rewards.completions import completion_text
+from gspo_trl import rewards
+from gspo_trl.rewards.completions import completion_text
 
 
 def chat(text: str) -> list[dict[str, str]]:
@@ -126,12 +126,12 @@ def test_repetition_accepts_tensors_of_ids():
 
 @pytest.mark.parametrize("spec", ["repetition", "soft_overlong", "cosine"])
 def test_word_fallback_warns_once_per_reward(spec, caplog):
-    from rewards import completions as completions_module
+    from gspo_trl.rewards import completions as completions_module
 
     completions_module._WARNED_WORDS.discard(spec)
     fn = rewards.get(spec)
     kwargs = {"solution": ["1"]} if spec == "cosine" else {}
-    with caplog.at_level("WARNING", logger="rewards.completions"):
+    with caplog.at_level("WARNING", logger="gspo_trl.rewards.completions"):
         fn(["a b c a b c"], **kwargs)
         fn(["a b c a b c"], **kwargs)
         fn(["a b c"], completion_ids=[[1, 2, 3]], **kwargs)

@@ -14,7 +14,7 @@ import json
 import pytest
 from math_verify_cases import CASES, DIFFERENCES  # beside this file (pytest puts its folder on sys.path)
 
-import rewards
+from gspo_trl import rewards
 
 
 @pytest.fixture(scope="module")

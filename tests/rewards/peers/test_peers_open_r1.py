@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-import rewards
+from gspo_trl import rewards
 
 UPSTREAM = "huggingface/open-r1 tests/test_rewards.py"
 

@@ -10,7 +10,7 @@ import pickle
 
 import pytest
 
-import rewards
+from gspo_trl import rewards
 
 UPSTREAM = "huggingface/trl tests/test_rewards.py"
 THINK_VALID = [

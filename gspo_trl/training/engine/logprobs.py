@@ -1,0 +1,142 @@
+"""pi_old from the inference engine: vLLM's log-probs of the sampled tokens, no trainer forward.
+
+TRL (1.16) recomputes pi_old with a no-grad trainer forward over every rollout batch whenever
+vLLM generates or updates are off-policy (`_generate_and_score_completions`), even though vLLM
+already returned the log-prob of every token it sampled (`sampling_per_token_logps`). With
+`engine.old_logprobs: engine`, GSPOTrainer hands those back instead of running the forward:
+
+- `_generate` is observed and its per-token sampling log-probs kept for this rollout batch;
+- the first trainer-model call of `_get_per_token_logps_and_entropies` inside
+  `_generate_and_score_completions` (TRL's pi_old call; the reference model's, if any, comes
+  after it and is left alone) returns them, right-padded with 0 to the completion width exactly
+  as TRL pads `sampling_per_token_logps`. A batch with a missing (NaN) log-prob on a scored
+  token falls back to the forward, with a warning.
+
+The engine's numbers must be of the distribution the trainer's ratio assumes, softmax(logits /
+temperature): colocated vLLM runs with `logprobs_mode="processed_logprobs"` (TRL sets it:
+temperature applied), a server must be started with `--logprobs-mode processed_logprobs`
+(checked here), and top_p/top_k/min_p/repetition_penalty must be neutral (refused by
+`gspo_trl.config.engine_checks.check_engine_settings`). TRL's vLLM importance-sampling correction
+reweights by pi_old / pi_engine, which is 1 by construction in this mode: it is turned off.
+
+`gspo_trl.training.engine.mismatch` measures the remaining mismatch on every rollout batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import torch
+
+from gspo_trl.config.sections import EngineConfig
+from gspo_trl.errors import RecipeError, UserError
+from gspo_trl.training.engine.mismatch import EngineMismatchGuard, MismatchVerdict
+
+logger = logging.getLogger(__name__)  # the console shows its warnings as `!` alarm lines
+
+
+class EngineOldLogprobs:
+    """Per-trainer state of engine-sourced pi_old: on/off, this rollout batch's log-probs, guard."""
+
+    def __init__(self, trainer: Any, config: EngineConfig) -> None:
+        self.config = config
+        self.guard = EngineMismatchGuard(config)
+        self.active = config.from_engine and bool(getattr(trainer, "use_vllm", False))
+        self.forwards_skipped = 0
+        """Rollout batches whose pi_old came from the engine (each one trainer forward saved)."""
+        self._trl_correction = bool(getattr(trainer, "vllm_importance_sampling_correction", False))
+        self._pending = False
+        self._sampled: list[list[float | None]] | None = None
+        self._warned = False
+        self._fall_back: Any = None
+        """The trainer, once `on_mismatch: recompute` fired: switch at the next rollout batch."""
+        if self.active:
+            self._check_server_mode(trainer)
+            trainer.vllm_importance_sampling_correction = False
+            logger.info(
+                "engine.old_logprobs: engine: pi_old = vLLM's sampling log-probs (no recompute forward); "
+                "TRL's vLLM importance-sampling correction is off (its ratio would be 1)"
+            )
+
+    @staticmethod
+    def _check_server_mode(trainer: Any) -> None:
+        if getattr(trainer, "vllm_mode", None) != "server" or not trainer.accelerator.is_main_process:
+            return
+        info = trainer.vllm_generation.vllm_client.get_server_info()
+        mode = info.get("model_config", {}).get("logprobs_mode")
+        if mode != "processed_logprobs":
+            raise RecipeError(
+                f"engine.old_logprobs: engine: the vLLM server reports logprobs_mode {mode!r}, i.e. "
+                "log-probs before temperature; restart it with `--logprobs-mode processed_logprobs` "
+                "or use old_logprobs: trainer"
+            )
+
+    # --- pi_old substitution ------------------------------------------------------------------
+    def begin_rollout(self, training: bool) -> None:
+        if self._fall_back is not None:  # not earlier: the current buffer lacks TRL's IS ratios
+            self.active = False
+            self._fall_back.vllm_importance_sampling_correction = self._trl_correction
+            self._fall_back = None
+        self._pending = self.active and training
+        self._sampled = None
+
+    def end_rollout(self) -> None:
+        self._pending = False
+        self._sampled = None
+
+    def capture(self, sampling_logps: list[list[float | None]] | None) -> None:
+        """Keep `_generate`'s per-token sampling log-probs while a rollout batch is scored."""
+        if self._pending:
+            self._sampled = sampling_logps
+
+    def old_logprobs(self, model: Any, policy: Any, logits_to_keep: int, device: Any) -> torch.Tensor | None:
+        """The engine's log-probs in place of TRL's pi_old forward, or None to run the forward."""
+        if not self._pending or model is not policy:
+            return None
+        self._pending = False  # only TRL's first policy call is the pi_old one
+        if self._sampled is None:
+            return None
+        old = torch.zeros(len(self._sampled), logits_to_keep, dtype=torch.float32)
+        for row, values in enumerate(self._sampled):
+            old[row, : len(values)] = torch.tensor([math.nan if v is None else v for v in values])
+        if old.isnan().any():
+            logger.warning(
+                "engine log-prob missing (NaN) in this rollout batch: pi_old recomputed by the trainer"
+            )
+            return None
+        self.forwards_skipped += 1
+        return old.to(device)
+
+    # --- guard ------------------------------------------------------------------------------------
+    def observe_on_policy(self, log_s: torch.Tensor) -> None:
+        """log s_i of an on-policy micro-batch (trainer minus engine; gathered across ranks)."""
+        if self.active:
+            self.guard.observe(log_s)
+
+    def finish_on_policy(self, trainer: Any) -> MismatchVerdict | None:
+        """Judge the on-policy minibatch, log its metrics and act as `on_mismatch` says."""
+        verdict = self.guard.finish(trainer.epsilon_low, trainer.epsilon_high)
+        if verdict is None:
+            return None
+        for key, value in verdict.metrics().items():
+            trainer._metrics["train"][key].append(value)
+        if verdict.problem is None:
+            return verdict
+        message = (
+            f"engine.old_logprobs: engine: vLLM and the trainer disagree on the sampled tokens at step "
+            f"{trainer.state.global_step}: {verdict.problem}. Check dtypes and kernels "
+            "(docs/engine-logprobs.md), or measure with `gspo-trl check-logprobs`"
+        )
+        if self.config.on_mismatch == "stop":
+            raise UserError(
+                message + "; stopping (engine.on_mismatch: stop). Use engine.old_logprobs: trainer."
+            )
+        if self.config.on_mismatch == "recompute":
+            self._fall_back = trainer
+            logger.warning("%s; pi_old is recomputed by the trainer from the next rollout batch on", message)
+        elif not self._warned:
+            logger.warning("%s (engine.on_mismatch: warn; warned once)", message)
+            self._warned = True
+        return verdict

@@ -1,0 +1,271 @@
+"""What a training run prints, and the full metrics it writes next to the model.
+
+TRL prints each logging step as a Python dict of 60+ keys, which nobody reads. A GSPO run
+prints instead, on the main process only:
+
+    a start banner     model, data rows, rewards, GSPO settings, world size, output dir
+    one line per log   step/max, train reward, held-out score (when measured), off-policy clip
+                       fraction, spread of log s_i, zero-variance groups, seconds/step, ETA
+    `!` lines          alarms: the ClipAlarm (everything / nothing clipped) and "every group
+                       has zero variance" for several logging steps (no learning signal)
+
+Every key of every log event still goes to the trackers in `report_to` (the Trainer's own
+integrations) and, always, to OUTPUT_DIR/metrics.jsonl (one JSON object per event, with its
+`step`), which `gspo-trl report` reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+from transformers import TrainerCallback
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+from gspo_trl.config.batch import RolloutBatch
+from gspo_trl.training.reporting.metrics_file import MetricsFileCallback
+
+logger = logging.getLogger(__name__)
+
+ALARM_LOGGERS = ("gspo_trl.training.diagnostics", "gspo_trl.training.engine.logprobs")
+"""The ClipAlarm and the engine mismatch guard warn on these; the console shows their
+warnings as `!` lines."""
+HELDOUT_LOGGER = "gspo_trl.training.heldout.scoring"
+"""Its INFO lines repeat the held-out score the console already prints; they are held back."""
+ZERO_VARIANCE_STEPS = 3
+"""Consecutive logging steps with every group tied (zero variance) before the console warns."""
+
+CLIP_KEY = "gspo/offpolicy/clip/region"
+SPREAD_KEY = "gspo/offpolicy/log_ratio/std"
+ZERO_VARIANCE_KEY = "gspo/zero_variance_groups"
+HELDOUT_KEY = "heldout/score"
+
+
+def _duration(seconds: float) -> str:
+    """'42s', '3m05s', '2h07m': short enough for the step line."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not math.isnan(value) else None
+
+
+def step_line(
+    logs: dict[str, Any],
+    step: int,
+    max_steps: int,
+    seconds_per_step: float | None,
+    heldout: float | None = None,
+    eta_seconds: float | None = None,
+) -> str:
+    """One training log event as a compact line; fields that were not logged are left out.
+
+    `seconds_per_step` is over the last logging interval; the ETA defaults to it times the
+    steps left (the console passes one from the average since the first step instead).
+    """
+    width = len(str(max_steps))
+    parts = [f"step {step:>{width}}/{max_steps}"]
+    reward = _number(logs.get("reward"))
+    if reward is not None:
+        std = _number(logs.get("reward_std"))
+        parts.append(f"reward {reward:.3f}" + (f" ±{std:.2f}" if std is not None else ""))
+    if heldout is not None:
+        parts.append(f"held-out {heldout:.3f}")
+    clip = _number(logs.get(CLIP_KEY))
+    if clip is not None:
+        parts.append(f"clip {clip:.1%}")
+    spread = _number(logs.get(SPREAD_KEY))
+    if spread is not None:
+        parts.append(f"log s std {spread:.1e}")
+    zero = _number(logs.get(ZERO_VARIANCE_KEY))
+    if zero is not None:
+        parts.append(f"zero-var {zero:.0%}")
+    if seconds_per_step is not None:
+        parts.append(f"{seconds_per_step:.2f} s/step")
+    if eta_seconds is None and seconds_per_step is not None:
+        eta_seconds = seconds_per_step * max(0, max_steps - step)
+    if eta_seconds is not None:
+        parts.append(f"ETA {_duration(eta_seconds)}")
+    return " | ".join(parts)
+
+
+def banner(trainer: Any, model_name: str, reward_names: list[str], eval_rows: int) -> str:
+    """The lines printed once before training: what is trained, on what, how, and where."""
+    args = trainer.args
+    train_rows = len(trainer.train_dataset) if trainer.train_dataset is not None else 0
+    level = getattr(trainer, "importance_sampling_level", "?")
+    eps = f"eps {trainer.epsilon_low:g}/{trainer.epsilon_high:g}"
+    algorithm = "GSPO-token" if getattr(trainer, "gspo_token", False) else f"{level}-level ratio"
+    return "\n".join(
+        [
+            f"gspo-trl: training {model_name}",
+            f"  data     {train_rows} training rows" + (f", {eval_rows} held-out" if eval_rows else ""),
+            f"  rewards  {', '.join(reward_names)}",
+            f"  GSPO     {algorithm}, {eps}, {args.num_generations} per group, "
+            f"{RolloutBatch.from_grpo_config(args).optimizer_updates} updates per rollout batch, "
+            f"beta {args.beta:g}, "
+            f"lr {args.learning_rate:g}",
+            f"  run      {args.max_steps} steps on {trainer.accelerator.num_processes} process(es), "
+            f"logging every {args.logging_steps:g}, output {args.output_dir}",
+        ]
+    )
+
+
+class _AlarmFilter(logging.Filter):
+    """Shows the ClipAlarm's warnings as `!` lines instead of timestamped log records."""
+
+    def __init__(self, console: ConsoleCallback) -> None:
+        super().__init__()
+        self.console = console
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        self.console.alarm(record.getMessage())
+        return False
+
+
+class _QuietInfo(logging.Filter):
+    """Drops INFO records (warnings pass): for loggers whose news the console already prints."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING
+
+
+class ConsoleCallback(TrainerCallback):
+    """Prints the banner, one line per logging step and `!` alarms, on the main process."""
+
+    def __init__(self, header: str, printer: Any = print) -> None:
+        self.header, self.printer = header, printer
+        self.alarms: list[str] = []
+        self._last_time: float | None = None
+        self._last_step = 0
+        self._start: tuple[float, int] | None = None
+        self._printed_step = -1
+        self._pending_heldout: dict[str, Any] | None = None
+        self._zero_streak = 0
+        self._filters: dict[str, logging.Filter] = {name: _AlarmFilter(self) for name in ALARM_LOGGERS}
+        self._filters[HELDOUT_LOGGER] = _QuietInfo()
+
+    def _print(self, text: str) -> None:
+        self.printer(text, flush=True)
+
+    def alarm(self, message: str) -> None:
+        self.alarms.append(message)
+        self._print(f"! {message}")
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not state.is_world_process_zero:
+            return
+        self._print(self.header)
+        self._start = None
+        for name, log_filter in self._filters.items():
+            logging.getLogger(name).addFilter(log_filter)
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._start is None:  # timing starts here, after any evaluation before training
+            self._start = (time.monotonic(), state.global_step)
+            self._last_time, self._last_step = self._start
+
+    def close(self) -> None:
+        for name, log_filter in self._filters.items():
+            logging.getLogger(name).removeFilter(log_filter)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+        if not state.is_world_process_zero or not logs:
+            return
+        step = state.global_step
+        if HELDOUT_KEY in logs and "loss" not in logs:
+            if step in (0, self._printed_step) or step >= state.max_steps:  # no training line follows
+                self._print(self._heldout_line(logs, step, state.max_steps))
+            else:
+                self._pending_heldout = {**logs, "step": step}
+            return
+        if "train_runtime" in logs:
+            self._print(f"done: {step} steps in {_duration(logs['train_runtime'])}")
+            return
+        if "loss" not in logs:  # an evaluation or a custom log: metrics.jsonl and trackers have it
+            return
+        now = time.monotonic()
+        interval = None
+        if self._last_time is not None and step > self._last_step:
+            interval = (now - self._last_time) / (step - self._last_step)
+        start_time, start_step = self._start or (now, step)
+        average = (now - start_time) / (step - start_step) if step > start_step else None
+        eta = average * max(0, state.max_steps - step) if average is not None else None
+        self._last_time, self._last_step = now, step
+        pending, self._pending_heldout = self._pending_heldout, None
+        if pending and pending["step"] != step:  # measured between logging steps: its own line
+            self._print(self._heldout_line(pending, pending["step"], state.max_steps))
+            pending = None
+        heldout = _number(pending.get(HELDOUT_KEY)) if pending else None
+        self._print(step_line(logs, step, state.max_steps, interval, heldout, eta))
+        self._printed_step = step
+        self._check_zero_variance(logs)
+
+    def _heldout_line(self, logs: dict[str, Any], step: int, max_steps: int) -> str:
+        extras = [f"{k.split('/', 1)[1]} {v:.3f}" for k, v in logs.items() if k.startswith("heldout/pass@")]
+        score = _number(logs.get(HELDOUT_KEY))
+        text = f"{score:.3f}" if score is not None else "n/a"
+        return " | ".join([f"step {step}/{max_steps}", f"held-out {text}", *extras])
+
+    def _check_zero_variance(self, logs: dict[str, Any]) -> None:
+        zero = _number(logs.get(ZERO_VARIANCE_KEY))
+        self._zero_streak = self._zero_streak + 1 if zero is not None and zero >= 1.0 else 0
+        if self._zero_streak == ZERO_VARIANCE_STEPS:
+            self.alarm(
+                f"every group had zero reward variance for {ZERO_VARIANCE_STEPS} logging steps: the "
+                "advantages are all 0 and nothing is learned. The task is too easy or too hard for "
+                "the model: change the data (`gspo-trl filter`), the reward, or num_generations."
+            )
+
+
+class _CloseConsole(TrainerCallback):
+    """Last in the callback list, so the console's log filters outlive the final held-out score."""
+
+    def __init__(self, console: ConsoleCallback) -> None:
+        self.console = console
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.console.close()
+
+
+def _remove_trl_printing(trainer: Any) -> None:
+    """TRL's dict printing and its progress bar (or notebook table)."""
+    for callback in list(trainer.callback_handler.callbacks):
+        if isinstance(callback, PrinterCallback | ProgressCallback) or type(callback).__name__ == (
+            "NotebookProgressCallback"
+        ):
+            trainer.callback_handler.remove_callback(callback)
+
+
+def install_console(
+    trainer: Any, model_name: str, reward_names: list[str], eval_rows: int = 0
+) -> ConsoleCallback:
+    """Replace TRL's dict printing and progress bar with the console; add metrics.jsonl.
+
+    Call it after the other callbacks are added: the console and the metrics file go first
+    in the list (the banner and a fresh metrics.jsonl precede the held-out score at step 0),
+    the console's closing hook last.
+    """
+    _remove_trl_printing(trainer)
+    console = ConsoleCallback(banner(trainer, model_name, reward_names, eval_rows))
+    trainer.callback_handler.callbacks[:0] = [console, MetricsFileCallback(trainer.args.output_dir)]
+    trainer.add_callback(_CloseConsole(console))
+    return console
+
+
+def remove_console(trainer: Any) -> None:
+    """Take out every callback that prints per step, TRL's and the console (the metrics file
+    stays): for tools that show a bar instead."""
+    _remove_trl_printing(trainer)
+    for callback in list(trainer.callback_handler.callbacks):
+        if isinstance(callback, ConsoleCallback | _CloseConsole):
+            trainer.callback_handler.remove_callback(callback)

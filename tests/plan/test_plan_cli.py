@@ -1,0 +1,164 @@
+"""`gspo-trl plan RECIPE` end to end: every shipped recipe on its `launch:` hardware, broken variants,
+and the one-line warning `gspo-trl validate` prints when a recipe's own hardware does not fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from gspo_trl.cli.main import main as gspo_trl_main
+from gspo_trl.config.shipped import shipped_recipes
+from tests._paths import ROOT
+
+# The 8B recipe's `launch:` hardware trains on one node (the other serves vLLM); at 16 x 8k tokens per
+# GPU its activations overflow 80 GB, so it is planned at 8 per GPU with twice the accumulation and
+# steps_per_generation: the same 512-completion rollout batch and 4 updates per rollout batch.
+EIGHT_B_AT_8_PER_GPU = [
+    "--per_device_train_batch_size",
+    "8",
+    "--gradient_accumulation_steps",
+    "2",
+    "--steps_per_generation",
+    "8",
+]
+OVERRIDES = {"qwen3-8b/math": EIGHT_B_AT_8_PER_GPU}
+
+
+def run_plan(capsys, *argv: str) -> tuple[int, str, str]:
+    code = gspo_trl_main(["plan", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize("name", list(shipped_recipes()))
+def test_every_shipped_recipe_fits_its_launch_hardware(capsys, name):
+    code, out, err = run_plan(capsys, name, *OVERRIDES.get(name, []))
+    print(out)  # the verdict, for -s runs and failure reports
+    assert code == 0, err or out
+    assert "Verdict: FITS" in out
+    assert "batches   generation batch" in out and ": ok" in out
+    assert "GSPO needs" not in out
+
+
+def test_eight_b_serves_vllm_from_its_second_node(capsys):
+    code, out, _ = run_plan(capsys, "qwen3-8b/math", *EIGHT_B_AT_8_PER_GPU)
+    assert code == 0
+    assert "node 2 runs `trl vllm-serve` (tensor parallel 2 x data parallel 4, launch:)" in out
+    assert "8 training processes" in out
+    assert "strategy  zero3 (launch.accelerate_config configs/zero3.yaml)" in out
+    assert "updates   4 optimizer update(s)" in out
+
+
+# (id, argv, exit status, words in stdout, words in stderr)
+BROKEN = [
+    (
+        "8B 16x8k DDP",
+        [
+            "qwen3-8b/math",
+            "--config",
+            "configs/ddp.yaml",
+            "--per_device_train_batch_size",
+            "16",
+            "--steps_per_generation",
+            "4",
+            "--gradient_accumulation_steps",
+            "1",
+        ],
+        1,
+        ["Verdict: DOES NOT FIT", "dominant term: activations", "first fix to try:", "strategy  ddp"],
+        [],
+    ),
+    ("server on 1 node", ["qwen3-8b/math", "--nodes", "1"], 2, [], ["vllm_mode", "no node is left to train"]),
+    (
+        "KV cache below one sequence",
+        ["qwen3-1.7b/math", "--vllm_gpu_memory_utilization", "0.06"],
+        1,
+        ["Verdict: DOES NOT FIT", "dominant term: vLLM", "vllm_gpu_memory_utilization >="],
+        [],
+    ),
+    (
+        "groups do not divide",
+        ["qwen3-0.6b/math", "--per_device_train_batch_size", "6", "--gpus-per-node", "1"],
+        2,
+        ["PROBLEM"],
+        ["num_generations", "groups of 16"],
+    ),
+    ("on-policy", ["qwen3-0.6b/math", "--steps_per_generation", "1"], 0, ["GSPO needs >= 2"], []),
+    ("bad gpu memory", ["qwen3-0.6b/math", "--gpu-memory", "lots"], 2, [], ["--gpu-memory 'lots'"]),
+    ("no such config", ["qwen3-0.6b/math", "--config", "nowhere.yaml"], 2, [], ["nowhere.yaml"]),
+    ("not a recipe", ["nowhere/recipe.yaml"], 2, [], ["file not found"]),
+    ("no recipe", [], 2, [], ["no recipe given"]),
+    ("unknown model", ["qwen3-0.6b/math", "--model.name_or_path", "org/unknown"], 2, [], ["org/unknown"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "out_words", "err_words"), [c[1:] for c in BROKEN], ids=[c[0] for c in BROKEN]
+)
+def test_broken_variants(capsys, argv, code, out_words, err_words):
+    status, out, err = run_plan(capsys, *argv)
+    assert status == code, out + err
+    for word in out_words:
+        assert word in out, out
+    for word in err_words:
+        assert word in err, err
+    if code == 2:
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_flags_win_over_the_launch_section(capsys):
+    code, out, _ = run_plan(
+        capsys, "qwen3-1.7b/math", "--nodes", "2", "--gpus-per-node", "4", "--gpu-memory", "141GB"
+    )
+    assert code == 0
+    assert (
+        "2 node(s) x 4 GPU(s), 141 GB each (nodes: --nodes, GPUs: --gpus-per-node, memory: --gpu-memory)"
+        in out
+    )
+    assert "8 training processes" in out
+
+
+RECIPE = """\
+# Test recipe: a shipped model's shape on a synthetic task, so validate needs no download.
+launch: {nodes: 1, gpus_per_node: 8, gpu_memory_gb: 80, accelerate_config: configs/ddp.yaml}
+model: {name_or_path: Qwen/Qwen3-8B, dtype: bfloat16}
+data: {path: synthetic:reversal, num_rows: 64, solution_column: solution}
+rewards: [gspo_trl.data.synthetic:digit_reversal_reward]
+num_generations: 16
+max_completion_length: 8192
+gradient_checkpointing: true
+use_vllm: true
+vllm_enable_sleep_mode: true
+save_strategy: "no"
+report_to: none
+"""
+
+
+@pytest.mark.parametrize(
+    ("model", "per_device", "warns"),
+    [
+        ("Qwen/Qwen3-8B", 16, True),  # DDP: 8B state + 16 x 8.7k tokens of activations > 80 GB
+        ("Qwen/Qwen3-0.6B", 4, False),
+        ("tiny", 16, False),  # not a shipped config: no plan, no warning
+    ],
+)
+def test_validate_warns_when_the_launch_hardware_does_not_fit(tmp_path, capsys, model, per_device, warns):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(RECIPE + f"output_dir: {tmp_path / 'out'}\nper_device_train_batch_size: {per_device}\n")
+    assert gspo_trl_main(["validate", str(recipe), "--model.name_or_path", model]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[0].endswith("training rows)")
+    warnings = [line for line in out if line.startswith("warning:")]
+    assert len(warnings) == (1 if warns else 0), out
+    if warns:
+        assert "1 node(s) x 8 x 80 GB" in warnings[0] and "activations" in warnings[0]
+
+
+def test_docs_plan_example_commands_run(capsys):
+
+    doc = (ROOT / "docs" / "plan.md").read_text(encoding="utf-8")
+    block = doc.split("```")[1]
+    commands = [line.split()[2:] for line in block.splitlines() if line.startswith("gspo-trl plan ")]
+    examples = [argv for argv in commands if "RECIPE" not in argv]
+    assert examples, "docs/plan.md shows no runnable example"
+    for argv in examples:
+        assert run_plan(capsys, *argv)[0] == 0, argv

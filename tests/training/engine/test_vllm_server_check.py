@@ -1,0 +1,101 @@
+"""A server-mode recipe fails at train start, in seconds, when no vLLM server answers.
+
+The health check (gspo_trl.training.engine.vllm_server) runs in build_trainer before the model loads.
+The server side is a real HTTP server on 127.0.0.1 answering `/health` as vLLM does.
+"""
+
+from __future__ import annotations
+
+import http.server
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gspo_trl.config.recipe import load_recipe
+from gspo_trl.config.shipped import RECIPES_DIR
+from gspo_trl.errors import RecipeError
+from gspo_trl.training.build import build_trainer, gspo_config
+from gspo_trl.training.engine.vllm_server import check_vllm_server
+from gspo_trl.training.trainer import GSPOTrainer  # noqa: F401 (warm: time the check, not a cold TRL import)
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class _Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path.rstrip("/") == "/health" else 404)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def health_server() -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def _server_recipe(tmp_path: Path, **server: object):
+    overrides = {"use_vllm": True, "vllm_mode": "server", "output_dir": str(tmp_path / "run"), **server}
+    return load_recipe(RECIPES_DIR / "tiny" / "reversal.yaml", overrides)
+
+
+def test_train_start_without_a_server_fails_fast_naming_the_keys(tmp_path: Path) -> None:
+    port = _closed_port()
+    recipe = _server_recipe(tmp_path, vllm_server_host="127.0.0.1", vllm_server_port=port)
+    started = time.monotonic()
+    with pytest.raises(RecipeError) as error:
+        build_trainer(recipe)
+    assert time.monotonic() - started < 15  # the check waits 5 s; preflight shares 2 busy cores
+    message = str(error.value)
+    for words in ("vllm_mode: server", "vllm_server_host: 127.0.0.1", f"vllm_server_port: {port}"):
+        assert words in message
+    assert "trl vllm-serve --model" in message and "--host 0.0.0.0" in message
+    assert not (tmp_path / "run").exists()  # nothing was built
+
+
+@pytest.mark.parametrize("style", ["host_port", "base_url"])
+def test_a_server_answering_health_passes(tmp_path: Path, health_server: int, style: str) -> None:
+    server = (
+        {"vllm_server_host": "127.0.0.1", "vllm_server_port": health_server}
+        if style == "host_port"
+        else {"vllm_server_base_url": f"http://127.0.0.1:{health_server}/"}
+    )
+    check_vllm_server(gspo_config(_server_recipe(tmp_path, **server)))
+
+
+def test_base_url_is_named_when_it_is_what_is_wrong(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}"
+    with pytest.raises(RecipeError, match="vllm_server_base_url: " + url):
+        check_vllm_server(gspo_config(_server_recipe(tmp_path, vllm_server_base_url=url)), timeout_s=1)
+
+
+def test_colocate_and_plain_runs_ask_no_server() -> None:
+    for recipe in ("tiny/reversal.yaml", "qwen3-4b/math.yaml"):
+        check_vllm_server(gspo_config(load_recipe(RECIPES_DIR / recipe)), timeout_s=0.1)
+
+
+@pytest.mark.parametrize("config", ["zero3.yaml", "fsdp2.yaml"])
+def test_config_launch_lines_run_without_a_separate_server(config: str) -> None:
+    """The one-node launch line in each accelerate config's header must work as written."""
+    from gspo_trl.config.shipped import CONFIGS_DIR
+
+    header = [line for line in (CONFIGS_DIR / config).read_text().splitlines() if line.startswith("#")]
+    launched = [word for line in header for word in line.split() if word.startswith("recipes/")]
+    assert launched, f"{config}: no recipe in the launch line"
+    for recipe in launched:
+        training = load_recipe(RECIPES_DIR / recipe.removeprefix("recipes/")).training
+        assert training.get("vllm_mode") != "server", f"{config} launches {recipe}, which needs a vLLM server"

@@ -1,0 +1,170 @@
+"""The console a run prints (one short line per logging step, `!` alarms) and metrics.jsonl."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from transformers import TrainerControl, TrainerState, TrainingArguments
+
+from gspo_trl.config.recipe import load_recipe
+from gspo_trl.config.sections import DiagnosticsConfig
+from gspo_trl.diagnose import report
+from gspo_trl.training.build import run
+from gspo_trl.training.diagnostics import ClipAlarm
+from gspo_trl.training.reporting.console import (
+    ZERO_VARIANCE_STEPS,
+    ConsoleCallback,
+    _CloseConsole,
+    step_line,
+)
+from gspo_trl.training.reporting.metrics_file import METRICS_FILE
+from tests._gspo_helpers import single_torch_thread  # noqa: F401  (fixture: one torch thread)
+from tests._paths import ROOT
+
+TINY_RECIPE = ROOT / "recipes" / "tiny" / "reversal.yaml"
+MAX_LINE = 200
+
+FULL_LOGS = {
+    "reward": 0.123456,
+    "reward_std": 0.4567,
+    "gspo/offpolicy/clip/region": 0.123,
+    "gspo/offpolicy/log_ratio/std": 1.234e-3,
+    "gspo/zero_variance_groups": 0.25,
+    **{f"gspo/mb{k}/log_ratio/p{q}": 0.1 for k in range(1, 9) for q in (5, 50, 95)},
+}
+
+
+@pytest.mark.parametrize(
+    ("logs", "step", "max_steps", "seconds", "heldout", "expected", "absent"),
+    [
+        (
+            FULL_LOGS,
+            123456,
+            999999,
+            12.5,
+            0.875,
+            ["123456/999999", "reward 0.123", "held-out 0.875", "clip 12.3%", "log s std 1.2e-03"],
+            [],
+        ),
+        ({"loss": 0.0, "reward": 1.0}, 3, 10, None, None, ["step  3/10", "reward 1.000"], ["ETA", "clip"]),
+        ({"loss": 0.0, "gspo/zero_variance_groups": 1.0}, 5, 5, 2.0, None, ["zero-var 100%", "ETA 0s"], []),
+        ({"loss": 0.0}, 1, 100, 75.0, None, ["ETA 2h03m"], ["reward"]),
+    ],
+)
+def test_step_line_is_short_and_shows_what_was_logged(
+    logs, step, max_steps, seconds, heldout, expected, absent
+) -> None:
+    line = step_line(logs, step, max_steps, seconds, heldout)
+    assert len(line) < MAX_LINE and "\n" not in line, line
+    for text in expected:
+        assert text in line, (text, line)
+    for text in absent:
+        assert text not in line, (text, line)
+
+
+def _callback_run(console: ConsoleCallback, log_events: list[dict]) -> None:
+    """Drive a real ConsoleCallback through begin, one log per step, and end."""
+    args = TrainingArguments(output_dir="unused", report_to="none")
+    state, control = TrainerState(max_steps=len(log_events)), TrainerControl()
+    console.on_train_begin(args, state, control)
+    for step, logs in enumerate(log_events, start=1):
+        console.on_step_begin(args, state, control)
+        state.global_step = step
+        console.on_log(args, state, control, logs=logs)
+    console.on_train_end(args, state, control)
+    _CloseConsole(console).on_train_end(args, state, control)
+
+
+@pytest.mark.parametrize(
+    ("zero_variance", "alarms"),
+    [
+        ([1.0] * ZERO_VARIANCE_STEPS, 1),
+        ([1.0] * (ZERO_VARIANCE_STEPS + 3), 1),  # once, not every step after
+        ([1.0] * (ZERO_VARIANCE_STEPS - 1) + [0.5] + [1.0] * (ZERO_VARIANCE_STEPS - 1), 0),
+        ([0.9] * 10, 0),
+    ],
+)
+def test_zero_variance_for_several_steps_raises_an_alarm(zero_variance, alarms) -> None:
+    printed: list[str] = []
+    console = ConsoleCallback("banner", printer=lambda text, flush: printed.append(text))
+    _callback_run(console, [{"loss": 0.0, "gspo/zero_variance_groups": z} for z in zero_variance])
+    assert len(console.alarms) == alarms
+    assert sum(line.startswith("! ") and "zero reward variance" in line for line in printed) == alarms
+
+
+def test_clip_alarm_prints_a_bang_line_instead_of_a_log_record(caplog: pytest.LogCaptureFixture) -> None:
+    printed: list[str] = []
+    console = ConsoleCallback("banner", printer=lambda text, flush: printed.append(text))
+    config = DiagnosticsConfig(warn_after_steps=2)
+    alarm = ClipAlarm(config)
+    args = TrainingArguments(output_dir="unused", report_to="none")
+    state, control = TrainerState(max_steps=4), TrainerControl()
+    with caplog.at_level(logging.INFO):
+        console.on_train_begin(args, state, control)
+        for _ in range(2):
+            alarm.update({"clip/pos_adv": 0.9, "clip/region": 0.8}, 3e-4, 4e-4)
+        _CloseConsole(console).on_train_end(args, state, control)
+        ClipAlarm(config).update({"clip/region": 0.0}, 3e-4, 4e-4)  # after close: ordinary logging
+    bangs = [line for line in printed if line.startswith("! GSPO: off-policy minibatches clipped")]
+    assert len(bangs) == 1, printed
+    assert not [r for r in caplog.records if "clipped" in r.getMessage() and r.levelno >= logging.WARNING]
+
+
+def test_engine_mismatch_warning_is_a_bang_line(caplog: pytest.LogCaptureFixture) -> None:
+    """The engine log-prob guard's warning (engine.on_mismatch: warn / recompute) stands out too."""
+    from gspo_trl.training.engine import logprobs as engine_logprobs
+
+    printed: list[str] = []
+    console = ConsoleCallback("banner", printer=lambda text, flush: printed.append(text))
+    args = TrainingArguments(output_dir="unused", report_to="none")
+    state, control = TrainerState(max_steps=4), TrainerControl()
+    with caplog.at_level(logging.INFO):
+        console.on_train_begin(args, state, control)
+        engine_logprobs.logger.warning("engine.old_logprobs: engine: vLLM and the trainer disagree")
+        _CloseConsole(console).on_train_end(args, state, control)
+    assert printed[1:] == ["! engine.old_logprobs: engine: vLLM and the trainer disagree"], printed
+    assert not [r for r in caplog.records if "disagree" in r.getMessage()]
+
+
+@pytest.mark.slow
+def test_four_step_run_prints_short_lines_and_writes_every_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    fast = {"max_steps": 4, "per_device_train_batch_size": 8, "num_generations": 4}
+    fast.update({"max_completion_length": 8, "data.num_rows": 64, "data.eval_size": 8, "logging_steps": 1})
+    fast.update({"steps_per_generation": 8, "gradient_accumulation_steps": 2})  # 8 micro-batches, 4 updates
+    trainer = run(load_recipe(TINY_RECIPE, {**fast, "output_dir": str(tmp_path)}))
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "gspo-trl: training tiny" in lines, out
+    assert "4 updates per rollout batch" in out, out
+    assert "56 training rows, 8 held-out" in out and "eps 0.02/0.027" in out
+    step_lines = [line for line in lines if line.startswith("step ") and "s/step" in line]
+    assert len(step_lines) == 4, out
+    assert [line.split("/")[0] for line in step_lines] == [f"step {i}" for i in range(1, 5)]
+    assert "held-out 0.000" in out and "ETA" in step_lines[-1]
+    assert all(len(line) < MAX_LINE for line in lines), max(lines, key=len)
+    assert "{'loss'" not in out and "'gspo/" not in out  # TRL's dict printing is gone
+
+    events = [json.loads(line) for line in (tmp_path / METRICS_FILE).read_text().splitlines()]
+    history = trainer.state.log_history
+    assert len(events) == len(history)
+    for event, entry in zip(events, history, strict=True):
+        assert set(event) == set(entry), set(entry) ^ set(event)
+        assert event["step"] == entry["step"]
+    keys = {key for event in events for key in event}
+    assert {"gspo/offpolicy/clip/region", "gspo/offpolicy/log_ratio/std", "heldout/pass@4"} <= keys
+    assert len(keys) > 40
+    assert report.METRICS_FILE == METRICS_FILE
+    assert report.load_log_history(tmp_path) == events  # `gspo-trl report` reads metrics.jsonl first
+
+
+def test_report_falls_back_to_trainer_state_without_metrics_file(tmp_path: Path) -> None:
+    history = [{"step": 1, "reward": 0.5}, {"step": 2, "reward": 0.7}]
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+    assert report.load_log_history(tmp_path) == history
+    (tmp_path / METRICS_FILE).write_text(json.dumps({"step": 3, "reward": 0.9}) + "\n")
+    assert report.load_log_history(tmp_path) == [{"step": 3, "reward": 0.9}]
