@@ -77,6 +77,7 @@ def test_gspo_config_defaults_are_gspo_defaults(tmp_path) -> None:
         ({"loss_type": "dapo"}, "loss_type"),
         ({"epsilon": 1.5}, "epsilon"),
         ({"steps_per_generation": 1}, "on-policy"),
+        ({"gradient_accumulation_steps": 8, "num_iterations": 2}, "on-policy"),  # TRL skips pi_old here
         ({"learning_rate": -1.0}, "learning_rate"),
         ({"gspo_token": True}, "gspo_token"),
         ({"diagnostics": {"length_buckets": [64, 8]}}, "length_buckets"),

@@ -3,7 +3,7 @@
 
 Arithmetic only (gspo_trl.plan): no GPU, no download; the model's shape comes from a shipped
 config (Qwen3 0.6B-32B, 30B-A3B) or a local directory with config.json. For a shipped recipe
-no flag is needed: its header's Hardware and Launch lines give the topology and strategy.
+no flag is needed: its `launch:` section gives the topology and the strategy.
 Exit status: 0 fits or tight, 1 does not fit, 2 bad input.
 """
 
@@ -28,7 +28,7 @@ def parser() -> argparse.ArgumentParser:
     parse.add_argument("--config", help="accelerate config YAML (strategy, processes)")
     parse.add_argument("--nodes", type=int, help="all nodes, a vLLM server node included")
     parse.add_argument("--gpus-per-node", type=int)
-    parse.add_argument("--gpu-memory", help="per GPU, e.g. 80GB (default: the header's, else 80GB)")
+    parse.add_argument("--gpu-memory", help="per GPU, e.g. 80GB (default: launch.gpu_memory_gb, else 80GB)")
     return parse
 
 
@@ -37,18 +37,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.recipe is None:
         raise RecipeError(f"no recipe given: {USAGE}")
     from gspo_trl.config.recipe import load_recipe
-    from gspo_trl.plan.launch import parse_gpu_memory, read_header
+    from gspo_trl.plan.launch import parse_gpu_memory
     from gspo_trl.plan.recipe_plan import plan_recipe
     from gspo_trl.plan.recipe_report import format_recipe_plan
     from gspo_trl.plan.topology import resolve_topology
     from gspo_trl.plan.verdict import DOES_NOT_FIT
 
     recipe = load_recipe(args.recipe, overrides)
-    header = read_header(recipe.source)
     memory = parse_gpu_memory(args.gpu_memory) if args.gpu_memory is not None else None
-    topology = resolve_topology(recipe.training, header, args.config, args.nodes, args.gpus_per_node, memory)
-    result = plan_recipe(recipe, topology, header)
+    topology = resolve_topology(
+        recipe.training, recipe.launch, args.config, args.nodes, args.gpus_per_node, memory
+    )
+    result = plan_recipe(recipe, topology)
     print(format_recipe_plan(result))
-    if result.batch.problem:
-        raise RecipeError(f"{recipe.source}: {result.batch.problem}")
+    if result.batch_problem:
+        raise RecipeError(f"{recipe.source}: {result.batch_problem}")
     return 1 if result.plan.verdict.status == DOES_NOT_FIT else 0

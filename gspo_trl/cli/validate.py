@@ -34,9 +34,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     evaluation = f", {len(data.eval)} eval rows" if data.eval is not None else ""
     rows = f"{len(data.train)} training rows{evaluation}"
     print(f"{path}: ok ({recipe.algorithm}, {len(recipe.rewards)} reward(s), {rows})")
-    from gspo_trl.plan.recipe_plan import header_hardware_warning
+    from gspo_trl.plan.recipe_plan import launch_hardware_warning
 
-    warning = header_hardware_warning(recipe)  # after preflight: invalid recipes stay fast
+    warning = launch_hardware_warning(recipe)  # after preflight: invalid recipes stay fast
     if warning:
         print(warning)
     return 0

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gspo_trl import rewards
+from gspo_trl.config.batch import rollout_batch
 from gspo_trl.config.recipe import Recipe
 from gspo_trl.config.trl_fields import grpo_default
 from gspo_trl.errors import RecipeError
@@ -133,16 +134,12 @@ def check_rows_fill_a_batch(recipe: Recipe, train_rows: int, processes: int) -> 
     generation_batch_size / num_generations prompts and drops the incomplete last chunk, so
     smaller data gives no batch at all: the run ends at once, "done: 0 steps", exit 0.
     """
-    from gspo_trl.config.validation import generation_batch_size
-
-    completions, how = generation_batch_size(recipe.training, processes)
-    num_generations = int(recipe.training.get("num_generations") or grpo_default("num_generations"))
-    prompts = completions // num_generations
-    if train_rows < prompts:
+    batch = rollout_batch(recipe.training, processes)
+    if train_rows < batch.prompts:
         raise RecipeError(
-            f"data: {train_rows} training row(s), fewer than one rollout batch's {prompts} prompts "
-            f"({how} = {completions} completions / num_generations {num_generations}); TRL would "
-            "train 0 steps. Add rows, or lower per_device_train_batch_size / steps_per_generation"
+            f"data: {train_rows} training row(s), fewer than one rollout batch's {batch.prompts} prompts "
+            f"({batch.describe('process')}); TRL would train 0 steps. Add rows, or lower "
+            "per_device_train_batch_size / steps_per_generation"
         )
 
 

@@ -125,9 +125,10 @@ def check_training_invariants(
     check_clip_range(algorithm, training)
 
 
-def check_off_policy(algorithm: str, updates_per_rollout_batch: int, allow_on_policy: bool) -> None:
-    """GSPO needs off-policy updates: with one update per rollout batch s_i = 1 and it is GRPO."""
-    if algorithm not in GSPO_ALGORITHMS or allow_on_policy or updates_per_rollout_batch > 1:
+def check_off_policy(algorithm: str, on_policy: bool, allow_on_policy: bool) -> None:
+    """GSPO needs off-policy updates: when every update is on-policy (TRL's own test, in
+    gspo_trl.config.batch.RolloutBatch.on_policy) s_i = 1 and GSPO is GRPO."""
+    if algorithm not in GSPO_ALGORITHMS or allow_on_policy or not on_policy:
         return
     raise RecipeError(
         "steps_per_generation / gradient_accumulation_steps / num_iterations: every update is "

@@ -7,6 +7,7 @@
     learning_rate: 1.0e-6            # any GRPOConfig field, at the top level
     diagnostics: {length_buckets: [256, 1024, 4096]}
     engine: {old_logprobs: engine}   # pi_old from vLLM's log-probs (docs/engine-logprobs.md)
+    launch: {nodes: 1, gpus_per_node: 8, gpu_memory_gb: 80, accelerate_config: configs/zero2.yaml}
 
 Command-line overrides use the same keys, TRL-style: `--learning_rate 5e-7`, and dotted keys
 for sections: `--model.name_or_path Qwen/Qwen3-4B`, `--rewards "[math, format]"`, and one
@@ -29,7 +30,7 @@ import yaml
 
 from gspo_trl.config.defaults import ALGORITHMS
 from gspo_trl.config.fields import build_dataclass, coerce, did_you_mean
-from gspo_trl.config.sections import DataConfig, HeldoutConfig, ModelConfig, RewardEntry
+from gspo_trl.config.sections import DataConfig, HeldoutConfig, LaunchConfig, ModelConfig, RewardEntry
 from gspo_trl.config.shipped import resolve_recipe_path
 from gspo_trl.config.trl_fields import grpo_field_types
 from gspo_trl.errors import FieldTypeError, RecipeError
@@ -37,7 +38,7 @@ from gspo_trl.rewards import loading as reward_loading
 from gspo_trl.rewards import registry as rewards_registry
 from gspo_trl.rewards.errors import RewardParameterError, UnknownRewardError
 
-SECTIONS = ("model", "data", "rewards", "diagnostics", "heldout", "engine")
+SECTIONS = ("model", "data", "rewards", "diagnostics", "heldout", "engine", "launch")
 RECIPE_KEYS = ("algorithm", "allow_on_policy", "imports")
 
 MOVED_KEYS = {
@@ -82,6 +83,8 @@ class Recipe:
     """`engine:` section (gspo_trl.config.sections.EngineConfig): where pi_old comes from."""
     imports: list[str] = field(default_factory=list)
     """Modules (or .py files) imported before the rewards resolve: they register custom rewards."""
+    launch: LaunchConfig | None = None
+    """`launch:` section: the hardware and command the recipe is written for (`gspo-trl plan`)."""
     explicit_keys: frozenset[str] = frozenset()
     """Training keys set by the recipe or an override (not by defaults): validation uses it."""
 
@@ -260,6 +263,7 @@ def recipe_as_yaml(recipe: Recipe) -> str:
         "diagnostics": dict(recipe.diagnostics),
         **({"heldout": asdict(recipe.heldout)} if recipe.heldout is not None else {}),
         **({"engine": dict(recipe.engine)} if recipe.engine else {}),
+        **({"launch": asdict(recipe.launch)} if recipe.launch is not None else {}),
         **recipe.training,
     }
     header = f"# Resolved by gspo-trl from {recipe.source} (defaults and overrides applied).\n"
@@ -307,6 +311,11 @@ def load_recipe(path: str | Path | None, overrides: Sequence[str] | dict[str, An
             if "heldout" in content
             else None
         )
+        launch = (
+            build_dataclass(LaunchConfig, _section(content, "launch"), "launch")
+            if "launch" in content
+            else None
+        )
         allow_on_policy = coerce(content.get("allow_on_policy", False), bool, "allow_on_policy")
         raw_imports = content.get("imports") or []
         imports = coerce([raw_imports] if isinstance(raw_imports, str) else raw_imports, list[str], "imports")
@@ -331,5 +340,6 @@ def load_recipe(path: str | Path | None, overrides: Sequence[str] | dict[str, An
         allow_on_policy=allow_on_policy,
         engine=_section(content, "engine"),
         imports=imports,
+        launch=launch,
         explicit_keys=frozenset(explicit),
     )

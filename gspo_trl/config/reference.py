@@ -19,7 +19,8 @@ import json
 from typing import Any
 
 from gspo_trl.config import sections
-from gspo_trl.config.defaults import ALGORITHMS
+from gspo_trl.config.batch import RolloutBatch, rollout_batch
+from gspo_trl.config.defaults import ALGORITHMS, GSPO_DEFAULTS
 from gspo_trl.config.recipe import MOVED_KEYS
 
 SECTION_CLASSES = (
@@ -29,6 +30,7 @@ SECTION_CLASSES = (
     ("heldout", sections.HeldoutConfig),
     ("diagnostics", sections.DiagnosticsConfig),
     ("engine", sections.EngineConfig),
+    ("launch", sections.LaunchConfig),
 )
 TOP_LEVEL = (
     ("algorithm", "str", "gspo", "gspo | gspo_token | grpo: which defaults below the recipe starts from."),
@@ -123,6 +125,22 @@ def _section_table(name: str, cls: type) -> list[str]:
     return [*lines, ""]
 
 
+def _batch_section() -> list[str]:
+    example = rollout_batch(GSPO_DEFAULTS, 8)
+    return [
+        "## Rollout batch arithmetic",
+        "",
+        " ".join((inspect.getdoc(RolloutBatch) or "").split()),
+        "",
+        "At GSPO's defaults and TRL's (per_device_train_batch_size and num_generations left out) on",
+        "8 GPUs (gspo_trl.config.batch; every recipe header carries this line for its own keys and",
+        "`launch:` world size):",
+        "",
+        f"    {example.describe()}",
+        "",
+    ]
+
+
 def recipe_reference() -> str:
     """The whole reference page, as Markdown."""
     lines = [
@@ -148,6 +166,7 @@ def recipe_reference() -> str:
     ]
     for name, cls in SECTION_CLASSES:
         lines += _section_table(name, cls)
+    lines += _batch_section()
     keys = sorted({key for preset in ALGORITHMS.values() for key in preset})
     lines += [
         "## GRPOConfig defaults per `algorithm`",

@@ -148,6 +148,42 @@ class DiagnosticsConfig:
             raise ValueError("diagnostics.warn_after_steps and warn_no_clip_steps must be >= 1")
 
 
+@dataclass
+class LaunchConfig:
+    """Recipe `launch:` section: the hardware the recipe is written for, the command that starts
+    it there, and what a step costs. `gspo-trl plan RECIPE` takes its topology from it,
+    `gspo-trl validate` checks it, and nothing trains differently because of it."""
+
+    nodes: int = 1
+    """Machines, a `trl vllm-serve` node included (with vllm_mode: server it trains nothing)."""
+    gpus_per_node: int = 0
+    """GPUs on each node; 0: a CPU run (one process unless the accelerate config says more)."""
+    gpu_memory_gb: float | None = None
+    """Each GPU's nominal memory (80 for an H100); the plan reads it as GiB. None: 80."""
+    gpu_type: str | None = None
+    """e.g. H100: for the reader; the plan sizes memory from gpu_memory_gb."""
+    accelerate_config: str | None = None
+    """The accelerate config `command` passes (a file, or shipped `configs/zero3.yaml`): the plan's
+    strategy (DDP, ZeRO-2/3, FSDP2)."""
+    command: str | None = None
+    """The command that launches this recipe on this hardware."""
+    server_tensor_parallel_size: int | None = None
+    """With vllm_mode: server, `trl vllm-serve --tensor_parallel_size` on the server node
+    (unused otherwise)."""
+    server_data_parallel_size: int | None = None
+    """With vllm_mode: server, `trl vllm-serve --data_parallel_size`; x the tensor parallel size
+    = the server node's GPUs (what scripts/slurm/train.slurm requires)."""
+    seconds_per_step: list[float] = field(default_factory=list)
+    """Wall-clock seconds per optimizer step here: [typical] or [low, high]; `gspo-trl plan` sets
+    it beside its compute floor and multiplies it by max_steps."""
+    cost_measured: bool = False
+    """True when seconds_per_step was measured on this hardware; false: an estimate."""
+
+    @property
+    def gpus(self) -> bool:
+        return self.gpus_per_node > 0
+
+
 OLD_LOGPROBS_SOURCES = ("trainer", "engine")
 ON_MISMATCH_ACTIONS = ("warn", "recompute", "stop")
 

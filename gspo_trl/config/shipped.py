@@ -50,6 +50,15 @@ def find_shipped(name: str) -> Path | None:
     return shipped_recipes().get(key) or shipped_configs().get(key)
 
 
+def find_accelerate_config(path: str) -> Path | None:
+    """`path` when it is a file, else the shipped accelerate config it names (`configs/zero3.yaml`)."""
+    candidate = Path(path).expanduser()
+    if candidate.is_file():
+        return candidate
+    shipped = find_shipped(path)
+    return shipped if shipped is not None and shipped.parent == CONFIGS_DIR else None
+
+
 def copy_shipped(name: str, destination: str | Path) -> Path:
     """Copy a shipped recipe or config to `destination` (a file, or a directory to put it in)."""
     from gspo_trl.errors import RecipeError

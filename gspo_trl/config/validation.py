@@ -14,12 +14,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from gspo_trl import rewards
+from gspo_trl.config.batch import is_server_mode, rollout_batch, training_nodes
 from gspo_trl.config.engine_checks import check_engine_settings
 from gspo_trl.config.fields import build_dataclass
 from gspo_trl.config.invariants import check_off_policy, check_training_invariants
 from gspo_trl.config.recipe import Recipe
 from gspo_trl.config.sections import DiagnosticsConfig
-from gspo_trl.config.trl_fields import grpo_default
+from gspo_trl.config.shipped import find_accelerate_config
 from gspo_trl.errors import RecipeError
 
 POSITIVE_FIELDS = (
@@ -43,55 +44,78 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def updates_per_rollout_batch(training: dict, processes: int) -> int:
-    """Optimizer steps taken on one rollout batch (1 = every update is on-policy)."""
-    accumulation = int(training.get("gradient_accumulation_steps", 1))
-    steps = training.get("steps_per_generation")
-    if steps is None:
-        generation_batch = training.get("generation_batch_size")
-        per_step = (
-            int(training.get("per_device_train_batch_size", _trl("per_device_train_batch_size"))) * processes
-        )
-        steps = generation_batch // per_step if generation_batch else accumulation
-    return max(1, int(steps) // accumulation) * int(training.get("num_iterations", 1))
-
-
-def generation_batch_size(training: Mapping[str, Any], processes: int) -> tuple[int, str]:
-    """(completions per rollout batch, how it was derived): TRL's GRPOConfig rule, in recipe keys."""
-    per_device = int(training.get("per_device_train_batch_size", _trl("per_device_train_batch_size")))
-    generation_batch = training.get("generation_batch_size")
-    if generation_batch is not None:
-        return int(generation_batch), "generation_batch_size"
-    steps = int(training.get("steps_per_generation") or training.get("gradient_accumulation_steps", 1))
-    how = (
-        f"per_device_train_batch_size ({per_device}) x {processes} process(es) "
-        f"x steps_per_generation ({steps})"
-    )
-    return per_device * processes * steps, how
-
-
 def _check_batch_sizes(recipe: Recipe, processes: int) -> None:
-    training = recipe.training
-    if "generation_batch_size" in recipe.explicit_keys and "steps_per_generation" in recipe.explicit_keys:
+    """TRL's batch refusals with the recipe's key names, at `processes` and on the `launch:`
+    hardware; a real multi-process launch of another size is checked at its own size only."""
+    rollout_batch(recipe.training, processes)
+    launch = recipe.launch
+    if launch is None or not launch.gpus:
+        return
+    nodes = training_nodes(launch.nodes, is_server_mode(recipe.training))
+    if nodes < 1:
         raise RecipeError(
-            "generation_batch_size and steps_per_generation: set one of them, not both "
-            "(generation_batch_size = per_device_train_batch_size x processes x steps_per_generation)"
+            f"launch.nodes: {launch.nodes} with vllm_mode: server leaves no node to train (the vLLM "
+            "server node trains nothing); give 2 or more nodes, or use vllm_mode: colocate"
         )
-    num_generations = int(training.get("num_generations") or _trl("num_generations"))
-    if num_generations < 2:
-        raise RecipeError(f"num_generations: {num_generations}; group advantages need at least 2")
-    per_device = int(training.get("per_device_train_batch_size", _trl("per_device_train_batch_size")))
-    generation_batch, how = generation_batch_size(training, processes)
-    if how == "generation_batch_size" and generation_batch % (per_device * processes):
+    world = nodes * launch.gpus_per_node
+    if "WORLD_SIZE" in os.environ and world_size() != world:
+        return  # launched on other hardware than `launch:` states: TRL checks the real world size
+    try:
+        rollout_batch(recipe.training, world)
+    except RecipeError as error:
+        where = f"launch ({nodes} training node(s) x {launch.gpus_per_node} GPUs = {world} processes)"
+        raise RecipeError(f"{where}: {error}") from None
+
+
+def _check_launch(recipe: Recipe) -> None:
+    """The `launch:` section is what `gspo-trl plan` plans: refuse values it cannot use."""
+    launch = recipe.launch
+    if launch is None:
+        return
+    if launch.nodes < 1 or launch.gpus_per_node < 0:
         raise RecipeError(
-            f"generation_batch_size: {generation_batch} is not divisible by per_device_train_batch_size "
-            f"({per_device}) x {processes} process(es)"
+            f"launch.nodes: {launch.nodes} / launch.gpus_per_node: {launch.gpus_per_node}; "
+            "expected nodes >= 1 and gpus_per_node >= 0 (0: a CPU run)"
         )
-    if generation_batch % num_generations:
+    memory = launch.gpu_memory_gb
+    if memory is not None and not (math.isfinite(memory) and memory > 0):
+        raise RecipeError(f"launch.gpu_memory_gb: {memory} must be a positive number of GB, e.g. 80")
+    seconds = launch.seconds_per_step
+    if len(seconds) > 2 or not all(math.isfinite(s) and s > 0 for s in seconds) or seconds != sorted(seconds):
         raise RecipeError(
-            f"num_generations: the generation batch, {how} = {generation_batch}, must hold whole "
-            f"groups of num_generations ({num_generations}). Change per_device_train_batch_size or "
-            "num_generations so that it divides."
+            f"launch.seconds_per_step: {seconds}; expected [typical] or [low, high] positive seconds"
+        )
+    _check_server_layout(recipe)
+    config = launch.accelerate_config
+    if config is None:
+        return
+    if find_accelerate_config(config) is None:
+        raise RecipeError(
+            f"launch.accelerate_config: {config!r} is neither a file nor a shipped accelerate config "
+            "(configs/ddp.yaml, configs/zero2.yaml, configs/zero3.yaml, ...)"
+        )
+    if launch.command and config not in launch.command:
+        raise RecipeError(
+            f"launch.command does not pass launch.accelerate_config ({config}): the plan would size "
+            "another launch than the one the command starts"
+        )
+
+
+def _check_server_layout(recipe: Recipe) -> None:
+    launch = recipe.launch
+    tp, dp = launch.server_tensor_parallel_size, launch.server_data_parallel_size
+    if (tp is None and dp is None) or not is_server_mode(recipe.training):
+        return  # no server to lay out (e.g. `--use_vllm false` for a CPU check of a server recipe)
+    tp, dp = tp or 1, dp or 1
+    if tp < 1 or dp < 1 or tp * dp != launch.gpus_per_node:
+        raise RecipeError(
+            f"launch.server_tensor_parallel_size {tp} x server_data_parallel_size {dp} must use the "
+            f"server node's launch.gpus_per_node ({launch.gpus_per_node}) GPUs"
+        )
+    command = launch.command or ""
+    if "--vllm-tp" in command and not (f"--vllm-tp {tp}" in command and f"--vllm-dp {dp}" in command):
+        raise RecipeError(
+            f"launch.command does not pass --vllm-tp {tp} --vllm-dp {dp}, the layout launch states"
         )
 
 
@@ -112,10 +136,6 @@ def check_gspo_settings(algorithm: str, training: Mapping[str, Any], level_expli
     """The checks that need only the training settings: shared by recipes and `GSPOConfig`."""
     _check_field_ranges(training)
     check_training_invariants(algorithm, training, level_explicit)
-
-
-def _trl(key: str) -> Any:
-    return grpo_default(key)
 
 
 def _check_rewards(recipe: Recipe) -> None:
@@ -233,9 +253,10 @@ def validate(recipe: Recipe, processes: int | None = None) -> None:
     processes = processes or world_size()
     level_explicit = "importance_sampling_level" in recipe.explicit_keys
     check_gspo_settings(recipe.algorithm, recipe.training, level_explicit)
+    _check_launch(recipe)
     _check_batch_sizes(recipe, processes)
     check_off_policy(
-        recipe.algorithm, updates_per_rollout_batch(recipe.training, processes), recipe.allow_on_policy
+        recipe.algorithm, rollout_batch(recipe.training, processes).on_policy, recipe.allow_on_policy
     )
     _check_rewards(recipe)
     _check_heldout(recipe)

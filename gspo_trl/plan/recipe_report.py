@@ -17,19 +17,26 @@ def _launch(result: RecipePlan) -> list[str]:
         f"  strategy  {topology.strategy} ({sources['strategy']})",
     ]
     if topology.server_mode:
+        launch = result.launch
+        layout = ""
+        if launch is not None and launch.server_tensor_parallel_size:
+            tp, dp = launch.server_tensor_parallel_size, launch.server_data_parallel_size or 1
+            layout = f" (tensor parallel {tp} x data parallel {dp}, launch:)"
         lines.append(
-            f"  vLLM      server mode: node {topology.vllm_node} runs `trl vllm-serve` and trains nothing; "
-            f"{topology.training_nodes} training node(s)"
+            f"  vLLM      server mode: node {topology.vllm_node} runs `trl vllm-serve`{layout} and trains "
+            f"nothing; {topology.training_nodes} training node(s)"
         )
     lines.append(f"  processes {topology.world_size} training processes (world size)")
-    check = "ok" if batch.problem is None else f"PROBLEM: {batch.problem}"
+    problem = result.batch_problem
+    check = "ok" if problem is None else f"PROBLEM: {problem}"
     lines.append(
-        f"  batches   generation batch {batch.generation_batch} = "
-        f"{batch.generation_batch // batch.num_generations if batch.problem is None else '?'} groups of "
-        f"{batch.num_generations}: {check}"
+        f"  batches   generation batch {batch.generation_batch_size} = "
+        f"{batch.prompts if problem is None else '?'} groups of {batch.num_generations}: {check}"
     )
-    gspo = "ok" if batch.updates >= 2 else "GSPO needs >= 2, else every ratio is 1 (it is GRPO)"
-    lines.append(f"  updates   {batch.updates} optimizer update(s) per rollout batch: {gspo}")
+    gspo = "GSPO needs >= 2, else every ratio is 1 (it is GRPO)" if batch.on_policy else "ok"
+    updates = batch.optimizer_updates
+    count = str(updates) if updates.denominator == 1 else f"{float(updates):g}"
+    lines.append(f"  updates   {count} optimizer update(s) per rollout batch: {gspo}")
     return lines
 
 
@@ -75,19 +82,39 @@ def _cost(result: RecipePlan) -> list[str]:
     floor = (work.compute_seconds + (generation or 0.0)) / work.optimizer_steps
     where = "" if generation is not None else " (generation on the vLLM server not estimated)"
     lines = [f"  floor per optimizer step: {floor:.1f} s{where}"]
-    header = result.header_minutes_per_step
-    if result.header_cost:
-        lines.append(f"  recipe header Cost: {result.header_cost.split('. ')[0].rstrip('.')}.")
-    if header is not None and generation is None:
-        lines.append("  (the header's figure includes generation, not timed here in server mode)")
-    elif header is not None and floor > 0:
-        low, high = (minutes * 60 / floor for minutes in header)
-        ratio = f"{low:.0f}x" if abs(high - low) < 0.5 else f"{low:.0f}-{high:.0f}x"
+    launch = result.launch
+    seconds = launch.seconds_per_step if launch is not None else []
+    if not seconds:
+        return lines
+    low, high = seconds[0], seconds[-1]
+    basis = "measured" if launch.cost_measured else "estimate"
+    steps = int(result.recipe.training.get("max_steps") or -1)
+    total = f"; x {steps} max_steps = {_duration(low * steps, high * steps)}" if steps > 0 else ""
+    lines.append(f"  recipe launch.seconds_per_step: {_duration(low, high)} per step ({basis}){total}")
+    if not launch.gpus:
+        lines.append("  (the recipe runs on CPU; the floor above is a GPU's)")
+    elif generation is None:
+        lines.append("  (the recipe's figure includes generation, not timed here in server mode)")
+    elif floor > 0:
+        ratio = (
+            f"{low / floor:.0f}x" if high - low < 0.05 * high else f"{low / floor:.0f}-{high / floor:.0f}x"
+        )
         lines.append(
-            f"  header's min/step is {ratio} the floor (estimate; RL steps typically run 3-20x a "
+            f"  the recipe's time per step is {ratio} the floor (RL steps typically run 3-20x a "
             "peak-rate floor: prefill, sampling, weight syncs, rewards, stragglers)"
         )
     return lines
+
+
+DURATION_UNITS = ((86400 * 2, 86400, "days"), (3600, 3600, "h"), (60, 60, "min"), (0, 1, "s"))
+"""(from this many seconds, seconds per unit, unit): the unit a duration is printed in."""
+
+
+def _duration(low: float, high: float) -> str:
+    """`240, 300` -> `4-5 min`; one unit, chosen by the larger figure."""
+    _, scale, unit = next(entry for entry in DURATION_UNITS if high >= entry[0])
+    low_text, high_text = f"{low / scale:.2g}", f"{high / scale:.2g}"
+    return f"{low_text} {unit}" if low_text == high_text else f"{low_text}-{high_text} {unit}"
 
 
 def format_recipe_plan(result: RecipePlan) -> str:

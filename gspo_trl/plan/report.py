@@ -28,8 +28,10 @@ def _topology(plan: Plan) -> list[str]:
         lora = f"LoRA r={setup.lora.r} on {', '.join(setup.lora.target_modules)}"
     prompt = f"{setup.max_prompt_length}" + (" (assumed)" if setup.prompt_length_assumed else "")
     generation = "transformers generate"
-    if setup.use_vllm:
-        generation = f"vLLM {setup.vllm_mode}, TP {setup.vllm_tensor_parallel_size}"
+    if setup.colocated_vllm:
+        generation = f"vLLM colocate, TP {setup.vllm_tensor_parallel_size}"
+    elif setup.use_vllm:
+        generation = "vLLM server on its own node (vllm_tensor_parallel_size is colocate's)"
     return [
         f"gspo-trl plan: {shape.name}",
         f"  model     {_params(shape.total_params)} params{active} "

@@ -1,10 +1,9 @@
 """The training setup a plan is made for: topology, strategy, and the GRPOConfig keys that move memory.
 
-Defaults are TRL 1.16's GRPOConfig defaults (per_device_train_batch_size 8, num_generations 8,
-max_completion_length 512, gradient_checkpointing True, bf16 True, vllm_mode colocate,
-vllm_gpu_memory_utilization 0.3, beta 0.0), so a plan of a recipe that leaves a key out plans what
-TRL will run. TRL 1.16 has no `max_prompt_length`; the plan reads it when given (the longest prompt
-in tokens) and otherwise assumes 512 and says so in the report.
+A key left out takes TRL's GRPOConfig default (gspo_trl.config.trl_fields), so a plan of a recipe
+that leaves a key out plans what TRL will run; the rollout batch is TRL's (gspo_trl.config.batch).
+TRL 1.16 has no `max_prompt_length`; the plan reads it when given (the longest prompt in tokens)
+and otherwise assumes 512 and says so in the report.
 """
 
 from __future__ import annotations
@@ -12,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gspo_trl.config.batch import RolloutBatch, rollout_batch
+from gspo_trl.config.trl_fields import grpo_default
+from gspo_trl.errors import RecipeError
 from gspo_trl.model.precision import training_weight_precision
 from gspo_trl.plan.model_shape import ModelShape, PlanError, dtype_bytes
 
@@ -21,22 +23,21 @@ LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj"
 PEFT_QWEN3_DEFAULT_TARGETS = ("q_proj", "v_proj")  # peft's default for model_type qwen3
 ASSUMED_PROMPT_LENGTH = 512
 
-_INT_KEYS = {
-    "per_device_train_batch_size": 8,
-    "max_completion_length": 512,
-    "num_generations": 8,
-    "gradient_accumulation_steps": 1,
-    "num_iterations": 1,
-    "vllm_tensor_parallel_size": 1,
-}
-_BOOL_KEYS = {
-    "gradient_checkpointing": True,
-    "use_vllm": False,
-    "vllm_enable_sleep_mode": False,
-    "bf16": True,
-    "cast_lm_head_to_fp32": False,
-    "vllm_importance_sampling_correction": True,
-}
+_INT_KEYS = (
+    "per_device_train_batch_size",
+    "max_completion_length",
+    "num_generations",
+    "gradient_accumulation_steps",
+    "num_iterations",
+    "vllm_tensor_parallel_size",
+)
+_BOOL_KEYS = (
+    "gradient_checkpointing",
+    "use_vllm",
+    "vllm_enable_sleep_mode",
+    "cast_lm_head_to_fp32",
+    "vllm_importance_sampling_correction",
+)
 
 
 @dataclass(frozen=True)
@@ -132,30 +133,40 @@ class Setup:
         return self.use_vllm and self.vllm_mode == "colocate"
 
     @property
+    def rollout_batch(self) -> RolloutBatch:
+        return RolloutBatch(
+            per_device_train_batch_size=self.per_device_train_batch_size,
+            world_size=self.world_size,
+            steps_per_generation=self.steps_per_generation,
+            num_generations=self.num_generations,
+            gradient_accumulation_steps=self.gradient_accumulation_steps,
+            num_iterations=self.num_iterations,
+        )
+
+    @property
     def generation_batch_size(self) -> int:
-        """Completions per rollout batch on all GPUs: per-device batch x world x steps_per_generation."""
-        return self.per_device_train_batch_size * self.world_size * self.steps_per_generation
+        """Completions per rollout batch on all GPUs."""
+        return self.rollout_batch.generation_batch_size
 
     @property
     def computes_old_logprobs(self) -> bool:
-        """TRL 1.16 runs an extra no-grad forward for the old policy's log-probs when the rollout is
-        reused across optimizer steps, or always with vLLM's importance-sampling correction."""
-        generate_every = self.steps_per_generation * self.num_iterations
-        misaligned = self.gradient_accumulation_steps % generate_every != 0
-        return misaligned or (self.use_vllm and self.vllm_importance_sampling_correction)
+        """TRL runs an extra no-grad forward for the old policy's log-probs unless every update is
+        on-policy, and always with vLLM's importance-sampling correction."""
+        correction = self.use_vllm and self.vllm_importance_sampling_correction
+        return not self.rollout_batch.on_policy or correction
 
 
-def _positive_int(training: dict[str, Any], key: str, default: int) -> int:
-    value = training.get(key, default)
-    if value is None:
-        return default
+def _positive_int(training: dict[str, Any], key: str, default: int | None = None) -> int:
+    value = training.get(key)
+    value = (grpo_default(key) if default is None else default) if value is None else value
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise PlanError(f"training.{key} = {value!r}: expected a positive integer")
     return value
 
 
-def _bool(training: dict[str, Any], key: str, default: bool) -> bool:
-    value = training.get(key, default)
+def _bool(training: dict[str, Any], key: str, default: bool | None = None) -> bool:
+    value = training.get(key)
+    value = (grpo_default(key) if default is None else default) if value is None else value
     if not isinstance(value, bool):
         raise PlanError(f"training.{key} = {value!r}: expected true or false")
     return value
@@ -201,13 +212,19 @@ def make_setup(
         raise PlanError(f"gpu_memory_gb = {gpu_memory_gb!r}: expected a positive number")
     weights_dtype = dtype or shape.torch_dtype
     dtype_bytes(weights_dtype)  # refuses unknown names early
-    ints = {key: _positive_int(training, key, default) for key, default in _INT_KEYS.items()}
-    bools = {key: _bool(training, key, default) for key, default in _BOOL_KEYS.items()}
+    ints = {key: _positive_int(training, key) for key in _INT_KEYS}
+    bools = {key: _bool(training, key) for key in _BOOL_KEYS}
+    # TRL's base config: bf16 None means "unless fp16" (trl/trainer/base_config.py)
+    bools["bf16"] = _bool(training, "bf16", not _bool(training, "fp16"))
+    try:
+        batch = rollout_batch(training, nodes * gpus_per_node, allow_partial_groups=True)
+    except RecipeError as error:
+        raise PlanError(str(error)) from None
     prompt = training.get("max_prompt_length")
-    mode = training.get("vllm_mode", "colocate")
+    mode = training.get("vllm_mode", grpo_default("vllm_mode"))
     if mode not in ("colocate", "server"):
         raise PlanError(f"training.vllm_mode = {mode!r}: expected colocate or server")
-    utilization = training.get("vllm_gpu_memory_utilization", 0.3)
+    utilization = training.get("vllm_gpu_memory_utilization", grpo_default("vllm_gpu_memory_utilization"))
     if not 0 < utilization <= 1:
         raise PlanError(
             f"training.vllm_gpu_memory_utilization = {utilization!r}: expected a fraction in (0, 1]"
@@ -220,12 +237,10 @@ def make_setup(
         weights_dtype=weights_dtype,
         max_prompt_length=_positive_int(training, "max_prompt_length", ASSUMED_PROMPT_LENGTH),
         prompt_length_assumed=prompt is None,
-        steps_per_generation=_positive_int(
-            training, "steps_per_generation", ints["gradient_accumulation_steps"]
-        ),
+        steps_per_generation=batch.steps_per_generation,
         vllm_mode=mode,
         vllm_gpu_memory_utilization=float(utilization),
-        beta=float(training.get("beta", 0.0)),
+        beta=float(training.get("beta", grpo_default("beta"))),
         lora=make_lora(lora),
         requested_dtype=dtype,
         allow_pure_bf16=allow_pure_bf16,

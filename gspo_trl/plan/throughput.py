@@ -103,7 +103,7 @@ def throughput(
     training = setup.num_iterations * passes * forward
     old = forward if setup.computes_old_logprobs else 0.0
     reference = forward if setup.beta > 0 else 0.0
-    optimizer_steps = setup.steps_per_generation * setup.num_iterations / setup.gradient_accumulation_steps
+    optimizer_steps = float(setup.rollout_batch.optimizer_updates)
     compute = (training + old + reference) / (setup.world_size * peak_tflops * 1e12)
     return Throughput(
         completions=completions,

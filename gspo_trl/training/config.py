@@ -21,12 +21,13 @@ from typing import Any
 
 from trl import GRPOConfig
 
+from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.config.defaults import GSPO_DEFAULTS
 from gspo_trl.config.engine_checks import check_engine_settings
 from gspo_trl.config.fields import build_dataclass
 from gspo_trl.config.invariants import algorithm_of, check_off_policy
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig
-from gspo_trl.config.validation import check_gspo_settings, updates_per_rollout_batch
+from gspo_trl.config.validation import check_gspo_settings
 
 
 def _help(text: str) -> dict[str, str]:
@@ -91,8 +92,7 @@ class GSPOConfig(GRPOConfig):
         if isinstance(self.engine, EngineConfig):
             self.engine = dataclasses.asdict(self.engine)
         check_engine_settings(self.engine or {}, settings)
-        updates = updates_per_rollout_batch(settings, self.world_size)
-        check_off_policy(self.algorithm, updates, self.allow_on_policy)
+        check_off_policy(self.algorithm, RolloutBatch.from_grpo_config(self).on_policy, self.allow_on_policy)
 
     @property
     def algorithm(self) -> str:

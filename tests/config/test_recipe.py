@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from gspo_trl.config.batch import rollout_batch
 from gspo_trl.config.defaults import GSPO_DEFAULTS
 from gspo_trl.config.recipe import load_recipe, parse_overrides
-from gspo_trl.config.validation import updates_per_rollout_batch, validate
+from gspo_trl.config.validation import validate
 from gspo_trl.errors import RecipeError
 from tests._paths import ROOT
 
@@ -110,10 +111,11 @@ def test_parse_overrides(tokens: list[str], expected: dict) -> None:
 def test_generation_batch_size_replaces_steps_per_generation(tmp_path: Path) -> None:
     recipe = load_recipe(write(tmp_path, GOOD + "generation_batch_size: 32\n"))
     assert "steps_per_generation" not in recipe.training
-    assert updates_per_rollout_batch(recipe.training, processes=1) == 4
+    assert rollout_batch(recipe.training, 1).optimizer_updates == 4
     validate(recipe, processes=1)
 
 
+SERVER = "use_vllm: true\nvllm_mode: server\n"
 BAD_RECIPES = [
     # (what is wrong, extra YAML or override, substring the error must contain)
     ("unknown key", "learnin_rate: 1.0e-6\n", "did you mean 'learning_rate'"),
@@ -139,6 +141,33 @@ BAD_RECIPES = [
     ("both batch knobs", "generation_batch_size: 32\nsteps_per_generation: 4\n", "generation_batch_size"),
     ("empty rewards", "rewards: []\n", "rewards"),
     ("bad diagnostics key", "diagnostics: {buckets: [1]}\n", "diagnostics.buckets"),
+    ("on-policy via replays", "gradient_accumulation_steps: 8\nnum_iterations: 2\n", "on-policy"),
+    ("bad launch key", "launch: {gpus: 8}\n", "launch.gpus"),
+    (
+        "launch world size",
+        "generation_batch_size: 32\nlaunch: {gpus_per_node: 3}\n",
+        "3 processes): generation",
+    ),
+    ("launch zero nodes", "launch: {nodes: 0}\n", "launch.nodes"),
+    ("launch server on 1 node", SERVER + "launch: {gpus_per_node: 8}\n", "no node"),
+    ("launch bad cost", "launch: {seconds_per_step: [60, 30]}\n", "launch.seconds_per_step"),
+    ("launch unknown config", "launch: {accelerate_config: configs/zero9.yaml}\n", "zero9"),
+    (
+        "launch server layout not the node's GPUs",
+        SERVER + "launch: {nodes: 2, gpus_per_node: 8, server_tensor_parallel_size: 2}\n",
+        "server node's launch.gpus_per_node (8)",
+    ),
+    (
+        "launch command with another server layout",
+        SERVER + "launch: {nodes: 2, gpus_per_node: 8, server_tensor_parallel_size: 2, "
+        "server_data_parallel_size: 4, command: sbatch train.slurm --vllm-tp 4 --vllm-dp 2}\n",
+        "--vllm-tp 2 --vllm-dp 4",
+    ),
+    (
+        "launch command without its config",
+        "launch: {accelerate_config: configs/zero2.yaml, command: gspo-trl train x.yaml}\n",
+        "launch.command",
+    ),
 ]
 
 
@@ -236,3 +265,14 @@ def test_a_list_written_as_text_is_read_as_a_list(overrides, expected) -> None:
 def test_text_that_is_no_list_is_refused_for_a_list_field(text) -> None:
     with pytest.raises(RecipeError, match=r"heldout\.k"):
         load_recipe(TINY_RECIPE, {"heldout.k": text})
+
+
+def test_launch_world_size_is_checked_unless_launched_elsewhere(tmp_path: Path, monkeypatch) -> None:
+    """`launch:` says 3 GPUs, where a 64-completion generation batch cannot split into micro-batches
+    of 8 x 3: refused before a launch, but a real launch on 2 processes is checked at 2 only."""
+    recipe = load_recipe(write(tmp_path, GOOD + "generation_batch_size: 64\nlaunch: {gpus_per_node: 3}\n"))
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(RecipeError, match="3 processes"):
+        validate(recipe)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    validate(recipe)

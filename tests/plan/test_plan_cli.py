@@ -1,4 +1,4 @@
-"""`gspo-trl plan RECIPE` end to end: every shipped recipe on its header's hardware, broken variants,
+"""`gspo-trl plan RECIPE` end to end: every shipped recipe on its `launch:` hardware, broken variants,
 and the one-line warning `gspo-trl validate` prints when a recipe's own hardware does not fit."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from gspo_trl.cli.main import main as gspo_trl_main
 from gspo_trl.config.shipped import shipped_recipes
 from tests._paths import ROOT
 
-# The 8B recipe's header hardware trains on one node (the other serves vLLM); at 16 x 8k tokens per
+# The 8B recipe's `launch:` hardware trains on one node (the other serves vLLM); at 16 x 8k tokens per
 # GPU its activations overflow 80 GB, so it is planned at 8 per GPU with twice the accumulation and
 # steps_per_generation: the same 512-completion rollout batch and 4 updates per rollout batch.
 EIGHT_B_AT_8_PER_GPU = [
@@ -30,7 +30,7 @@ def run_plan(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("name", list(shipped_recipes()))
-def test_every_shipped_recipe_fits_its_header_hardware(capsys, name):
+def test_every_shipped_recipe_fits_its_launch_hardware(capsys, name):
     code, out, err = run_plan(capsys, name, *OVERRIDES.get(name, []))
     print(out)  # the verdict, for -s runs and failure reports
     assert code == 0, err or out
@@ -42,9 +42,9 @@ def test_every_shipped_recipe_fits_its_header_hardware(capsys, name):
 def test_eight_b_serves_vllm_from_its_second_node(capsys):
     code, out, _ = run_plan(capsys, "qwen3-8b/math", *EIGHT_B_AT_8_PER_GPU)
     assert code == 0
-    assert "node 2 runs `trl vllm-serve`" in out
+    assert "node 2 runs `trl vllm-serve` (tensor parallel 2 x data parallel 4, launch:)" in out
     assert "8 training processes" in out
-    assert "strategy  zero3 (header Launch (configs/zero3.yaml))" in out
+    assert "strategy  zero3 (launch.accelerate_config configs/zero3.yaml)" in out
     assert "updates   4 optimizer update(s)" in out
 
 
@@ -105,7 +105,7 @@ def test_broken_variants(capsys, argv, code, out_words, err_words):
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
-def test_flags_win_over_the_header(capsys):
+def test_flags_win_over_the_launch_section(capsys):
     code, out, _ = run_plan(
         capsys, "qwen3-1.7b/math", "--nodes", "2", "--gpus-per-node", "4", "--gpu-memory", "141GB"
     )
@@ -117,9 +117,9 @@ def test_flags_win_over_the_header(capsys):
     assert "8 training processes" in out
 
 
-HEADER = """\
+RECIPE = """\
 # Test recipe: a shipped model's shape on a synthetic task, so validate needs no download.
-# Hardware: 1 node, 8 x 80 GB GPUs; DDP.
+launch: {nodes: 1, gpus_per_node: 8, gpu_memory_gb: 80, accelerate_config: configs/ddp.yaml}
 model: {name_or_path: Qwen/Qwen3-8B, dtype: bfloat16}
 data: {path: synthetic:reversal, num_rows: 64, solution_column: solution}
 rewards: [gspo_trl.data.synthetic:digit_reversal_reward]
@@ -141,9 +141,9 @@ report_to: none
         ("tiny", 16, False),  # not a shipped config: no plan, no warning
     ],
 )
-def test_validate_warns_when_the_header_hardware_does_not_fit(tmp_path, capsys, model, per_device, warns):
+def test_validate_warns_when_the_launch_hardware_does_not_fit(tmp_path, capsys, model, per_device, warns):
     recipe = tmp_path / "recipe.yaml"
-    recipe.write_text(HEADER + f"output_dir: {tmp_path / 'out'}\nper_device_train_batch_size: {per_device}\n")
+    recipe.write_text(RECIPE + f"output_dir: {tmp_path / 'out'}\nper_device_train_batch_size: {per_device}\n")
     assert gspo_trl_main(["validate", str(recipe), "--model.name_or_path", model]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert out[0].endswith("training rows)")

@@ -13,7 +13,6 @@ import pytest
 
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.shipped import find_shipped
-from gspo_trl.plan.launch import read_header
 from gspo_trl.plan.recipe_plan import plan_recipe
 from gspo_trl.plan.topology import resolve_topology
 from gspo_trl.training.heldout.layout import HF, HF_LOCKSTEP, VLLM_COLOCATE, heldout_layout, heldout_passes
@@ -23,8 +22,7 @@ GIB = 2**30
 
 def recipe_plan(name: str, config: str | None = None, overrides=()):
     recipe = load_recipe(find_shipped(name), overrides)
-    header = read_header(recipe.source)
-    return plan_recipe(recipe, resolve_topology(recipe.training, header, config), header)
+    return plan_recipe(recipe, resolve_topology(recipe.training, recipe.launch, config))
 
 
 @pytest.mark.parametrize(

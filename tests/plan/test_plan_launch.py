@@ -1,71 +1,15 @@
-"""Reading a topology: header lines, accelerate configs, and which source wins."""
+"""Reading a topology: a recipe's `launch:`, accelerate configs, and which source wins."""
 
 from __future__ import annotations
 
 import pytest
 
+from gspo_trl.config.recipe import load_recipe
+from gspo_trl.config.sections import LaunchConfig
 from gspo_trl.config.shipped import shipped_recipes
 from gspo_trl.plan import PlanError
-from gspo_trl.plan.launch import (
-    Hardware,
-    RecipeHeader,
-    launch_config,
-    parse_cost_minutes,
-    parse_gpu_memory,
-    parse_hardware,
-    read_accelerate_config,
-    read_header,
-)
+from gspo_trl.plan.launch import parse_gpu_memory, read_accelerate_config
 from gspo_trl.plan.topology import resolve_topology
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("1 node, 8 x 80 GB GPUs (H100/A100); DDP", Hardware(1, 8, 80.0)),
-        ("2 nodes of 8 x 80 GB GPUs: node 1 trains", Hardware(2, 8, 80.0)),
-        ("4 nodes of 8 x 141 GB GPUs", Hardware(4, 8, 141.0)),
-        ("1 x 80 GB GPU (or more with configs/ddp.yaml)", Hardware(1, 1, 80.0)),
-        ("any CPU, 2 cores are enough; no GPU", None),
-        ("", None),
-    ],
-)
-def test_parse_hardware(text, expected):
-    assert parse_hardware(text) == expected
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("estimate, not measured: ~1 min/step (512 completions)", (1.0, 1.0)),
-        ("~1.5-2 min/step", (1.5, 2.0)),
-        ("~8-10 min/step, 200 steps ~ 1.5 days", (8.0, 10.0)),
-        ("about 30 s/step", (0.5, 0.5)),
-        ("about 0.1 s per step on 2 cores", None),
-        (None, None),
-    ],
-)
-def test_parse_cost_minutes(text, expected):
-    assert parse_cost_minutes(text) == expected
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        (
-            "accelerate launch --config_file configs/zero2.yaml -m gspo_trl.train --config recipes/x.yaml",
-            "configs/zero2.yaml",
-        ),
-        (
-            "sbatch train.slurm --recipe recipes/qwen3-8b/math.yaml --config configs/zero3.yaml",
-            "configs/zero3.yaml",
-        ),
-        ("accelerate launch -m gspo_trl.train --config recipes/tiny/reversal.yaml", None),
-        ("gspo-trl train recipes/qwen3-4b/math-lora.yaml", None),
-    ],
-)
-def test_launch_config_skips_recipes(text, expected):
-    assert launch_config(text) == expected
 
 
 @pytest.mark.parametrize(
@@ -102,35 +46,41 @@ def test_bad_gpu_memory(text):
         parse_gpu_memory(text)
 
 
-def test_every_shipped_recipe_header_is_read():
-    for name, path in shipped_recipes().items():
-        header = read_header(path)
-        assert {"Hardware", "Launch", "Cost"} <= set(header.fields), name
-        assert (header.hardware is None) == name.startswith("tiny/"), name
+@pytest.mark.parametrize("name", list(shipped_recipes()))
+def test_every_shipped_recipe_plans_from_its_launch_section(name):
+    """Each shipped recipe's topology comes from its `launch:` data, none of it assumed."""
+    recipe = load_recipe(name)
+    topology = resolve_topology(recipe.training, recipe.launch)
+    if recipe.launch.gpus:
+        assert (
+            topology.sources["nodes"] == "launch.nodes" and topology.sources["gpus"] == "launch.gpus_per_node"
+        )
+        assert topology.sources["memory"] == "launch.gpu_memory_gb"
+    if recipe.launch.accelerate_config:
+        assert topology.sources["strategy"] == f"launch.accelerate_config {recipe.launch.accelerate_config}"
 
 
 SERVER = {"use_vllm": True, "vllm_mode": "server"}
 COLOCATE = {"use_vllm": True, "vllm_mode": "colocate"}
-HEADER = RecipeHeader(
-    {"Hardware": "2 nodes of 8 x 80 GB GPUs", "Launch": "accelerate launch --config_file configs/zero3.yaml"}
-)
+LAUNCH = LaunchConfig(nodes=2, gpus_per_node=8, gpu_memory_gb=80, accelerate_config="configs/zero3.yaml")
 
 
-# (training, header, flags, nodes, training nodes, GPUs per node, strategy)
+# (training, launch, flags, nodes, training nodes, GPUs per node, strategy)
 TOPOLOGIES = [
-    (COLOCATE, HEADER, {}, 2, 2, 8, "zero3"),
-    (SERVER, HEADER, {}, 2, 1, 8, "zero3"),
-    (SERVER, HEADER, {"nodes": 3, "gpus_per_node": 4}, 3, 2, 4, "zero3"),
-    (SERVER, HEADER, {"config": "configs/multinode_zero3.yaml"}, 3, 2, 8, "zero3"),  # num_machines trains
-    (COLOCATE, HEADER, {"config": "configs/fsdp2.yaml"}, 1, 1, 8, "fsdp2"),
-    (COLOCATE, RecipeHeader({}), {}, 1, 1, 1, "ddp"),
-    (SERVER, RecipeHeader({"Launch": "--config_file configs/zero3.yaml"}), {}, 2, 1, 8, "zero3"),
+    (COLOCATE, LAUNCH, {}, 2, 2, 8, "zero3"),
+    (SERVER, LAUNCH, {}, 2, 1, 8, "zero3"),
+    (SERVER, LAUNCH, {"nodes": 3, "gpus_per_node": 4}, 3, 2, 4, "zero3"),
+    (SERVER, LAUNCH, {"config": "configs/multinode_zero3.yaml"}, 3, 2, 8, "zero3"),  # num_machines trains
+    (COLOCATE, LAUNCH, {"config": "configs/fsdp2.yaml"}, 1, 1, 8, "fsdp2"),
+    (COLOCATE, None, {}, 1, 1, 1, "ddp"),
+    (COLOCATE, LaunchConfig(gpus_per_node=0), {}, 1, 1, 1, "ddp"),  # a CPU recipe: nothing to size
+    (SERVER, LaunchConfig(accelerate_config="configs/zero3.yaml"), {}, 2, 1, 8, "zero3"),
 ]
 
 
-@pytest.mark.parametrize(("training", "header", "flags", "nodes", "trains", "gpus", "strategy"), TOPOLOGIES)
-def test_topology_precedence(training, header, flags, nodes, trains, gpus, strategy):
-    topology = resolve_topology(training, header, **flags)
+@pytest.mark.parametrize(("training", "launch", "flags", "nodes", "trains", "gpus", "strategy"), TOPOLOGIES)
+def test_topology_precedence(training, launch, flags, nodes, trains, gpus, strategy):
+    topology = resolve_topology(training, launch, **flags)
     assert (topology.nodes, topology.training_nodes, topology.gpus_per_node) == (nodes, trains, gpus)
     assert topology.strategy == strategy
     assert topology.world_size == trains * gpus
@@ -138,4 +88,4 @@ def test_topology_precedence(training, header, flags, nodes, trains, gpus, strat
 
 def test_server_mode_on_one_node_is_refused():
     with pytest.raises(PlanError, match="vllm_mode: server"):
-        resolve_topology(SERVER, HEADER, nodes=1)
+        resolve_topology(SERVER, LAUNCH, nodes=1)

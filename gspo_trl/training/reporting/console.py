@@ -25,6 +25,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 import gspo_trl.metric_names as names
+from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.training.reporting.metrics_file import MetricsFileCallback
 
 logger = logging.getLogger(__name__)
@@ -109,7 +110,8 @@ def banner(trainer: Any, model_name: str, reward_names: list[str], eval_rows: in
             f"  data     {train_rows} training rows" + (f", {eval_rows} held-out" if eval_rows else ""),
             f"  rewards  {', '.join(reward_names)}",
             f"  GSPO     {algorithm}, {eps}, {args.num_generations} per group, "
-            f"{args.steps_per_generation} updates per rollout batch, beta {args.beta:g}, "
+            f"{RolloutBatch.from_grpo_config(args).optimizer_updates} updates per rollout batch, "
+            f"beta {args.beta:g}, "
             f"lr {args.learning_rate:g}",
             f"  run      {args.max_steps} steps on {trainer.accelerator.num_processes} process(es), "
             f"logging every {args.logging_steps:g}, output {args.output_dir}",

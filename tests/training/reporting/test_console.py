@@ -135,10 +135,12 @@ def test_four_step_run_prints_short_lines_and_writes_every_key(
 ) -> None:
     fast = {"max_steps": 4, "per_device_train_batch_size": 8, "num_generations": 4}
     fast.update({"max_completion_length": 8, "data.num_rows": 64, "data.eval_size": 8, "logging_steps": 1})
+    fast.update({"steps_per_generation": 8, "gradient_accumulation_steps": 2})  # 8 micro-batches, 4 updates
     trainer = run(load_recipe(TINY_RECIPE, {**fast, "output_dir": str(tmp_path)}))
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert "gspo-trl: training tiny" in lines, out
+    assert "4 updates per rollout batch" in out, out
     assert "56 training rows, 8 held-out" in out and "eps 0.02/0.027" in out
     step_lines = [line for line in lines if line.startswith("step ") and "s/step" in line]
     assert len(step_lines) == 4, out
