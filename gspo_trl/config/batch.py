@@ -49,7 +49,8 @@ class RolloutBatch:
 
     @classmethod
     def from_grpo_config(cls, config: Any) -> RolloutBatch:
-        """The batch a built GRPOConfig resolved (TRL's own __post_init__ filled steps_per_generation)."""
+        """The batch a built GRPOConfig resolved (TRL's own __post_init__ filled steps_per_generation),
+        or any object with the same field names (the plan's Setup)."""
         return cls(
             per_device_train_batch_size=config.per_device_train_batch_size,
             world_size=config.world_size,

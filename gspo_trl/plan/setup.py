@@ -134,14 +134,7 @@ class Setup:
 
     @property
     def rollout_batch(self) -> RolloutBatch:
-        return RolloutBatch(
-            per_device_train_batch_size=self.per_device_train_batch_size,
-            world_size=self.world_size,
-            steps_per_generation=self.steps_per_generation,
-            num_generations=self.num_generations,
-            gradient_accumulation_steps=self.gradient_accumulation_steps,
-            num_iterations=self.num_iterations,
-        )
+        return RolloutBatch.from_grpo_config(self)  # a Setup carries GRPOConfig's field names
 
     @property
     def generation_batch_size(self) -> int:
