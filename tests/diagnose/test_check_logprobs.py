@@ -188,7 +188,7 @@ def test_check_logprobs_in_python_on_the_tiny_model(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "GSPO_TRL_DISABLE_VLLM_CPU_SHIM"}
     env.update(HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1", TOKENIZERS_PARALLELISM="false")
     command = [sys.executable, "-c", LIBRARY_DRIVER, str(tmp_path)]
-    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=550)
     assert proc.returncode == 0 and "REPORT=" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-5000:]
     report = json.loads(proc.stdout.split("REPORT=", 1)[1])
     assert report["safe"] is True and report["sequence"]["n"] == 2 * 4  # 4: the diagnostic trainer's G
