@@ -14,7 +14,10 @@ The Python API mirrors TRL's trainer/config pair, with GSPO's settings as the de
     trainer.train()
 
 Recipes (YAML) go through `load_recipe`, `preflight` (every check before a model loads) and
-`run`. Names are imported on first use, so `import gspo_trl` stays cheap (no torch, no TRL).
+`train_recipe`. The other commands are functions of a settings dataclass whose fields are the
+command's options: `evaluate(EvalSettings(...))`, `filter_dataset(FilterSettings(...))`,
+`check_logprobs(CheckLogprobsSettings(...))`, `calibrate(CalibrateSettings(...))`.
+Names are imported on first use, so `import gspo_trl` stays cheap (no torch, no TRL).
 """
 
 from __future__ import annotations
@@ -34,24 +37,48 @@ _EXPORTS = {
     "validate": "gspo_trl.config.validation",
     "preflight": "gspo_trl.training.preflight",
     "build_trainer": "gspo_trl.training.build",
-    "run": "gspo_trl.training.build",
+    "train_recipe": "gspo_trl.training.build",
+    "EvalSettings": "gspo_trl.eval.evaluate",
+    "EvalResult": "gspo_trl.eval.evaluate",
+    "evaluate": "gspo_trl.eval.evaluate",
+    "FilterSettings": "gspo_trl.eval.filter",
+    "FilterResult": "gspo_trl.eval.filter",
+    "filter_dataset": "gspo_trl.eval.filter",
+    "CheckLogprobsSettings": "gspo_trl.diagnose.check_logprobs",
+    "LogprobCheck": "gspo_trl.diagnose.check_logprobs",
+    "check_logprobs": "gspo_trl.diagnose.check_logprobs",
+    "CalibrateSettings": "gspo_trl.diagnose.calibrate",
+    "Calibration": "gspo_trl.diagnose.calibrate",
+    "calibrate": "gspo_trl.diagnose.calibrate",
     "UserError": "gspo_trl.errors",
     "RecipeError": "gspo_trl.errors",
     "DataError": "gspo_trl.errors",
 }
-__all__ = [
+__all__ = [  # the keys of _EXPORTS (tests/test_library_api.py checks)
     "GSPO_DEFAULTS",
+    "CalibrateSettings",
+    "Calibration",
+    "CheckLogprobsSettings",
     "DataError",
     "DiagnosticsConfig",
+    "EvalResult",
+    "EvalSettings",
+    "FilterResult",
+    "FilterSettings",
     "GSPOConfig",
     "GSPOTrainer",
+    "LogprobCheck",
     "Recipe",
     "RecipeError",
     "UserError",
     "build_trainer",
+    "calibrate",
+    "check_logprobs",
+    "evaluate",
+    "filter_dataset",
     "load_recipe",
     "preflight",
-    "run",
+    "train_recipe",
     "validate",
 ]
 
@@ -60,8 +87,12 @@ if TYPE_CHECKING:
     from gspo_trl.config.recipe import Recipe, load_recipe
     from gspo_trl.config.sections import DiagnosticsConfig
     from gspo_trl.config.validation import validate
+    from gspo_trl.diagnose.calibrate import CalibrateSettings, Calibration, calibrate
+    from gspo_trl.diagnose.check_logprobs import CheckLogprobsSettings, LogprobCheck, check_logprobs
     from gspo_trl.errors import DataError, RecipeError, UserError
-    from gspo_trl.training.build import build_trainer, run
+    from gspo_trl.eval.evaluate import EvalResult, EvalSettings, evaluate
+    from gspo_trl.eval.filter import FilterResult, FilterSettings, filter_dataset
+    from gspo_trl.training.build import build_trainer, train_recipe
     from gspo_trl.training.config import GSPOConfig
     from gspo_trl.training.preflight import preflight
     from gspo_trl.training.trainer import GSPOTrainer

@@ -122,11 +122,11 @@ def print_timing(summary: dict) -> None:
 PARITY_DRIVER = """
 import json, sys
 from gspo_trl.config.recipe import load_recipe
-from gspo_trl.training.build import run
+from gspo_trl.training.build import train_recipe
 from gspo_trl.metric_names import ENGINE_MISMATCH_MEAN
 from gspo_trl.training.heldout.scoring import HeldoutCallback
 recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]))
-trainer = run(recipe)
+trainer = train_recipe(recipe)
 history = next(c for c in trainer.callback_handler.callbacks if isinstance(c, HeldoutCallback)).history
 flags = [h for h in trainer.state.log_history if ENGINE_MISMATCH_MEAN in h]
 print("RESULT=" + json.dumps({"before": history[0][1], "after": history[-1][1],

@@ -104,3 +104,13 @@ def test_importing_the_package_is_cheap() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_every_exported_name_resolves() -> None:
+    """`__all__` lists exactly the lazily imported names, and each one imports."""
+    import gspo_trl
+
+    assert sorted(gspo_trl.__all__) == sorted(gspo_trl._EXPORTS)
+    for name in gspo_trl.__all__:
+        value = getattr(gspo_trl, name)
+        assert getattr(value, "__name__", name) == name, name  # GSPO_DEFAULTS is a mapping

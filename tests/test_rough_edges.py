@@ -287,7 +287,7 @@ def test_resume_says_where_it_resumes_and_not_that_tied_weights_are_missing(tmp_
     import logging
 
     from gspo_trl.config.recipe import load_recipe
-    from gspo_trl.training.build import run
+    from gspo_trl.training.build import train_recipe
 
     path = ROOT / "recipes" / "tiny" / "reversal.yaml"
     fast = {"per_device_train_batch_size": 8, "num_generations": 4, "max_completion_length": 6}
@@ -299,9 +299,9 @@ def test_resume_says_where_it_resumes_and_not_that_tied_weights_are_missing(tmp_
         loaded.heldout = None  # no generation beyond the training steps: keeps the test short
         return loaded
 
-    run(recipe(4))
+    train_recipe(recipe(4))
     with caplog.at_level(logging.INFO):
-        trainer = run(recipe(8), resume=True)
+        trainer = train_recipe(recipe(8), resume=True)
     messages = [record.getMessage() for record in caplog.records]
     assert trainer.state.global_step == 8
     assert any(m.startswith(f"resuming from {tmp_path / 'checkpoint-4'} (step 4)") for m in messages), (

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from gspo_trl.diagnose.calibrate import analyse_rows, analyse_run, calibrate_recipe
+from gspo_trl.diagnose.calibrate import CalibrateSettings, calibrate
 from gspo_trl.errors import UserError
 
 
@@ -28,18 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--output-dir", help="where the throw-away run writes (default: a temp dir)")
     args, overrides = parser.parse_known_args(argv)
-    low, high = args.target_range
-    if not 0 < low <= high < 1:
-        parser.error(f"--target-range needs 0 < LOW <= HIGH < 1, got {low} {high}")
-    if args.from_run:
-        try:
-            print(analyse_run(args.from_run, (low, high)))
-        except FileNotFoundError as error:
-            raise UserError(str(error)) from None
-        return 0
-    if not args.recipe:
-        parser.error("give a RECIPE or --from-run RUN_DIR")
-    rows, eps, buckets = calibrate_recipe(args.recipe, overrides, args.batches, args.output_dir)
-    print(f"\nCalibration of {args.recipe} over {args.batches} rollout batches")
-    print(analyse_rows(rows, eps, (low, high), buckets))
+    options = {**vars(args), "target_range": tuple(args.target_range)}
+    try:
+        settings = CalibrateSettings(**options, overrides=tuple(overrides))
+    except UserError as error:  # options that cannot work together: argparse's usage line and exit 2
+        parser.error(str(error))
+    print(calibrate(settings).report)
     return 0

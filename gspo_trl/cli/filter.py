@@ -10,10 +10,11 @@ import os
 import sys
 from collections.abc import Sequence
 
-from gspo_trl.eval.filter import run
+from gspo_trl.eval.filter import FilterSettings, filter_dataset
 
 
-def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+def parse_args(argv: Sequence[str]) -> FilterSettings:
+    """The settings the command line asks for; unknown --key value pairs are recipe overrides."""
     parser = argparse.ArgumentParser(
         prog="gspo-trl filter", description=__doc__.split("\n\n")[0], allow_abbrev=False
     )
@@ -38,13 +39,13 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--resume", action="store_true", help="keep finished chunks of an earlier run")
     parser.add_argument("--engine", default="auto", choices=("auto", "hf", "vllm"))
     parser.add_argument("--seed", type=int, default=0)
-    return parser.parse_known_args(list(argv))
+    args, overrides = parser.parse_known_args(list(argv))
+    return FilterSettings(**vars(args), overrides=tuple(overrides))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
-    summary = run(args, overrides)
-    print(summary["histogram"])
-    print(f"wrote {summary['kept']} rows to {summary['output']}; histogram: {summary['histogram_png']}")
+    result = filter_dataset(parse_args(sys.argv[1:] if argv is None else argv))
+    print(result.histogram)
+    print(f"wrote {result.kept} rows to {result.output}; histogram: {result.histogram_png}")
     return 0

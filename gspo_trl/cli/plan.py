@@ -1,21 +1,24 @@
-"""`gspo-trl plan RECIPE [--config ACCELERATE_YAML] [--nodes N] [--gpus-per-node G] [--gpu-memory 80GB]
-[--key value ...]`: will the recipe fit its GPUs, what dominates, what to change first, what it costs.
+"""`gspo-trl plan RECIPE [--accelerate-config ACCELERATE_YAML] [--nodes N] [--gpus-per-node G]
+[--gpu-memory 80GB] [--key value ...]`: will the recipe fit its GPUs, what dominates, what to
+change first, what it costs.
 
 Arithmetic only (gspo_trl.plan): no GPU, no download; the model's shape comes from a shipped
 config (Qwen3 0.6B-32B, 30B-A3B) or a local directory with config.json. For a shipped recipe
 no flag is needed: its `launch:` section gives the topology and the strategy.
-Exit status: 0 fits or tight, 1 does not fit, 2 bad input.
+Exit status: 0 fits or tight, 1 does not fit, 2 bad input. `--config` is an old spelling of
+`--accelerate-config` (accepted with a warning: for `train` it names the recipe).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 from gspo_trl.errors import RecipeError
 
 USAGE = (
-    "gspo-trl plan RECIPE [--config ACCELERATE_YAML] [--nodes N] [--gpus-per-node G] "
+    "gspo-trl plan RECIPE [--accelerate-config ACCELERATE_YAML] [--nodes N] [--gpus-per-node G] "
     "[--gpu-memory 80GB] [--key value ...]"
 )
 
@@ -25,17 +28,37 @@ def parser() -> argparse.ArgumentParser:
         prog="gspo-trl plan", usage=USAGE, description=__doc__, allow_abbrev=False, add_help=True
     )
     parse.add_argument("recipe", nargs="?")
-    parse.add_argument("--config", help="accelerate config YAML (strategy, processes)")
+    parse.add_argument(
+        "--accelerate-config", metavar="ACCELERATE_YAML", help="accelerate config (strategy, processes)"
+    )
+    parse.add_argument("--config", dest="old_config", help=argparse.SUPPRESS)  # the old spelling
     parse.add_argument("--nodes", type=int, help="all nodes, a vLLM server node included")
     parse.add_argument("--gpus-per-node", type=int)
     parse.add_argument("--gpu-memory", help="per GPU, e.g. 80GB (default: launch.gpu_memory_gb, else 80GB)")
     return parse
 
 
+OLD_CONFIG_WARNING = (
+    "warning: `gspo-trl plan --config` is now --accelerate-config (for `gspo-trl train`, --config "
+    "names the recipe); --config still works here for now"
+)
+
+
+def accelerate_config_of(args: argparse.Namespace) -> str | None:
+    """--accelerate-config, or the old --config with a warning; both at once is refused."""
+    if args.old_config is None:
+        return args.accelerate_config
+    if args.accelerate_config is not None:
+        raise RecipeError("give --accelerate-config only (--config is its old spelling)")
+    print(OLD_CONFIG_WARNING, file=sys.stderr)
+    return args.old_config
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args, overrides = parser().parse_known_args(list(argv or []))
     if args.recipe is None:
         raise RecipeError(f"no recipe given: {USAGE}")
+    accelerate_config = accelerate_config_of(args)
     from gspo_trl.config.recipe import load_recipe
     from gspo_trl.plan.launch import parse_gpu_memory
     from gspo_trl.plan.recipe_plan import plan_recipe
@@ -46,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     recipe = load_recipe(args.recipe, overrides)
     memory = parse_gpu_memory(args.gpu_memory) if args.gpu_memory is not None else None
     topology = resolve_topology(
-        recipe.training, recipe.launch, args.config, args.nodes, args.gpus_per_node, memory
+        recipe.training, recipe.launch, accelerate_config, args.nodes, args.gpus_per_node, memory
     )
     result = plan_recipe(recipe, topology)
     print(format_recipe_plan(result))

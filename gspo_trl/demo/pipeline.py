@@ -23,7 +23,7 @@ from gspo_trl.data.synthetic import ReversalTask
 from gspo_trl.demo.warm_start import warm_start
 from gspo_trl.metric_names import heldout_pass_at
 from gspo_trl.model.tiny import save_tiny_model
-from gspo_trl.training.build import run
+from gspo_trl.training.build import train_recipe
 from gspo_trl.training.heldout.scoring import HeldoutCallback
 
 DEFAULT_RECIPE = RECIPES_DIR / "tiny" / "reversal.yaml"
@@ -59,7 +59,8 @@ def run_demo(
         {"model.name_or_path": str(warm), "output_dir": str(output_dir / "gspo"), **_as_dict(overrides)},
     )
     stage(3, f"GSPO: {recipe.source}, {recipe.training.get('max_steps')} steps, held-out score as it goes")
-    trainer = run(recipe, overwrite=True)  # the demo owns OUTPUT_DIR/gspo: each `make demo` starts it again
+    # The demo owns OUTPUT_DIR/gspo: each `make demo` starts it again.
+    trainer = train_recipe(recipe, overwrite=True)
     stage(4, "evaluation: held-out accuracy before and after, results.json, reward curve")
     history = _heldout_callback(trainer).history
     (step_before, before), (step_after, after) = history[0], history[-1]

@@ -14,7 +14,8 @@ eps_high is set from the positive-advantage responses and eps_low from the negat
 eps_high = exp(q_{1-t}(log s_i | A > 0)) - 1 clips a share t of them, eps_low = 1 -
 exp(q_t(log s_i | A < 0)) likewise, with t the middle of the target range. The printout
 shows the measured distribution, the per-length spread, the clip rates of the current and of
-the recommended range, and the reasoning.
+the recommended range, and the reasoning. In Python: `calibrate(CalibrateSettings(...))`,
+whose fields are the command's options.
 """
 
 from __future__ import annotations
@@ -22,23 +23,63 @@ from __future__ import annotations
 import dataclasses
 import math
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 
 import gspo_trl.metric_names as names
+from gspo_trl.errors import UserError
 from gspo_trl.training.diagnostics import (
-    ROW_COLUMNS,
     bucket_labels,
     clip_fraction_by_length,
     clip_fractions,
+    column,
     log_ratio_quantiles,
+    real_rows,
 )
 
 MIN_EPS = 1e-6
 """Floor for a recommended eps: below float32 resolution of s_i near 1 it means nothing."""
 MIN_PER_SIGN = 20
 """Fewer responses of one advantage sign than this: use all responses for that side."""
+
+
+@dataclass(frozen=True)
+class CalibrateSettings:
+    """What to calibrate on; each field is the `gspo-trl calibrate` option of the same name.
+
+    `recipe` (with `overrides`: --key value pairs or a {key: value} dict) trains `batches`
+    rollout batches; `from_run` reads a run's logged statistics instead.
+    """
+
+    recipe: str | Path | None = None
+    overrides: Sequence[str] | Mapping[str, Any] = ()
+    from_run: str | Path | None = None
+    batches: int = 3
+    target_range: tuple[float, float] = (0.15, 0.25)
+    """Share of off-policy responses to clip per advantage sign; the middle is aimed at."""
+    output_dir: str | None = None
+    """Where the throw-away run writes; None: a temporary directory."""
+
+    def __post_init__(self) -> None:
+        low, high = self.target_range
+        if not 0 < low <= high < 1:
+            raise UserError(f"--target-range needs 0 < LOW <= HIGH < 1, got {low} {high}")
+        if self.recipe is None and self.from_run is None:
+            raise UserError("give a RECIPE or --from-run RUN_DIR")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The printed analysis and, from a recipe with enough responses of each sign, the recommendation."""
+
+    report: str
+    recommendation: Recommendation | None
+    current: tuple[float, float] | None
+    """The eps the recipe trains with (None from a run log)."""
 
 
 @dataclass
@@ -122,12 +163,10 @@ def analyse_rows(
     buckets: tuple[int, ...],
 ) -> str:
     """The calibration report for raw rows (columns: diagnostics.ROW_COLUMNS)."""
-    valid = ROW_COLUMNS.index("valid")
-    off = [r[r[:, valid] > 0] for mb, r in rows_by_mb if mb >= 2]
-    if not off:
+    rows = off_policy_rows(rows_by_mb)
+    if rows is None:
         return "no off-policy minibatch was recorded: steps_per_generation * num_iterations must be > 1"
-    rows = torch.cat(off).double()
-    log_s, adv, lengths = rows[:, 0], rows[:, 1], rows[:, 2]
+    log_s, adv, lengths = column(rows, "log_ratio"), column(rows, "advantage"), column(rows, "length")
     target = sum(target_range) / 2
     rec = recommend(log_s, adv, target)
     q = log_ratio_quantiles(log_s)
@@ -135,11 +174,11 @@ def analyse_rows(
     new = clip_fractions(log_s, adv, rec.eps_low, rec.eps_high)
     per_mb = []
     for mb in sorted({mb for mb, _ in rows_by_mb if mb >= 2}):
-        r = torch.cat([x[x[:, valid] > 0] for m, x in rows_by_mb if m == mb]).double()
-        mq = log_ratio_quantiles(r[:, 0])
+        r = torch.cat([real_rows(x) for m, x in rows_by_mb if m == mb]).double()
+        mq = log_ratio_quantiles(column(r, "log_ratio"))
         per_mb.append(f"mb{mb}: p5 {mq['p5']:+.2e}, p95 {mq['p95']:+.2e}")
     verdict = _verdict(log_s, adv, current, target_range)
-    judgeable = int((adv != 0).sum()) >= MIN_PER_SIGN
+    judgeable = _judgeable(adv)
     summary = [
         f"log s_i on {len(log_s)} off-policy responses (minibatches 2..k), nats per token:",
         f"  mean {q['mean']:+.2e}  std {q['std']:.2e}  p5 {q['p5']:+.2e}  p50 {q['p50']:+.2e}  "
@@ -183,6 +222,27 @@ def analyse_rows(
     )
 
 
+def off_policy_rows(rows_by_mb: list[tuple[int, torch.Tensor]]) -> torch.Tensor | None:
+    """The real rows of minibatches 2..k, pooled (float64); None when there are none."""
+    off = [real_rows(rows) for mb, rows in rows_by_mb if mb >= 2]
+    return torch.cat(off).double() if off else None
+
+
+def _judgeable(adv: torch.Tensor) -> bool:
+    """Enough responses with a learning signal (A != 0) to recommend from."""
+    return int((adv != 0).sum()) >= MIN_PER_SIGN
+
+
+def recommend_from_rows(
+    rows_by_mb: list[tuple[int, torch.Tensor]], target_range: tuple[float, float]
+) -> Recommendation | None:
+    """What `analyse_rows` recommends; None where it recommends nothing."""
+    rows = off_policy_rows(rows_by_mb)
+    if rows is None or not _judgeable(column(rows, "advantage")):
+        return None
+    return recommend(column(rows, "log_ratio"), column(rows, "advantage"), sum(target_range) / 2)
+
+
 def _clip_line(name: str, eps: tuple[float, float], stats: dict[str, float]) -> str:
     return (
         f"  {name:<22}{eps[0]:>10.3g} {eps[1]:>10.3g} {stats['clip/region']:>8.1%} "
@@ -215,7 +275,25 @@ def _verdict(
     return f"clips {clipped:.0%} of responses with A != 0, inside the target range: keep it."
 
 
-def calibrate_recipe(recipe_path: str, overrides: list[str], batches: int, output_dir: str | None):
+def calibrate(settings: CalibrateSettings) -> Calibration:
+    """Measure log s_i (a short throw-away run of the recipe, or a run's log) and recommend eps."""
+    if settings.from_run is not None:
+        try:
+            report = analyse_run(str(settings.from_run), settings.target_range)
+        except FileNotFoundError as error:
+            raise UserError(str(error)) from None
+        return Calibration(report, None, None)
+    rows, eps, buckets = calibrate_recipe(
+        str(settings.recipe), settings.overrides, settings.batches, settings.output_dir
+    )
+    heading = f"\nCalibration of {settings.recipe} over {settings.batches} rollout batches\n"
+    report = heading + analyse_rows(rows, eps, settings.target_range, buckets)
+    return Calibration(report, recommend_from_rows(rows, settings.target_range), eps)
+
+
+def calibrate_recipe(
+    recipe_path: str, overrides: Sequence[str] | Mapping[str, Any], batches: int, output_dir: str | None
+):
     """Train `batches` rollout batches of the recipe; return (rows by minibatch, eps, buckets)."""
     from gspo_trl.config.recipe import load_recipe
     from gspo_trl.training.build import build_trainer

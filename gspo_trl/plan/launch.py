@@ -84,10 +84,10 @@ def read_accelerate_config(path: str) -> AccelerateLaunch:
     """Strategy and training processes of an accelerate config (a file or a shipped name)."""
     resolved = find_accelerate_config(path)
     if resolved is None:
-        raise PlanError(f"--config {path}: no such accelerate config (shipped: configs/ddp.yaml, zero2, ...)")
+        raise PlanError(f"accelerate config {path}: no such file (shipped: configs/ddp.yaml, zero2, ...)")
     config = _read_mapping(resolved)
     if "distributed_type" not in config:
-        raise PlanError(f"--config {path}: not an accelerate config (no distributed_type)")
+        raise PlanError(f"accelerate config {path}: not an accelerate config (no distributed_type)")
     return AccelerateLaunch(
         source=path,
         strategy=_strategy(config, path),

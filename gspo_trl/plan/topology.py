@@ -1,7 +1,7 @@
 """Which GPUs train: nodes, GPUs per node and strategy, from flags, an accelerate config and `launch:`.
 
 Precedence, strongest first: the command-line flags, an accelerate config passed with
-`--config`, the recipe's `launch:` section (nodes, gpus_per_node, gpu_memory_gb), the
+`--accelerate-config`, the recipe's `launch:` section (nodes, gpus_per_node, gpu_memory_gb), the
 accelerate config it names (`launch.accelerate_config`), and last a single GPU (what
 `gspo-trl train` without accelerate starts) of 80 GB. The strategy comes from the accelerate
 config (explicit, else the recipe's), else ddp.
@@ -80,7 +80,7 @@ def resolve_topology(
     def accelerate_gpus(accelerate: AccelerateLaunch | None) -> int | None:
         return accelerate.gpus_per_node if accelerate is not None else None
 
-    explicit_source = f"--config {config}"
+    explicit_source = f"--accelerate-config {config}"
     recipe_source = f"launch.accelerate_config {recipe_config}"
     node_count, node_source = _first(
         (nodes, "--nodes"),

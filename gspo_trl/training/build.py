@@ -2,7 +2,7 @@
 
 `build_trainer` is everything `gspo-trl train` does before `trainer.train()`: the same
 preflight checks `gspo-trl validate` runs (gspo_trl.training.preflight), then the rewards,
-the data, `GSPOConfig` and `GSPOTrainer`. `run` claims the output directory
+the data, `GSPOConfig` and `GSPOTrainer`. `train_recipe` claims the output directory
 (gspo_trl.training.safety.run_dir: lock, no silent overwrite, the checkpoint to resume from), trains
 and saves the model, the trainer state and the resolved recipe. `gspo-trl train` makes the
 same two steps before it imports this module (gspo_trl.train), then calls `train_claimed`.
@@ -144,7 +144,7 @@ def build_trainer(recipe: Recipe, data: PreparedData | None = None) -> Any:
     return trainer
 
 
-def run(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> Any:
+def train_recipe(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> Any:
     """Train `recipe` to the end and save; returns the trainer (its state holds the logs).
 
     `resume` continues the run in its output_dir from its newest complete checkpoint;

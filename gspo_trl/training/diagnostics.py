@@ -3,8 +3,8 @@
 GSPO clips whole responses on the sequence ratio s_i = exp(mean_t log(pi_new / pi_old)).
 What goes wrong in practice (docs/gspo.md, "What to watch") is visible only in the
 distribution of log s_i on the off-policy minibatches, so `GSPOTrainer` records one row per
-response per update (see `ROW_COLUMNS`), gathers rows across ranks, and at every logging
-step turns them into the metrics below with the functions of this module.
+response per update (the fields of `RESPONSE_FIELDS`), gathers rows across ranks, and at every
+logging step turns them into the metrics below with the functions of this module.
 
 Metric keys (all under the normal Trainer logging path, so trackio / wandb / tensorboard
 and `trainer_state.json` see them; spelled in gspo_trl.metric_names). `mb{k}` is the update
@@ -34,6 +34,9 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -43,11 +46,6 @@ from gspo_trl.config.sections import DiagnosticsConfig
 
 logger = logging.getLogger(__name__)
 
-ROW_COLUMNS = ("log_ratio", "advantage", "length", "entropy_sum", "tokens", "valid")
-"""One row per response: log s_i, its (mean) advantage, completion length in tokens, sum of
-token entropies (nats) and number of scored tokens, and 1 for a real row (0 = padding added
-to even out ranks before a gather)."""
-
 
 def sequence_log_ratio(
     per_token_logps: torch.Tensor, old_per_token_logps: torch.Tensor, mask: torch.Tensor
@@ -55,6 +53,69 @@ def sequence_log_ratio(
     """log s_i, shape (B,): masked mean of token log-ratios, the exact expression TRL uses."""
     log_ratio = per_token_logps - old_per_token_logps
     return (log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+
+
+@dataclass(frozen=True)
+class PolicyPass:
+    """What the loss's policy forward pass leaves for the diagnostics (B responses, T tokens)."""
+
+    log_s: torch.Tensor
+    """(B,) log s_i, from `sequence_log_ratio`."""
+    scored_mask: torch.Tensor
+    """(B, T) the tokens in the loss: completion mask times tool mask."""
+    completion_mask: torch.Tensor
+    """(B, T) the completion tokens."""
+    advantages: torch.Tensor
+    """(B,) or (B, T) TRL's advantages."""
+    entropies: torch.Tensor | None = None
+    """(B, T) token entropies (nats), when TRL computed them."""
+
+
+def _mean_advantage(batch: PolicyPass) -> torch.Tensor:
+    advantages, mask = batch.advantages.float(), batch.scored_mask.float()
+    if advantages.dim() == 2:  # per-token advantages: the sign of their mean decides
+        advantages = (advantages * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+    return advantages
+
+
+def _entropy_sum(batch: PolicyPass) -> torch.Tensor:
+    if batch.entropies is None:
+        return torch.zeros_like(batch.log_s.float())
+    return (batch.entropies.float() * batch.scored_mask.float()).sum(-1)
+
+
+RESPONSE_FIELDS: dict[str, Callable[[PolicyPass], torch.Tensor]] = {
+    "log_ratio": lambda batch: batch.log_s.float(),
+    "advantage": _mean_advantage,
+    "length": lambda batch: batch.completion_mask.float().sum(-1),
+    "entropy_sum": _entropy_sum,
+    "tokens": lambda batch: batch.scored_mask.float().sum(-1),
+    "valid": lambda batch: torch.ones_like(batch.log_s.float()),
+}
+"""The per-response diagnostics, one entry each: its name and how a policy pass gives it.
+
+log s_i, the response's (mean) advantage, its completion length in tokens, the sum of its
+token entropies (nats) and its number of scored tokens, and 1 for a real row (0 = padding
+added to even out ranks before a gather). Rows are one float32 tensor (a column per field,
+in this order) so that one gather moves them all; read a column by name with `column`."""
+
+ROW_COLUMNS = tuple(RESPONSE_FIELDS)
+"""The column names of a row tensor, in order."""
+
+
+def response_rows(batch: PolicyPass) -> torch.Tensor:
+    """(B, len(ROW_COLUMNS)): one row per response, a column per field of `RESPONSE_FIELDS`."""
+    return torch.stack([field(batch) for field in RESPONSE_FIELDS.values()], dim=1)
+
+
+def column(rows: Any, name: str) -> Any:
+    """One field of every row, by name (a tensor for a tensor, an array for an array)."""
+    return rows[:, ROW_COLUMNS.index(name)]
+
+
+def real_rows(rows: Any) -> Any:
+    """The rows that are responses, not the padding a gather added."""
+    return rows[column(rows, "valid") > 0]
 
 
 def bucket_labels(length_buckets: tuple[int, ...]) -> list[str]:
@@ -155,11 +216,11 @@ def summarize_rows(
     rows: ArrayLike, eps_low: float, eps_high: float, length_buckets: tuple[int, ...]
 ) -> dict[str, float]:
     """All per-minibatch statistics from gathered rows (columns: ROW_COLUMNS), unprefixed."""
-    rows = _np(rows).astype(np.float64)
-    rows = rows[rows[:, ROW_COLUMNS.index("valid")] > 0]
+    rows = real_rows(_np(rows).astype(np.float64))
     if rows.size == 0:
         return {}
-    log_s, adv, length, ent, tok, _ = rows.T
+    log_s, adv, length = column(rows, "log_ratio"), column(rows, "advantage"), column(rows, "length")
+    ent, tok = column(rows, "entropy_sum"), column(rows, "tokens")
     stats = {names.log_ratio(k): v for k, v in log_ratio_quantiles(log_s).items()}
     stats.update(clip_fractions(log_s, adv, eps_low, eps_high))
     stats.update(clip_fraction_by_length(log_s, adv, length, eps_low, eps_high, length_buckets))

@@ -35,7 +35,13 @@ from trl import GRPOTrainer
 import gspo_trl.metric_names as names
 from gspo_trl.config.invariants import algorithm_of, check_ratio_level
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig
-from gspo_trl.training.diagnostics import ROW_COLUMNS, ClipAlarm, sequence_log_ratio, summarize_rows
+from gspo_trl.training.diagnostics import (
+    ClipAlarm,
+    PolicyPass,
+    response_rows,
+    sequence_log_ratio,
+    summarize_rows,
+)
 from gspo_trl.training.engine.logprobs import EngineOldLogprobs
 from gspo_trl.training.safety.staged_checkpoints import StagedCheckpoints
 
@@ -158,25 +164,14 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
 
     def _record_rows(self, inputs: dict[str, Any]) -> None:
         cap = self._gspo_captured
-        mask = cap["mask"].float()
-        log_s = cap["log_s"].float()
-        advantages = inputs["advantages"].float()
-        if advantages.dim() == 2:  # per-token advantages: the sign of their mean decides
-            advantages = (advantages * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
-        entropies = cap.get("entropies")
-        entropy_sum = (entropies.float() * mask).sum(-1) if entropies is not None else torch.zeros_like(log_s)
-        rows = torch.stack(
-            [
-                log_s,
-                advantages,
-                inputs["completion_mask"].float().sum(-1),
-                entropy_sum,
-                mask.sum(-1),
-                torch.ones_like(log_s),
-            ],
-            dim=1,
+        policy_pass = PolicyPass(
+            log_s=cap["log_s"],
+            scored_mask=cap["mask"],
+            completion_mask=inputs["completion_mask"],
+            advantages=inputs["advantages"],
+            entropies=cap.get("entropies"),
         )
-        assert rows.shape[1] == len(ROW_COLUMNS)
+        rows = response_rows(policy_pass)
         if self.accelerator.num_processes > 1:  # ranks may hold different batch sizes: pad, then gather
             rows = self.accelerator.gather(self.accelerator.pad_across_processes(rows, dim=0, pad_index=0))
         self._gspo_rows[self._minibatch_index()].append(rows.detach())

@@ -265,9 +265,9 @@ def _cpu_overrides(path: Path, model: Path, output_dir: Path) -> list[str]:
 def test_recipe_trains_two_steps_on_its_fixture(
     path: Path, tmp_path: Path, model_root: Path, monkeypatch: pytest.MonkeyPatch, caplog: Any
 ) -> None:
-    """2 GSPO steps through gspo_trl.training.build.run: real schema, the recipe's own rewards,
+    """2 GSPO steps through gspo_trl.training.build.train_recipe: real schema, the recipe's own rewards,
     dtype and bf16 as the recipe sets them (a bfloat16 dtype is upcast without DeepSpeed)."""
-    from gspo_trl.training.build import run
+    from gspo_trl.training.build import train_recipe
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
@@ -279,7 +279,7 @@ def test_recipe_trains_two_steps_on_its_fixture(
     assert required_columns(recipe) <= {"solution", "tests", "entry_point"}
 
     with caplog.at_level(logging.WARNING, logger="gspo_trl"):
-        trainer = run(load_recipe(path, _cpu_overrides(path, model, tmp_path / "out")))
+        trainer = train_recipe(load_recipe(path, _cpu_overrides(path, model, tmp_path / "out")))
 
     assert trainer.state.global_step == 2
     logged = {key for entry in trainer.state.log_history for key in entry}

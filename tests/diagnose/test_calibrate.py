@@ -91,3 +91,55 @@ def test_calibrate_a_real_recipe(tmp_path, capsys):
     # An untrained tiny model ties most groups: too few signed responses to recommend anything.
     assert "too few to judge" in out and "No recommendation:" in out and "recommended" not in out
     assert not list(tmp_path.glob("checkpoint-*")) and not (tmp_path / "optimizer.pt").exists()
+
+
+def test_calibrate_from_a_run_in_python(tmp_path):
+    """`gspo_trl.calibrate(CalibrateSettings(...))`, no argparse: the report the command prints."""
+    from gspo_trl import CalibrateSettings, Calibration
+    from gspo_trl import calibrate as calibrate_function
+
+    history = [{"step": 2, "gspo/offpolicy/log_ratio/mean": 0.0, "gspo/offpolicy/log_ratio/std": 0.01}]
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+    result = calibrate_function(CalibrateSettings(from_run=tmp_path, target_range=(0.1, 0.1)))
+    assert isinstance(result, Calibration) and result.recommendation is None
+    assert result.report == calibrate.analyse_run(str(tmp_path), (0.1, 0.1))
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({}, "give a RECIPE or --from-run"),
+        ({"recipe": "r.yaml", "target_range": (0.3, 0.2)}, "--target-range"),
+    ],
+)
+def test_calibrate_settings_refuse_what_cannot_work(options, message):
+    from gspo_trl import CalibrateSettings, UserError
+
+    with pytest.raises(UserError, match=message):
+        CalibrateSettings(**options)
+
+
+def test_recommendation_is_the_one_the_report_prints():
+    rows = crafted_rows()
+    by_mb = [(2, rows[:2000]), (3, rows[2000:])]
+    rec = calibrate.recommend_from_rows(by_mb, (0.15, 0.25))
+    text = calibrate.analyse_rows(by_mb, (3e-4, 4e-4), (0.15, 0.25), (64,))
+    printed = next(line for line in text.splitlines() if line.strip().startswith("recommended")).split()
+    assert (f"{rec.eps_low:.3g}", f"{rec.eps_high:.3g}") == (printed[1], printed[2])
+    few = crafted_rows(n=100)
+    few[:, 1] = 0.0  # tied groups only: the report recommends nothing, and so does the result
+    assert calibrate.recommend_from_rows([(2, few)], (0.15, 0.25)) is None
+
+
+@pytest.mark.slow
+def test_calibrate_a_recipe_in_python(tmp_path):
+    """The library on the tiny recipe: one rollout batch, overrides as a dict, nothing saved."""
+    from gspo_trl import CalibrateSettings
+    from gspo_trl import calibrate as calibrate_function
+
+    overrides = {"per_device_train_batch_size": 8, "num_generations": 4, "max_completion_length": 6}
+    settings = CalibrateSettings(recipe=RECIPE, overrides=overrides, batches=1, output_dir=str(tmp_path))
+    result = calibrate_function(settings)
+    assert "log s_i on 24 off-policy responses" in result.report  # 1 batch x 3 off-policy updates x 8
+    assert result.current == (0.02, 0.027)  # the tiny recipe's eps
+    assert not list(tmp_path.glob("checkpoint-*"))

@@ -13,7 +13,7 @@ from gspo_trl.cli.main import main as gspo_trl_main
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.demo.pipeline import DEFAULT_RECIPE as DEMO_RECIPE
 from gspo_trl.diagnose import report
-from gspo_trl.training.build import run
+from gspo_trl.training.build import train_recipe
 from tests._gspo_helpers import single_torch_thread  # noqa: F401
 
 EXPECTED = [
@@ -44,7 +44,7 @@ def run_dir(tmp_path_factory):
         "heldout.max_rows": 8,
         "diagnostics": {"length_buckets": [6, 10]},
     }
-    run(load_recipe(DEMO_RECIPE, overrides))
+    train_recipe(load_recipe(DEMO_RECIPE, overrides))
     return demo
 
 

@@ -370,3 +370,32 @@ def test_eval_grades_dapo_answer_line_and_boxed_alike(
     assert result["rows"] == len(completions) and "34" in (FIXTURES / f"{fixture}.jsonl").read_text()
     samples = (tmp_path / "dapo.samples.jsonl").read_text().splitlines()
     assert [json.loads(line)["rewards"] for line in samples] == [[1.0, 1.0, 0.0]] * len(completions)
+
+
+def test_evaluate_in_python_equals_the_command(checkpoint: dict[str, Any], capsys) -> None:
+    """`gspo_trl.evaluate(EvalSettings(...))`, no argparse: the training-time score, the file the
+    command writes, and the same numbers as `gspo-trl eval` with the same options."""
+    from gspo_trl import EvalResult, EvalSettings, evaluate
+
+    common = {"model": str(checkpoint["model"]), "data": str(checkpoint["heldout"]), "engine": "hf"}
+    settings = EvalSettings(**common, recipe=checkpoint["recipe"], output=checkpoint["root"] / "lib.json")
+    result = evaluate(settings)
+    assert isinstance(result, EvalResult) and result.rows == 12 and result.reward == "exact_match"
+    assert result.results["greedy"]["pass@1"] == checkpoint["exact_match_after"]
+    assert json.loads((checkpoint["root"] / "lib.json").read_text()) == result.as_json()
+    argv = [common["model"], "--data", common["data"], "--engine", "hf"]
+    argv += ["--recipe", str(checkpoint["recipe"])]
+    assert _eval(argv, checkpoint["root"] / "cli.json", capsys)["results"] == result.results
+
+
+def test_evaluate_given_completions_in_python(checkpoint: dict[str, Any], tmp_path: Path) -> None:
+    """Grading given completions needs no model: pass@k per row from the file's own samples."""
+    from gspo_trl import EvalSettings, evaluate
+
+    rows = [{"prompt": "p", "solution": "a"}, {"prompt": "p", "solution": "b"}]
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (tmp_path / "given.jsonl").write_text(json.dumps(["a", "x"]) + "\n" + json.dumps(["x", "x"]) + "\n")
+    given, data = str(tmp_path / "given.jsonl"), str(tmp_path / "data.jsonl")
+    result = evaluate(EvalSettings(completions=given, data=data, reward=EXACT_MATCH, ks=(1, 2)))
+    assert result.results["given"]["pass@1"] == 0.25 and result.results["given"]["pass@2"] == 0.5
+    assert Path(result.output) == tmp_path / "given.eval_results.json"

@@ -122,8 +122,8 @@ def test_resume_skips_finished_chunks_and_reproduces_the_output(
 
 def test_parquet_output_keeps_rows_in_range(tmp_path: Path) -> None:
     raw = Dataset.from_list([{"prompt": f"p{i}", "pass_rate": -1.0} for i in range(5)])
-    args, _ = parse_args(["r.yaml", "--min", "0.2", "--max", "0.6", "--output", str(tmp_path / "k.parquet")])
-    write_rows(raw, [0.0, 0.2, 0.4, 0.6, 0.8], args)
+    settings = parse_args(["r.yaml", "--min", "0.2", "--max", "0.6", "--output", str(tmp_path / "k.parquet")])
+    write_rows(raw, [0.0, 0.2, 0.4, 0.6, 0.8], settings)
     kept = Dataset.from_parquet(str(tmp_path / "k.parquet"))
     assert kept["prompt"] == ["p1", "p2", "p3"] and kept["pass_rate"] == [0.2, 0.4, 0.6]
 
@@ -213,3 +213,43 @@ def test_filter_by_one_named_reward(filtered: dict[str, Any], capsys: pytest.Cap
         assert record["rewards"] == scores
         assert record["pass_rate"] == sum(score >= 0.1 for score in scores) / G
     assert len(output.read_text().splitlines()) == 4  # [0, 1] keeps everything
+
+
+def test_filter_dataset_in_python_rereads_the_command_run(filtered: dict[str, Any]) -> None:
+    """`gspo_trl.filter_dataset(FilterSettings(...))`, no argparse, on the command's finished work:
+    the same settings resume every chunk, so the pass rates and the kept rows are the command's."""
+    from gspo_trl import FilterResult, FilterSettings, filter_dataset
+
+    settings = FilterSettings(
+        recipe=filtered["recipe"],
+        low=LOW,
+        high=HIGH,
+        pass_threshold=THRESHOLD,
+        chunk_size=CHUNK,
+        output=filtered["output"],
+        engine="hf",
+        resume=True,
+    )
+    kept_before = filtered["output"].read_text()
+    result = filter_dataset(settings)
+    assert isinstance(result, FilterResult)
+    assert result.pass_rates == [r["pass_rate"] for r in _chunks(filtered["output"])]
+    assert result.kept == len(kept_before.splitlines()) and filtered["output"].read_text() == kept_before
+    summary = json.loads(filtered["output"].with_suffix(".summary.json").read_text())
+    assert summary == json.loads(json.dumps(result.summary()))
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"low": 0.9, "high": 0.1}, r"--min 0\.9 / --max 0\.1"),
+        ({"output": "kept.txt"}, r"\.jsonl or \.parquet"),
+        ({"chunk_size": 0}, r"--chunk-size"),
+    ],
+)
+def test_filter_settings_refuse_what_cannot_work(options: dict[str, Any], message: str) -> None:
+    from gspo_trl import FilterSettings
+    from gspo_trl.errors import FilterError
+
+    with pytest.raises(FilterError, match=message):
+        FilterSettings(recipe="r.yaml", **options)

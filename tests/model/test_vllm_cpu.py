@@ -121,7 +121,6 @@ import functools, json, os, sys
 import torch
 import trl.generation.vllm_generation as vg
 import vllm.model_executor.layers.utils as layer_utils
-from gspo_trl.cli.check_logprobs import build_parser
 from gspo_trl.diagnose import check_logprobs as cl
 from gspo_trl.model.vllm_cpu import patch_trl_for_vllm_cpu
 
@@ -130,11 +129,9 @@ facts["untouched_when_disabled"] = not hasattr(layer_utils.dispatch_cpu_unquanti
 # The engine is put in fp32 by hand so that what is measured is the weight packing, not the
 # bf16 downcast (the shim's other half).
 vg.LLM = functools.partial(vg.LLM, dtype=torch.float32)
-args = build_parser().parse_args(
-    ["--model", sys.argv[1], "--output-dir", sys.argv[2], "--train-steps", "2", "--num-prompts", "4"]
-)
+settings = cl.CheckLogprobsSettings(model=sys.argv[1], output_dir=sys.argv[2], train_steps=2, num_prompts=4)
 prompts = cl._read_prompts(None, 4)
-trainer = cl._trainer_from_model(args, prompts)
+trainer = cl._trainer_from_model(settings, prompts)
 try:
     trainer.vllm_generation.sync_weights()  # TRL's colocate sync
     facts["trl_sync_error"] = None

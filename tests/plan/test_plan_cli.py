@@ -54,7 +54,7 @@ BROKEN = [
         "8B 16x8k DDP",
         [
             "qwen3-8b/math",
-            "--config",
+            "--accelerate-config",
             "configs/ddp.yaml",
             "--per_device_train_batch_size",
             "16",
@@ -84,7 +84,14 @@ BROKEN = [
     ),
     ("on-policy", ["qwen3-0.6b/math", "--steps_per_generation", "1"], 0, ["GSPO needs >= 2"], []),
     ("bad gpu memory", ["qwen3-0.6b/math", "--gpu-memory", "lots"], 2, [], ["--gpu-memory 'lots'"]),
-    ("no such config", ["qwen3-0.6b/math", "--config", "nowhere.yaml"], 2, [], ["nowhere.yaml"]),
+    ("no such config", ["qwen3-0.6b/math", "--accelerate-config", "nowhere.yaml"], 2, [], ["nowhere.yaml"]),
+    (
+        "both spellings",
+        ["qwen3-0.6b/math", "--accelerate-config", "configs/ddp.yaml", "--config", "configs/ddp.yaml"],
+        2,
+        [],
+        ["give --accelerate-config only"],
+    ),
     ("not a recipe", ["nowhere/recipe.yaml"], 2, [], ["file not found"]),
     ("no recipe", [], 2, [], ["no recipe given"]),
     ("unknown model", ["qwen3-0.6b/math", "--model.name_or_path", "org/unknown"], 2, [], ["org/unknown"]),
@@ -162,3 +169,15 @@ def test_docs_plan_example_commands_run(capsys):
     assert examples, "docs/plan.md shows no runnable example"
     for argv in examples:
         assert run_plan(capsys, *argv)[0] == 0, argv
+
+
+def test_old_config_spelling_plans_the_same_with_one_warning(capsys):
+    """`plan --config` (now --accelerate-config: for `train`, --config is the recipe) still works."""
+    argv = ["qwen3-1.7b/math", "--gpus-per-node", "2"]
+    new = run_plan(capsys, *argv, "--accelerate-config", "configs/zero2.yaml")
+    old = run_plan(capsys, *argv, "--config", "configs/zero2.yaml")
+    assert new[0] == old[0] == 0
+    assert "strategy  zero2 (--accelerate-config configs/zero2.yaml)" in new[1]
+    assert old[1] == new[1] and "warning:" not in new[2]
+    warnings = [line for line in old[2].splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "--accelerate-config" in warnings[0], old[2]

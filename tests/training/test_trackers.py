@@ -12,7 +12,7 @@ import pytest
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.validation import TRACKER_PACKAGES, validate
 from gspo_trl.errors import RecipeError
-from gspo_trl.training.build import run
+from gspo_trl.training.build import train_recipe
 from tests._gspo_helpers import single_torch_thread  # noqa: F401  (fixture: one torch thread)
 from tests._paths import ROOT
 
@@ -55,7 +55,7 @@ def test_tensorboard_event_files_hold_the_gspo_metrics(tmp_path: Path) -> None:
     pytest.importorskip("tensorboard", reason="the dev extra installs tensorboard (make test)")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    run(load_recipe(TINY_RECIPE, {**FAST, "output_dir": str(tmp_path), "report_to": "tensorboard"}))
+    train_recipe(load_recipe(TINY_RECIPE, {**FAST, "output_dir": str(tmp_path), "report_to": "tensorboard"}))
     event_files = sorted(tmp_path.rglob("events.out.tfevents.*"))
     assert event_files, sorted(str(p) for p in tmp_path.rglob("*"))
     tags: set[str] = set()
@@ -74,8 +74,9 @@ def test_tensorboard_event_files_hold_the_gspo_metrics(tmp_path: Path) -> None:
 TRACKIO_RUN = """
 import sys
 from gspo_trl.config.recipe import load_recipe
-from gspo_trl.training.build import run
-run(load_recipe(sys.argv[1], {**eval(sys.argv[2]), "output_dir": sys.argv[3], "report_to": "trackio"}))
+from gspo_trl.training.build import train_recipe
+overrides = {**eval(sys.argv[2]), "output_dir": sys.argv[3], "report_to": "trackio"}
+train_recipe(load_recipe(sys.argv[1], overrides))
 """
 """trackio reads TRACKIO_DIR when imported: the run gets its own process and store."""
 

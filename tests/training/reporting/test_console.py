@@ -12,7 +12,7 @@ from transformers import TrainerControl, TrainerState, TrainingArguments
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.sections import DiagnosticsConfig
 from gspo_trl.diagnose import report
-from gspo_trl.training.build import run
+from gspo_trl.training.build import train_recipe
 from gspo_trl.training.diagnostics import ClipAlarm
 from gspo_trl.training.reporting.console import (
     ZERO_VARIANCE_STEPS,
@@ -136,7 +136,7 @@ def test_four_step_run_prints_short_lines_and_writes_every_key(
     fast = {"max_steps": 4, "per_device_train_batch_size": 8, "num_generations": 4}
     fast.update({"max_completion_length": 8, "data.num_rows": 64, "data.eval_size": 8, "logging_steps": 1})
     fast.update({"steps_per_generation": 8, "gradient_accumulation_steps": 2})  # 8 micro-batches, 4 updates
-    trainer = run(load_recipe(TINY_RECIPE, {**fast, "output_dir": str(tmp_path)}))
+    trainer = train_recipe(load_recipe(TINY_RECIPE, {**fast, "output_dir": str(tmp_path)}))
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert "gspo-trl: training tiny" in lines, out
