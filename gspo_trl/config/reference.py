@@ -6,7 +6,7 @@ the TRL / open-r1 keys that live elsewhere in a recipe. Regenerate with
 
     python -m gspo_trl.config.reference > docs/recipe-reference.md
 
-(tests/test_rough_edges.py fails when the file is out of date).
+(tests/config/test_recipe_reference.py fails when the file is out of date).
 """
 
 from __future__ import annotations

