@@ -16,7 +16,7 @@ from typing import Any
 
 import rewards
 from gspo_trl.config.defaults import EPSILON_CLIP_LOSSES, TOKEN_SUM_LOSSES
-from gspo_trl.config.engine_checks import check_engine_settings
+from gspo_trl.config.engine_checks import check_engine_settings, check_vllm_for_moe
 from gspo_trl.config.fields import build_dataclass
 from gspo_trl.config.recipe import Recipe
 from gspo_trl.config.sections import DiagnosticsConfig
@@ -301,6 +301,7 @@ def validate(recipe: Recipe, processes: int | None = None) -> None:
     check_precision(recipe)
     _check_diagnostics(recipe)
     check_engine_settings(recipe.engine, recipe.training)
+    check_vllm_for_moe(recipe.model.name_or_path, recipe.training)
     _check_trackers(recipe)
 
 
