@@ -15,7 +15,7 @@ from typing import Any
 
 from gspo_trl import rewards
 from gspo_trl.config.batch import is_server_mode, rollout_batch, training_nodes
-from gspo_trl.config.engine_checks import check_engine_settings
+from gspo_trl.config.engine_checks import check_engine_settings, check_vllm_for_moe
 from gspo_trl.config.fields import build_dataclass
 from gspo_trl.config.invariants import check_off_policy, check_training_invariants
 from gspo_trl.config.recipe import Recipe
@@ -264,6 +264,7 @@ def validate(recipe: Recipe, processes: int | None = None) -> None:
     check_precision(recipe)
     _check_diagnostics(recipe)
     check_engine_settings(recipe.engine, recipe.training)
+    check_vllm_for_moe(recipe.model.name_or_path, recipe.training)
     _check_trackers(recipe)
 
 

@@ -23,10 +23,18 @@ What the shim changes (only when vLLM is installed *and* its platform is CPU):
    `layer.weight` as the live parameter (with its `weight_loader`) and computes
    `torch.nn.functional.linear(x, layer.weight, bias)` on every call. vLLM passes
    `layer.weight` into `cpu_linear` on each forward, so whatever `load_weights` writes in place
-   is what the next forward uses. Non-2-D weights (MoE expert stacks, conv kernels) and
-   quantized layers keep vLLM's own handling: syncing those on CPU is not covered (the tiny
-   and dense recipes have none).
-2. A colocated engine is built in the dtype the trainer computes in (the autocast dtype under
+   is what the next forward uses. Quantized layers and conv kernels keep vLLM's own handling.
+2. MoE experts (`CPUUnquantizedExperts`, e.g. Qwen3-MoE) get the same treatment. After loading,
+   vLLM-CPU zero-pads and repacks each layer's `w13_weight` / `w2_weight` stacks into its
+   grouped-GEMM layout (`cpu_prepack_moe_weight`) and `replace_parameter` keeps the old
+   `weight_loader`; TRL's sync then writes checkpoint-layout expert slices into the packed
+   buffers. Measured on a tiny Qwen3-MoE (tests/model/test_vllm_moe_sync.py): engine and trainer
+   agree to 1e-6 per token after loading from disk, and disagree by up to 0.07 nats after a sync
+   of the *same* weights. With the shim the stacks stay in checkpoint layout and the experts
+   run as textbook SwiGLU over the live tensors (`_experts_on_live_weights`), exactly as
+   transformers' `Qwen3MoeExperts.forward` computes them. Gated SiLU/GELU experts without
+   biases only; any other expert kind keeps vLLM's kernel.
+3. A colocated engine is built in the dtype the trainer computes in (the autocast dtype under
    bf16/fp16 mixed precision, else the weights' dtype). vLLM-CPU's `dtype="auto"` silently
    downcasts float32 checkpoints to bfloat16, and TRL's `LLM(...)` call passes no dtype, so
    an fp32 CPU trainer would sample from a bf16 copy of itself: measured on the tiny model,
@@ -41,9 +49,10 @@ Why it is correct: the engine's forward becomes the textbook `x @ W.T + b` over 
 log-probs equal the trainer's up to kernel rounding (measured by `tests/model/test_vllm_cpu.py`:
 ~1e-6 per token on the tiny model).
 
-What it costs: the packed oneDNN/AMX kernels are not used, so CPU generation runs on
-PyTorch's own GEMM (MKL/oneDNN without pre-packing). On the tiny CPU model the difference is
-not measurable; for a multi-billion-parameter model served from CPU expect slower decoding.
+What it costs: the packed oneDNN/AMX kernels (and vLLM's grouped MoE GEMM) are not used, so
+CPU generation runs on PyTorch's own GEMM (MKL/oneDNN without pre-packing), MoE experts one at
+a time. On the tiny CPU model the difference is not measurable; for a multi-billion-parameter
+model served from CPU expect slower decoding.
 On GPUs nothing is patched.
 
 Server mode (`trl vllm-serve`) on CPU needs one more thing, outside any Python process we
@@ -65,6 +74,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import importlib.util
+import inspect
 import logging
 import os
 import sys
@@ -107,6 +117,109 @@ def _make_live_weight_dispatch(original: Callable[..., None]) -> Callable[..., N
 
     dispatch_keeping_live_weights.__gspo_trl_shim__ = True  # type: ignore[attr-defined]
     return dispatch_keeping_live_weights
+
+
+LIVE_EXPERT_ACTIVATIONS = {
+    "silu": torch.nn.functional.silu,
+    "gelu": torch.nn.functional.gelu,
+    "gelu_tanh": functools.partial(torch.nn.functional.gelu, approximate="tanh"),
+}
+"""vLLM `MoEActivation` values whose experts are gated (`act(gate) * up`, gate then up in
+`w13`) and that the live-weight experts compute; others keep vLLM's packed kernel."""
+
+
+@torch.library.custom_op("gspo_trl::experts_on_live_weights", mutates_args=("output",))
+def _experts_on_live_weights(
+    output: torch.Tensor,
+    hidden_states: torch.Tensor,
+    w13: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    activation: str,
+    expert_map: torch.Tensor | None,
+    apply_router_weight_on_input: bool,
+) -> None:
+    """Routed gated experts over checkpoint-layout stacks (w13 [E, 2I, H], w2 [E, H, I]) into `output`.
+
+    The loop of transformers' `Qwen3MoeExperts.forward`: for each expert hit, the tokens
+    routed to it, `down(act(gate) * up)`, times their routing weight, summed per token. A
+    custom op, so that vLLM's torch.compile treats the data-dependent loop as one call.
+    """
+    act = LIVE_EXPERT_ACTIVATIONS[activation]
+    result = torch.zeros_like(hidden_states)
+    for expert in torch.unique(topk_ids).tolist():
+        local = int(expert_map[expert]) if expert_map is not None else expert
+        if local < 0:
+            continue  # another expert-parallel rank holds it
+        token_index, slot = torch.where(topk_ids == expert)
+        gate, up = torch.nn.functional.linear(hidden_states[token_index], w13[local]).chunk(2, dim=-1)
+        expert_out = torch.nn.functional.linear(act(gate) * up, w2[local])
+        if not apply_router_weight_on_input:  # else vLLM scaled the inputs already
+            expert_out = expert_out * topk_weights[token_index, slot, None].to(expert_out.dtype)
+        result.index_add_(0, token_index, expert_out.to(result.dtype))
+    output.copy_(result)
+
+
+@_experts_on_live_weights.register_fake
+def _(
+    output,
+    hidden_states,
+    w13,
+    w2,
+    topk_weights,
+    topk_ids,
+    activation,
+    expert_map,
+    apply_router_weight_on_input,
+) -> None:
+    return None
+
+
+def _patch_cpu_moe_experts() -> None:
+    """Keep vLLM-CPU's unquantized MoE expert stacks live and unpacked (module docstring, 2)."""
+    from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
+
+    original_process = CPUUnquantizedExperts.process_weights_after_loading
+    original_apply = CPUUnquantizedExperts.apply
+    if getattr(original_apply, "__gspo_trl_shim__", False):
+        return
+    apply_signature = inspect.signature(original_apply)
+
+    @functools.wraps(original_process)
+    def keep_stacks_live(self: Any, layer: torch.nn.Module) -> None:
+        activation = str(self.moe_config.activation.value)
+        if activation not in LIVE_EXPERT_ACTIVATIONS or self.w1_bias is not None or self.w2_bias is not None:
+            original_process(self, layer)
+            return
+        self._use_zentorch = False
+        self._gspo_live_activation = activation
+
+    @functools.wraps(original_apply)
+    def apply_on_live_stacks(
+        self: Any, output: torch.Tensor, hidden_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> None:
+        live_activation = getattr(self, "_gspo_live_activation", None)
+        if live_activation is None:
+            original_apply(self, output, hidden_states, *args, **kwargs)
+            return
+        call = apply_signature.bind(self, output, hidden_states, *args, **kwargs).arguments
+        _experts_on_live_weights(
+            output,
+            hidden_states,
+            call["w1"],
+            call["w2"],
+            call["topk_weights"],
+            call["topk_ids"],
+            live_activation,
+            call["expert_map"],
+            bool(call["apply_router_weight_on_input"]),
+        )
+
+    keep_stacks_live.__gspo_trl_shim__ = True  # type: ignore[attr-defined]
+    apply_on_live_stacks.__gspo_trl_shim__ = True  # type: ignore[attr-defined]
+    CPUUnquantizedExperts.process_weights_after_loading = keep_stacks_live
+    CPUUnquantizedExperts.apply = apply_on_live_stacks
 
 
 def trainer_compute_dtype(model: torch.nn.Module, accelerator: Any) -> torch.dtype | None:
@@ -179,7 +292,11 @@ def patch_trl_for_vllm_cpu() -> bool:
         layer_utils.dispatch_cpu_unquantized_gemm = _make_live_weight_dispatch(
             layer_utils.dispatch_cpu_unquantized_gemm
         )
+    _patch_cpu_moe_experts()
     if not getattr(VLLMGeneration._init_vllm, "__gspo_trl_shim__", False):
         VLLMGeneration._init_vllm = _make_init_in_trainer_dtype(VLLMGeneration._init_vllm)
-    logger.info("vLLM runs on CPU: weight-sync shim applied (live unpacked linear weights, trainer dtype)")
+    logger.info(
+        "vLLM runs on CPU: weight-sync shim applied "
+        "(live unpacked linear and MoE expert weights, trainer dtype)"
+    )
     return True

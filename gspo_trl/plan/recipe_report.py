@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gspo_trl.plan.disk import format_disk, plan_disk
 from gspo_trl.plan.recipe_plan import RecipePlan
 from gspo_trl.plan.report import _memory_table, _topology, _verdict, _vllm, _work
 from gspo_trl.plan.vllm_memory import GIB
@@ -117,9 +118,14 @@ def _duration(low: float, high: float) -> str:
     return f"{low_text} {unit}" if low_text == high_text else f"{low_text}-{high_text} {unit}"
 
 
+def _disk(result: RecipePlan) -> list[str]:
+    plan, recipe = result.plan, result.recipe
+    return format_disk(plan_disk(plan.shape, plan.setup, recipe.training, recipe.model.allow_pure_bf16))
+
+
 def format_recipe_plan(result: RecipePlan) -> str:
     """Every section of the recipe plan, as one string."""
     plan = result.plan
     sections = [*_launch(result), "", *_topology(plan)[1:], *_memory_table(plan), *_vllm(plan)]
-    sections += _heldout(result) + _verdict(plan) + _work(plan) + _cost(result)
+    sections += _heldout(result) + _verdict(plan) + _work(plan) + _cost(result) + _disk(result)
     return "\n".join(sections)

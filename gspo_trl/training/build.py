@@ -22,7 +22,7 @@ from gspo_trl.model.loading import load_tokenizer, lora_config, model_init_kwarg
 from gspo_trl.model.precision import training_weight_precision
 from gspo_trl.training.engine.vllm_server import check_vllm_server
 from gspo_trl.training.heldout.scoring import HeldoutCallback
-from gspo_trl.training.preflight import PreparedData, output_dir_of, preflight
+from gspo_trl.training.preflight import PreparedData, check_one_gpu_per_process, output_dir_of, preflight
 from gspo_trl.training.reporting.console import install_console
 from gspo_trl.training.safety.interrupt import StopOnInterrupt, TrainingInterrupted
 from gspo_trl.training.safety.resume_warnings import quiet_tied_weights_warning
@@ -99,6 +99,7 @@ def build_trainer(recipe: Recipe, data: PreparedData | None = None) -> Any:
     train_dataset, eval_dataset = data.train, data.eval
     reward_funcs = guard_rewards([rewards.get(entry.spec, **entry.params) for entry in recipe.rewards])
     args = gspo_config(recipe)
+    check_one_gpu_per_process(args.n_gpu, recipe.source, args.model_init_kwargs or {})
     check_vllm_server(args)  # before the model loads: a missing server fails in seconds
     model_path = resolve_model_path(recipe.model, args.output_dir)
     tokenizer = load_tokenizer(recipe.model, model_path)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,25 @@ def model_files(recipe: Recipe) -> Path | None:
     except ValueError:  # not a valid hub id either; loading the model will say so
         return None
     return Path(cached).parent if isinstance(cached, str) else None
+
+
+def check_one_gpu_per_process(n_gpu: int, recipe_source: str, model_init_kwargs: Mapping[str, Any]) -> None:
+    """Refuse, before the model loads, the launch TRL refuses after: one process, several GPUs.
+
+    `n_gpu` is `TrainingArguments.n_gpu`: `torch.cuda.device_count()` when no launcher set up a
+    process group (transformers/training_args.py:1917), else 1. `Trainer.__init__` resets it to
+    1 only for a model split over devices with `device_map` (trainer.py:490), and then
+    GRPOTrainer raises "does not support `nn.DataParallel`" on `args.n_gpu > 1`
+    (trl/trainer/grpo_trainer.py:975).
+    """
+    if n_gpu <= 1 or model_init_kwargs.get("device_map") is not None:
+        return
+    raise RecipeError(
+        f"{n_gpu} GPUs are visible to one process, and TRL's GRPOTrainer refuses nn.DataParallel "
+        f"(n_gpu > 1) after the model loads: run `CUDA_VISIBLE_DEVICES=0 gspo-trl train {recipe_source}` "
+        f"for one GPU, or one process per GPU: `accelerate launch --num_processes {n_gpu} -m gspo_trl.train "
+        f"--config {recipe_source}`"
+    )
 
 
 def preflight(recipe: Recipe, processes: int | None = None) -> PreparedData:

@@ -326,7 +326,7 @@ def test_slurm_dry_run_prints_server_health_wait_and_one_fail_fast_training_step
     assert "--kill-on-bad-exit=1" in training and any(a.startswith("--wait=") for a in training)
     assert {"--nodes=3", "--ntasks=3", "--ntasks-per-node=1", "--nodelist=node1,node2,node3"} <= set(training)
     script = training[training.index("-c") + 1]
-    assert script == 'exec accelerate launch --machine_rank "$SLURM_NODEID" "$@"'
+    assert script.endswith('exec accelerate launch --machine_rank "$SLURM_NODEID" "$@"')  # after VLLM_HOST_IP
     launch_args = training[training.index("-c") + 3 :]  # after the script and its $0
 
     parser = launch_command_parser()
