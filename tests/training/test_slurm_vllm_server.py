@@ -15,12 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from gspo_trl.plan.launch import read_header
+from gspo_trl.config.recipe import load_recipe
 from tests._paths import ROOT
 
 SCRIPT = ROOT / "scripts" / "slurm" / "train.slurm"
 SLURM_RECIPES = [
-    path for path in sorted((ROOT / "recipes").glob("**/*.yaml")) if "train.slurm" in path.read_text()
+    path
+    for path in sorted((ROOT / "recipes").glob("**/*.yaml"))
+    if "train.slurm" in (load_recipe(path).launch.command or "")
 ]
 EXTERNAL_DP_FLAGS = ("data_parallel_external_lb", "data_parallel_hybrid_lb", "data_parallel_rank")
 """vLLM flags (either spelling) that split DP engines across API servers or nodes: each API
@@ -29,15 +31,14 @@ a weight sync through one server would miss the others."""
 
 
 def header_launch_args(path: Path) -> tuple[int, list[str]]:
-    """(nodes, script arguments) of a recipe header's `sbatch --nodes=N train.slurm ...` line."""
-    launch = read_header(path).fields["Launch"].split("(", 1)[0]
-    words = shlex.split(launch.replace("\\ ", " "))  # the header's shell line continuations
+    """(nodes, script arguments) of a recipe's `launch.command`, `sbatch --nodes=N train.slurm ...`."""
+    words = shlex.split(load_recipe(path).launch.command)
     nodes = int(next(w for w in words if w.startswith("--nodes=")).split("=", 1)[1])
     return nodes, words[words.index("scripts/slurm/train.slurm") + 1 :]
 
 
 def dry_run(path: Path) -> tuple[list[str], list[str]]:
-    """The server and the training srun commands the script prints for `path`'s header."""
+    """The server and the training srun commands the script prints for `path`'s launch command."""
     nodes, args = header_launch_args(path)
     env = {key: value for key, value in os.environ.items() if not key.startswith("SLURM_")}
     result = subprocess.run(

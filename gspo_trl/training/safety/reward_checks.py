@@ -6,7 +6,7 @@ the wrong number of values fails there with a message that names no row; and one
 returns None for every completion (it reads a column the data does not hold in its format)
 trains on nothing but the other rewards, with a warning per batch that is easy to miss.
 
-`guard_rewards` wraps each reward function (not reward models): the wrapper keeps the
+`with_reward_checks` wraps each reward function (not reward models): the wrapper keeps the
 reward's name (TRL's metric key) and sync/async nature, and raises `RewardFailedError`, a
 UserError (one line, exit 2), naming the reward, the row (index in the batch) and what it
 got: not a number, not finite, or beyond MAX_REWARD_MAGNITUDE. If no reward judges any
@@ -87,7 +87,7 @@ class FirstRolloutBatch:
             )
 
 
-class GuardedReward:
+class CheckedReward:
     """A reward function whose every result is checked (see the module docstring)."""
 
     def __init__(
@@ -174,10 +174,10 @@ class GuardedReward:
             )
 
     def __repr__(self) -> str:
-        return f"GuardedReward({self.func!r})"
+        return f"CheckedReward({self.func!r})"
 
 
-class AsyncGuardedReward(GuardedReward):
+class AsyncCheckedReward(CheckedReward):
     """The same checks for an async reward function (TRL awaits it with the others)."""
 
     async def __call__(  # type: ignore[override]
@@ -192,8 +192,10 @@ class AsyncGuardedReward(GuardedReward):
         return self.check(result, completions, prompts)
 
 
-def guard_rewards(reward_funcs: Sequence[Any], max_unjudged_batches: int = MAX_UNJUDGED_BATCHES) -> list[Any]:
-    """Each reward function wrapped in a GuardedReward; reward models (nn.Module) and ids as given."""
+def with_reward_checks(
+    reward_funcs: Sequence[Any], max_unjudged_batches: int = MAX_UNJUDGED_BATCHES
+) -> list[Any]:
+    """Each reward function wrapped in a CheckedReward; reward models (nn.Module) and ids as given."""
     models = [
         func for func in reward_funcs if isinstance(func, str) or not callable(func) or _is_module(func)
     ]
@@ -204,9 +206,9 @@ def guard_rewards(reward_funcs: Sequence[Any], max_unjudged_batches: int = MAX_U
         if any(func is model for model in models):
             guarded.append(func)
         elif is_async_callable(func):
-            guarded.append(AsyncGuardedReward(func, max_unjudged_batches, first_batch))
+            guarded.append(AsyncCheckedReward(func, max_unjudged_batches, first_batch))
         else:
-            guarded.append(GuardedReward(func, max_unjudged_batches, first_batch))
+            guarded.append(CheckedReward(func, max_unjudged_batches, first_batch))
     return guarded
 
 

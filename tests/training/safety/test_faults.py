@@ -25,7 +25,7 @@ import pytest
 
 from gspo_trl.cli.main import main as gspo_trl_main
 from gspo_trl.model.checkpoints import latest_checkpoint
-from gspo_trl.training.safety.reward_checks import AsyncGuardedReward, RewardFailedError, guard_rewards
+from gspo_trl.training.safety.reward_checks import AsyncCheckedReward, RewardFailedError, with_reward_checks
 from gspo_trl.training.safety.staged_checkpoints import STAGING
 from tests._gspo_helpers import tiny_model_dir
 from tests.training.safety.test_resume import RUN_TIMEOUT_S
@@ -99,7 +99,7 @@ def _call(reward, completions=COMPLETIONS):
 
 @pytest.mark.parametrize(("func", "words"), FAULTS, ids=[f[0].__name__ for f in FAULTS])
 def test_a_broken_reward_is_named_with_its_row(func, words) -> None:
-    (guarded,) = guard_rewards([func])
+    (guarded,) = with_reward_checks([func])
     assert guarded.__name__ == func.__name__  # TRL's metric key is unchanged
     with pytest.raises(RewardFailedError) as caught:
         _call(guarded)
@@ -109,21 +109,21 @@ def test_a_broken_reward_is_named_with_its_row(func, words) -> None:
 
 
 def test_rewards_that_work_pass_through_unchanged() -> None:
-    (guarded,) = guard_rewards([fine])
+    (guarded,) = with_reward_checks([fine])
     assert _call(guarded)[:2] == [1.0, None]
-    (asynchronous,) = guard_rewards([async_strings])
-    assert isinstance(asynchronous, AsyncGuardedReward)
+    (asynchronous,) = with_reward_checks([async_strings])
+    assert isinstance(asynchronous, AsyncCheckedReward)
 
 
 def test_a_reward_that_judges_nothing_stops_after_n_batches() -> None:
-    (guarded,) = guard_rewards([never_judges], max_unjudged_batches=3)
+    (guarded,) = with_reward_checks([never_judges], max_unjudged_batches=3)
     guarded.func = fine  # a first batch judged: only the batches-in-a-row rule applies after it
     _call(guarded)
     guarded.func = never_judges
     _call(guarded), _call(guarded)
     with pytest.raises(RewardFailedError, match=r"'never_judges' judged no completion .* 3 rollout batches"):
         _call(guarded)
-    (mixed,) = guard_rewards([fine], max_unjudged_batches=2)
+    (mixed,) = with_reward_checks([fine], max_unjudged_batches=2)
     _call(mixed)
     mixed.func = never_judges
     _call(mixed)
@@ -136,9 +136,11 @@ def test_a_reward_that_judges_nothing_stops_after_n_batches() -> None:
 def test_the_first_batch_needs_one_judged_completion_from_any_reward() -> None:
     """A maths-and-code mixture: each reward answers None for the other task's rows, so one
     reward judging nothing in the first batch is fine while another judged; none judging is not."""
-    judged, unjudged = guard_rewards([fine, never_judges])
+    judged, unjudged = with_reward_checks([fine, never_judges])
     _call(unjudged), _call(judged)  # either order: the batch is complete once both reported
-    first, second = guard_rewards([never_judges, lambda completions, **_: [float("nan")] * len(completions)])
+    first, second = with_reward_checks(
+        [never_judges, lambda completions, **_: [float("nan")] * len(completions)]
+    )
     _call(first)
     with pytest.raises(RewardFailedError, match=r"\['never_judges', '<lambda>'\] judged none of the 4"):
         _call(second)

@@ -242,8 +242,7 @@ def test_file_names_match_the_libraries_that_write_them() -> None:
 
     from gspo_trl.model import checkpoints
     from gspo_trl.training.reporting import metrics_file
-    from gspo_trl.training.safety import run_dir
-    from gspo_trl.training.safety import staged_checkpoints as checkpoint_guard
+    from gspo_trl.training.safety import run_dir, staged_checkpoints
 
     assert {
         utils.SAFE_WEIGHTS_NAME,
@@ -259,4 +258,4 @@ def test_file_names_match_the_libraries_that_write_them() -> None:
     assert trainer.FSDP_MODEL_NAME == checkpoints.FSDP_MODEL_PREFIX
     assert trainer.TRAINER_STATE_NAME == checkpoints.TRAINER_STATE
     assert run_dir.METRICS_FILE == metrics_file.METRICS_FILE
-    assert run_dir.STAGING == checkpoint_guard.STAGING
+    assert run_dir.STAGING == staged_checkpoints.STAGING
