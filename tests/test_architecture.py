@@ -29,7 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from tests._paths import ROOT
+ROOT = Path(__file__).resolve().parents[1]  # also run as a script: `python tests/test_architecture.py`
+
 
 PACKAGES = ("gspo_trl",)
 LAYERS: dict[str, int] = {
