@@ -54,7 +54,7 @@ _EXPORTS = {
     "RecipeError": "gspo_trl.errors",
     "DataError": "gspo_trl.errors",
 }
-__all__ = [  # the keys of _EXPORTS (tests/test_library_api.py checks)
+__all__ = [  # the keys of _EXPORTS (tests/test_public_api.py checks)
     "GSPO_DEFAULTS",
     "CalibrateSettings",
     "Calibration",
