@@ -92,3 +92,21 @@ def test_module_docstrings_fit_a_screen() -> None:
         if len(doc.splitlines()) > MAX_MODULE_DOCSTRING_LINES:
             long[str(path.relative_to(ROOT))] = len(doc.splitlines())
     assert long == {}
+
+
+FILE_REFERENCE = re.compile(r"(?<![\w./-])((?:tests|docs|scripts|gspo_trl)/[\w./-]+\.(?:py|md|sh|yaml|slurm))")
+PROSE = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PROSE += sorted((ROOT / "recipes").glob("*/*.yaml"))
+
+
+def test_every_named_file_exists() -> None:
+    """Docs, recipes and docstrings that point a reader at `tests/x.py` or `docs/y.md` point at a file."""
+    texts = [(path, path.read_text(encoding="utf-8")) for path in PROSE]
+    texts += [(path, "\n".join(text for _, text in strings_of(path))) for path in SOURCES]
+    missing = sorted(
+        f"{path.relative_to(ROOT)}: {name}"
+        for path, text in texts
+        for name in FILE_REFERENCE.findall(text)
+        if "*" not in name and not (ROOT / name.rstrip(".")).exists()
+    )
+    assert missing == []
