@@ -94,7 +94,7 @@ def test_module_docstrings_fit_a_screen() -> None:
     assert long == {}
 
 
-FILE_REFERENCE = re.compile(r"(?<![\w./-])((?:tests|docs|scripts|gspo_trl)/[\w./-]+\.(?:py|md|sh|yaml|slurm))")
+FILE_REFERENCE = re.compile(r"(?<![\w./-])((?:tests|docs|scripts|gspo_trl)/[\w./-]+\.(?:py|md|sh|yaml))")
 PROSE = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PROSE += sorted((ROOT / "recipes").glob("*/*.yaml"))
 
