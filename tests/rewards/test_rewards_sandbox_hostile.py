@@ -388,7 +388,7 @@ def test_servers_die_with_a_killed_trainer():
     import sys
 
     script = (
-        "import sys, threading\nfrom rewards.execution import sandbox\n"
+        "import sys, threading\nfrom gspo_trl.rewards.execution import sandbox\n"
         "sandbox.run({'kind': 'stdio', 'solution': 'print(1)'})\n"
         "job = {'kind': 'stdio', 'solution': 'import time; time.sleep(60)'}\n"
         "limits = sandbox.Limits(wall_s=60)\n"
