@@ -168,7 +168,13 @@ class ConsoleCallback(TrainerCallback):
         self._print(self.header)
         self._start = None
         for name, log_filter in self._filters.items():
-            logging.getLogger(name).addFilter(log_filter)
+            alarm_logger = logging.getLogger(name)
+            # A logging config applied earlier in the process (dictConfig disables existing
+            # loggers by default; a library may raise levels) must not silence GSPO's alarms.
+            alarm_logger.disabled = False
+            if alarm_logger.getEffectiveLevel() > logging.WARNING:
+                alarm_logger.setLevel(logging.WARNING)
+            alarm_logger.addFilter(log_filter)
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._start is None:  # timing starts here, after any evaluation before training

@@ -95,6 +95,15 @@ def test_zero_variance_for_several_steps_raises_an_alarm(zero_variance, alarms) 
     assert sum(line.startswith("! ") and "zero reward variance" in line for line in printed) == alarms
 
 
+@pytest.fixture
+def logging_as_configured_by_nobody():
+    """Earlier tests in the session may leave logging switched off process-wide (a library's
+    `logging.disable` left set); the alarm tests start from logging's defaults."""
+    logging.disable(logging.NOTSET)
+    yield
+
+
+@pytest.mark.usefixtures("logging_as_configured_by_nobody")
 def test_clip_alarm_prints_a_bang_line_instead_of_a_log_record(caplog: pytest.LogCaptureFixture) -> None:
     printed: list[str] = []
     console = ConsoleCallback("banner", printer=lambda text, flush: printed.append(text))
@@ -113,6 +122,7 @@ def test_clip_alarm_prints_a_bang_line_instead_of_a_log_record(caplog: pytest.Lo
     assert not [r for r in caplog.records if "clipped" in r.getMessage() and r.levelno >= logging.WARNING]
 
 
+@pytest.mark.usefixtures("logging_as_configured_by_nobody")
 def test_engine_mismatch_warning_is_a_bang_line(caplog: pytest.LogCaptureFixture) -> None:
     """The engine log-prob guard's warning (engine.on_mismatch: warn / recompute) stands out too."""
     from gspo_trl.training.engine import logprobs as engine_logprobs
@@ -168,3 +178,24 @@ def test_report_falls_back_to_trainer_state_without_metrics_file(tmp_path: Path)
     assert report.load_log_history(tmp_path) == history
     (tmp_path / METRICS_FILE).write_text(json.dumps({"step": 3, "reward": 0.9}) + "\n")
     assert report.load_log_history(tmp_path) == [{"step": 3, "reward": 0.9}]
+
+
+def test_an_earlier_logging_config_cannot_silence_the_clip_alarm() -> None:
+    """dictConfig disables existing loggers by default; a library may raise a level: the alarm
+    still reaches the console."""
+    alarm_logger = logging.getLogger("gspo_trl.training.diagnostics")
+    was = alarm_logger.disabled, alarm_logger.level
+    alarm_logger.disabled, _ = True, alarm_logger.setLevel(logging.ERROR)
+    try:
+        printed: list[str] = []
+        console = ConsoleCallback("banner", printer=lambda text, flush: printed.append(text))
+        args = TrainingArguments(output_dir="unused", report_to="none")
+        state, control = TrainerState(max_steps=4), TrainerControl()
+        console.on_train_begin(args, state, control)
+        alarm = ClipAlarm(DiagnosticsConfig(warn_after_steps=1))
+        alarm.update({"clip/pos_adv": 0.9, "clip/region": 0.8}, 3e-4, 4e-4)
+        _CloseConsole(console).on_train_end(args, state, control)
+        assert any(line.startswith("! GSPO: off-policy minibatches clipped") for line in printed), printed
+    finally:
+        alarm_logger.disabled = was[0]
+        alarm_logger.setLevel(was[1])
