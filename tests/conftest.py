@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
@@ -43,3 +44,14 @@ def terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     from _pytest.capture import CaptureIO
 
     monkeypatch.setattr(CaptureIO, "isatty", lambda self: True)
+
+
+@pytest.fixture(autouse=True)
+def gspo_trl_loggers_enabled() -> None:
+    """Each test starts with the package's loggers on. A library that configures logging in the
+    test process (dictConfig disables every existing logger unless told otherwise) must not
+    decide whether a later test's warning is recorded; the full suite's order showed it does."""
+    logging.disable(logging.NOTSET)
+    for name, known in logging.root.manager.loggerDict.items():
+        if name.startswith("gspo_trl") and isinstance(known, logging.Logger):
+            known.disabled = False
