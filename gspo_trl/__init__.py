@@ -2,7 +2,7 @@
 
 The Python API mirrors TRL's trainer/config pair, with GSPO's settings as the defaults:
 
-    from gspo_trl import rewards
+    import gspo_trl.rewards as rewards
     from gspo_trl import GSPOConfig, GSPOTrainer
 
     trainer = GSPOTrainer(

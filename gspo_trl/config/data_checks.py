@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gspo_trl import rewards
+import gspo_trl.rewards as rewards
 from gspo_trl.config.batch import rollout_batch
 from gspo_trl.config.recipe import Recipe
 from gspo_trl.config.trl_fields import grpo_default

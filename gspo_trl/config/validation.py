@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from gspo_trl import rewards
+import gspo_trl.rewards as rewards
 from gspo_trl.config.batch import is_server_mode, rollout_batch, training_nodes
 from gspo_trl.config.engine_checks import check_engine_settings, check_vllm_for_moe
 from gspo_trl.config.fields import build_dataclass

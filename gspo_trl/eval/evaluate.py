@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from gspo_trl import rewards
+import gspo_trl.rewards as rewards
 from gspo_trl.config.sections import DataConfig
 from gspo_trl.config.trl_fields import grpo_default
 from gspo_trl.data.loading import load_data, load_split, prepare

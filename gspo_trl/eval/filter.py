@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gspo_trl import rewards
+import gspo_trl.rewards as rewards
 from gspo_trl.config.trl_fields import grpo_default
 from gspo_trl.data.loading import load_split, prepare
 from gspo_trl.data.presets import apply_preset

@@ -1,6 +1,6 @@
 """The verifier library: reward functions in TRL's calling convention, and their registry.
 
-    from gspo_trl import rewards
+    import gspo_trl.rewards as rewards
     fn = rewards.get("cosine", max_len=1024)       # or "my_pkg.mod:fn", "path/file.py:fn"
     fn(completions, solution=[...])                # -> list[float | None]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gspo_trl import rewards
+import gspo_trl.rewards as rewards
 from gspo_trl.rewards.registry import RewardInfo
 
 

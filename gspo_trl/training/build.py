@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gspo_trl import rewards
+import gspo_trl.rewards as rewards
 from gspo_trl.config.recipe import Recipe, recipe_as_yaml
 from gspo_trl.model.checkpoints import latest_checkpoint
 from gspo_trl.model.loading import load_tokenizer, lora_config, model_init_kwargs, resolve_model_path
