@@ -481,3 +481,40 @@ def test_docs_name_every_denied_system_call():
 
     docs = (ROOT / "docs" / "rewards.md").read_text()
     assert [name for name in _seccomp.DENIED if f"`{name}`" not in docs] == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="per-run sandbox uids exist only when running as root")
+def test_a_daemon_that_kills_its_own_uid_is_still_killed(monkeypatch):
+    """The cleanup's `kill -9 -1` helper runs as the sandbox uid, so a daemon of that uid that
+    SIGKILLs everything it may (without pausing) killed the helper first and outlived cleanup
+    (seen in CI under load: the uid was set aside). The cleanup kills from root too."""
+    import subprocess
+
+    from gspo_trl.rewards.execution import identity
+    from gspo_trl.rewards.execution.identity import kill_uid, processes_of_uid, sandbox_python, sandbox_uid
+
+    monkeypatch.setattr(identity, "KILL_DEADLINE_S", 2.0)  # a deadline, not a speed goal: 0.01 s rounds
+
+    killer = (
+        "import os\nwhile True:\n    for p in os.listdir('/proc'):\n"
+        "        if p.isdigit() and int(p) not in (1, os.getpid()):\n"
+        "            try:\n                os.kill(int(p), 9)\n"
+        "            except OSError:\n                pass\n"
+    )
+    with sandbox_uid() as uid:
+        daemon = subprocess.Popen(
+            [sandbox_python(True), "-I", "-S", "-c", killer],
+            user=uid,
+            group=uid,
+            extra_groups=[],
+            env={},
+            start_new_session=True,
+        )
+        try:
+            time.sleep(0.3)
+            assert processes_of_uid(uid) == [daemon.pid]
+            kill_uid(uid)
+            assert processes_of_uid(uid) == []
+        finally:
+            daemon.kill()
+            daemon.wait()

@@ -84,18 +84,29 @@ def sandbox_uid() -> Iterator[int | None]:
     raise RuntimeError(f"all {UID_SLOTS} sandbox uids from {UID_BASE} are busy")
 
 
+def _status(pid: int | str) -> dict[str, str] | None:
+    """State and Uid lines of /proc/<pid>/status (None once it is gone). Its owner (the
+    directory's st_uid) would not do: a process that makes itself non-dumpable shows as root."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return dict(line.split(":", 1) for line in f if line.startswith(("State:", "Uid:")))
+    except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError):
+        return None
+
+
+def _real_uid(pid: int) -> int | None:
+    status = _status(pid)
+    return int(status["Uid"].split()[0]) if status else None
+
+
 def processes_of_uid(uid: int) -> list[int]:
     """Live (not zombie) pids whose real uid is ``uid``, from /proc."""
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry.name}/status") as f:
-                status = dict(line.split(":", 1) for line in f if line.startswith(("State:", "Uid:")))
-        except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError):
-            continue
-        if int(status["Uid"].split()[0]) == uid and status["State"].split()[0] not in ("Z", "X"):
+        status = _status(entry.name)
+        if status and int(status["Uid"].split()[0]) == uid and status["State"].split()[0] not in ("Z", "X"):
             found.append(int(entry.name))
     return found
 
@@ -116,17 +127,41 @@ def processes_with_marker(run_id: str) -> list[int]:
 
 
 def kill_uid(uid: int) -> None:
-    """SIGKILL every process of ``uid``: ``kill -9 -1`` run as that uid reaches all of them at
-    once, so a fork bomb cannot outrun a pid-by-pid loop; /proc then confirms none is left.
-    Raises :class:`Unkillable` when some are still there after ``KILL_DEADLINE_S``."""
+    """SIGKILL every process of ``uid``, two ways each round, /proc then confirming none is left.
+
+    From here (root), pid by pid through a pidfd, so a pid reused since /proc was read is never
+    hit: the sandboxed code cannot stop these signals. And ``kill -9 -1`` run as that uid, which
+    reaches all of them at once, so a fork bomb cannot outrun the pid-by-pid loop. Either alone
+    fails: a daemon of the uid that SIGKILLs everything it may (the helper, being of its uid, too)
+    kills the helper before it signals, and a fork bomb refills the pids as fast as they die.
+    Raises :class:`Unkillable` when some are still there after ``KILL_DEADLINE_S``.
+    """
     deadline = time.monotonic() + KILL_DEADLINE_S
     while time.monotonic() < deadline:
-        if not processes_of_uid(uid):
+        pids = processes_of_uid(uid)
+        if not pids:
             return
+        for pid in pids:
+            _kill_if_still_of(pid, uid)
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             _kill_all_as(uid)
         time.sleep(0.01)
     raise Unkillable(f"processes of sandbox uid {uid} survive SIGKILL: {processes_of_uid(uid)}")
+
+
+def _kill_if_still_of(pid: int, uid: int) -> None:
+    """SIGKILL ``pid`` if, once pinned by a pidfd, it still belongs to ``uid``."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:  # gone already
+        return
+    try:
+        if _real_uid(pid) == uid:  # the pidfd holds this pid: no reuse from here on
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    except OSError:
+        pass
+    finally:
+        os.close(pidfd)
 
 
 def _kill_all_as(uid: int) -> None:
