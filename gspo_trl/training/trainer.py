@@ -43,6 +43,7 @@ from gspo_trl.training.diagnostics import (
     summarize_rows,
 )
 from gspo_trl.training.engine.logprobs import EngineOldLogprobs
+from gspo_trl.training.reporting.console import close_consoles
 from gspo_trl.training.safety.staged_checkpoints import StagedCheckpoints
 
 logger = logging.getLogger(__name__)
@@ -91,6 +92,15 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
         check_ratio_level(algorithm_of(level, self.gspo_token), level)
 
     # --- loss path -------------------------------------------------------------------------
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        """TRL's train; the console lets go of the alarm loggers even when training raises
+        (transformers calls on_train_end only on success), so a later run in the same process
+        (a notebook, a sweep) gets its own alarms."""
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            close_consoles(self)
+
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
         self._gspo_loss_inputs = dict(inputs)  # a copy: GSPO-token rewrites old log-probs in it
         self._gspo_captured = {}

@@ -174,6 +174,10 @@ class ConsoleCallback(TrainerCallback):
             alarm_logger.disabled = False
             if alarm_logger.getEffectiveLevel() > logging.WARNING:
                 alarm_logger.setLevel(logging.WARNING)
+            # A run that raised never reached on_train_end, so its console's filter is still
+            # attached and would swallow this run's alarms first: one console owns them.
+            for stale in [f for f in alarm_logger.filters if isinstance(f, _AlarmFilter | _QuietInfo)]:
+                alarm_logger.removeFilter(stale)
             alarm_logger.addFilter(log_filter)
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -269,6 +273,13 @@ def install_console(
     trainer.callback_handler.callbacks[:0] = [console, MetricsFileCallback(trainer.args.output_dir)]
     trainer.add_callback(_CloseConsole(console))
     return console
+
+
+def close_consoles(trainer: Any) -> None:
+    """Detach every console of the trainer from the alarm loggers (closing twice is harmless)."""
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, ConsoleCallback):
+            callback.close()
 
 
 def remove_console(trainer: Any) -> None:

@@ -199,3 +199,44 @@ def test_an_earlier_logging_config_cannot_silence_the_clip_alarm() -> None:
     finally:
         alarm_logger.disabled = was[0]
         alarm_logger.setLevel(was[1])
+
+
+def test_a_console_whose_run_raised_does_not_take_the_next_runs_alarms() -> None:
+    """transformers calls on_train_end only when training succeeds: a run that raised left its
+    console's filter on the alarm loggers, first in line, and the next run's alarms went there."""
+    args = TrainingArguments(output_dir="unused", report_to="none")
+    state, control = TrainerState(max_steps=4), TrainerControl()
+    crashed: list[str] = []
+    ConsoleCallback("old", printer=lambda text, flush: crashed.append(text)).on_train_begin(
+        args, state, control
+    )
+    printed: list[str] = []
+    console = ConsoleCallback("new", printer=lambda text, flush: printed.append(text))
+    console.on_train_begin(args, state, control)
+    ClipAlarm(DiagnosticsConfig(warn_after_steps=1)).update(
+        {"clip/pos_adv": 0.9, "clip/region": 0.8}, 3e-4, 4e-4
+    )
+    _CloseConsole(console).on_train_end(args, state, control)
+    assert crashed == ["old"]
+    assert any(line.startswith("! GSPO: off-policy minibatches clipped") for line in printed), printed
+
+
+@pytest.mark.usefixtures("single_torch_thread")
+def test_training_that_raises_lets_go_of_the_alarm_loggers(tmp_path: Path) -> None:
+    """GSPOTrainer.train closes the console on the way out of an exception."""
+    from transformers import TrainerCallback
+
+    from gspo_trl.training.reporting.console import ALARM_LOGGERS, install_console
+    from tests._gspo_helpers import make_trainer, tiny_model_dir
+
+    class Boom(TrainerCallback):
+        def on_step_end(self, *args: object, **kwargs: object) -> None:
+            raise RuntimeError("boom")
+
+    trainer = make_trainer(tiny_model_dir(tmp_path / "tiny"), tmp_path / "out", max_steps=2)
+    install_console(trainer, "tiny", ["length"])
+    trainer.add_callback(Boom())
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.train()
+    left = {name: logging.getLogger(name).filters for name in ALARM_LOGGERS}
+    assert all(not filters for filters in left.values()), left
