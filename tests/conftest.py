@@ -13,6 +13,10 @@ import pytest
 
 from tests._paths import ROOT
 
+# The tiny model's runs (in-process and in subprocesses) take one torch thread: on 2 cores a
+# second only spin-waits when another test process is busy. gspo_trl.cpu_threads reads this.
+os.environ.setdefault("GSPO_TRL_CPU_THREADS", "1")
+
 
 def demo_command() -> list[str]:
     """The Makefile's `demo` recipe line, with the venv's console script."""

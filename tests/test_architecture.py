@@ -9,8 +9,8 @@ ones. `from pkg import name` depends on `pkg` itself (its `__init__` runs) and o
 Layers, lowest first; a module may import its own layer or lower ones, never higher:
 
     gspo_trl.rewards              the verifier library (knows nothing else of gspo_trl)
-    gspo_trl.errors, .progress,   user-facing errors; progress bars; the logged metrics' names
-      .metric_names
+    gspo_trl.errors, .progress,   user-facing errors; progress bars; the logged metrics' names;
+      .metric_names, .cpu_threads   torch's thread count on CPU
     gspo_trl.config               defaults, typed sections, recipe loading, validation
     gspo_trl.data, gspo_trl.model sources/presets/loading; model loading, checkpoints
     gspo_trl.eval                 sampling, pass@k, grading
@@ -38,6 +38,7 @@ LAYERS: dict[str, int] = {
     "gspo_trl.errors": 1,
     "gspo_trl.progress": 1,
     "gspo_trl.metric_names": 1,
+    "gspo_trl.cpu_threads": 1,
     "gspo_trl.config": 2,
     "gspo_trl.data": 3,
     "gspo_trl.model": 3,

@@ -19,6 +19,7 @@ from typing import Any
 
 from gspo_trl.config.recipe import load_recipe, parse_overrides
 from gspo_trl.config.shipped import RECIPES_DIR
+from gspo_trl.cpu_threads import size_torch_threads
 from gspo_trl.data.synthetic import ReversalTask
 from gspo_trl.demo.warm_start import warm_start
 from gspo_trl.metric_names import heldout_pass_at
@@ -49,6 +50,7 @@ def run_demo(
     started = time.time()
     task = ReversalTask()
     stage(1, f"model: the tiny Qwen3 (built locally, no hub) in {output_dir / 'tiny-model'}")
+    print(size_torch_threads(), flush=True)
     base = save_tiny_model(output_dir / "tiny-model")
     stage(2, f"warm start: {sft_steps} steps of SFT on imperfect answers (cached between runs)")
     warm = warm_start(base, output_dir / "warm-start", task, steps=sft_steps)

@@ -17,6 +17,7 @@ from typing import Any
 
 import gspo_trl.rewards as rewards
 from gspo_trl.config.recipe import Recipe, recipe_as_yaml
+from gspo_trl.cpu_threads import size_torch_threads
 from gspo_trl.model.checkpoints import latest_checkpoint
 from gspo_trl.model.loading import load_tokenizer, lora_config, model_init_kwargs, resolve_model_path
 from gspo_trl.model.precision import training_weight_precision
@@ -159,8 +160,16 @@ def train_recipe(recipe: Recipe, resume: bool = False, overwrite: bool = False) 
         return train_claimed(recipe, data, claim.checkpoint)
 
 
+def _runs_on_cpu(recipe: Recipe) -> bool:
+    import torch
+
+    return bool(recipe.training.get("use_cpu")) or not torch.cuda.is_available()
+
+
 def train_claimed(recipe: Recipe, data: PreparedData, checkpoint: Path | None) -> Any:
     """`run` past the checks: build, train (from `checkpoint` when given) and save."""
+    if _runs_on_cpu(recipe):
+        logger.info(size_torch_threads(int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
     trainer = build_trainer(recipe, data)
     if trainer.accelerator.is_main_process:
         Path(trainer.args.output_dir).mkdir(parents=True, exist_ok=True)

@@ -26,6 +26,7 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 import gspo_trl.metric_names as names
 from gspo_trl.config.batch import RolloutBatch
+from gspo_trl.progress import duration
 from gspo_trl.training.reporting.metrics_file import MetricsFileCallback
 
 logger = logging.getLogger(__name__)
@@ -42,16 +43,6 @@ CLIP_KEY = names.under(names.OFFPOLICY, names.CLIP_REGION)
 SPREAD_KEY = names.under(names.OFFPOLICY, names.log_ratio("std"))
 ZERO_VARIANCE_KEY = names.ZERO_VARIANCE_GROUPS
 HELDOUT_KEY = names.HELDOUT_SCORE
-
-
-def _duration(seconds: float) -> str:
-    """'42s', '3m05s', '2h07m': short enough for the step line."""
-    seconds = max(0, round(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 def _number(value: Any) -> float | None:
@@ -93,7 +84,7 @@ def step_line(
     if eta_seconds is None and seconds_per_step is not None:
         eta_seconds = seconds_per_step * max(0, max_steps - step)
     if eta_seconds is not None:
-        parts.append(f"ETA {_duration(eta_seconds)}")
+        parts.append(f"ETA {duration(eta_seconds)}")
     return " | ".join(parts)
 
 
@@ -200,7 +191,7 @@ class ConsoleCallback(TrainerCallback):
                 self._pending_heldout = {**logs, "step": step}
             return
         if "train_runtime" in logs:
-            self._print(f"done: {step} steps in {_duration(logs['train_runtime'])}")
+            self._print(f"done: {step} steps in {duration(logs['train_runtime'])}")
             return
         if "loss" not in logs:  # an evaluation or a custom log: metrics.jsonl and trackers have it
             return
