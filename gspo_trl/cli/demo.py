@@ -9,14 +9,14 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from gspo_trl.demo.pipeline import DEFAULT_RECIPE, run_demo
+from gspo_trl.demo.pipeline import DEFAULT_RECIPE, DEFAULT_SFT_STEPS, run_demo
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gspo-trl demo", description=__doc__)
     parser.add_argument("--output-dir", type=Path, default=Path("runs/demo"))
     parser.add_argument("--recipe", type=Path, default=DEFAULT_RECIPE)
-    parser.add_argument("--sft-steps", type=int, default=1000, help="warm-start SFT steps")
+    parser.add_argument("--sft-steps", type=int, default=DEFAULT_SFT_STEPS, help="warm-start SFT steps")
     args, overrides = parser.parse_known_args(argv)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     results = run_demo(args.output_dir, args.recipe, args.sft_steps, overrides)

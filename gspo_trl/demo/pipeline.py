@@ -28,6 +28,7 @@ from gspo_trl.training.build import train_recipe
 from gspo_trl.training.heldout.scoring import HeldoutCallback
 
 DEFAULT_RECIPE = RECIPES_DIR / "tiny" / "reversal.yaml"
+DEFAULT_SFT_STEPS = 1000
 logger = logging.getLogger(__name__)
 
 

@@ -41,3 +41,17 @@ def test_report_on_the_demo_run(demo_run: Path) -> None:
     assert len(pngs) >= 4, pngs
     for png in pngs:
         assert png.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # includes the session's one demo run (demo_run fixture)
+def test_the_demo_log_shows_progress_through_the_warm_start(demo_run: Path) -> None:
+    """`make demo > demo.log 2>&1`: the warm start prints a line every tenth, not nothing."""
+    from gspo_trl.demo.pipeline import DEFAULT_SFT_STEPS
+
+    log = (demo_run.parent.parent / "demo.log").read_text()
+    lines = [line for line in log.splitlines() if line.startswith("warm-start SFT: ")]
+    assert len(lines) == 10 and lines[-1].startswith(
+        f"warm-start SFT: {DEFAULT_SFT_STEPS}/{DEFAULT_SFT_STEPS} step (100%)"
+    ), lines
+    assert "\r" not in log and "CPU threads: 1 (GSPO_TRL_CPU_THREADS=1)" in log
