@@ -125,3 +125,34 @@ def test_readme_command_runs(command: str, workdir: Path) -> None:
     }
     result = subprocess.run(words, cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, f"{command}\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+
+
+def _shape(line: str) -> str:
+    """A summary line with its numbers and its CPU's name taken out."""
+    line = re.sub(r"cores \([^)]*\)", "cores (CPU)", line)
+    return re.sub(r"\d+(\.\d+)?", "#", line)
+
+
+def test_the_readmes_demo_figures_are_time_demos_own_line() -> None:
+    """The README quotes scripts/time_demo.sh's summary as printed (a measurement, with its
+    machine and load), not a figure typed in by hand; the recipe header points to it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "time_demo_summary", ROOT / "scripts" / "time_demo_summary.py"
+    )
+    summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary)
+    runs = [["first", "91.0", "0.055", "0.845"], ["first", "95.5", "0.05", "0.85"]]
+    printed = summary.summary_line(
+        runs, [["repeat", "30.1", "0.055", "0.845"]], 2, "Some CPU (R) 2", 1.5, True
+    )
+    quoted = [
+        line.strip(" `") for line in (ROOT / "README.md").read_text().splitlines() if summary.PREFIX in line
+    ]
+    assert quoted, f"README.md quotes no line starting {summary.PREFIX!r}"
+    for line in quoted:
+        line = line[line.index(summary.PREFIX) :]
+        assert _shape(line) in (_shape(printed), _shape(printed.split(", one busy")[0])), line
+    header = (ROOT / "recipes" / "tiny" / "reversal.yaml").read_text()
+    assert "scripts/time_demo.sh" in header and not re.search(r"\d+ s\b", header.split("\nalgorithm:")[0])
