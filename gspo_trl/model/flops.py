@@ -70,7 +70,7 @@ def datasheet_peak_tflops(device_name: str) -> float | None:
 
 
 @functools.cache
-def measured_cpu_peak_tflops(threads: int, seconds: float = 0.3) -> float:
+def measured_cpu_peak_tflops(threads: int, seconds: float = 0.2) -> float:
     """Best float32 matmul rate this process reaches on `threads` threads (measured once per
     process and thread count; about `seconds` long)."""
     n = CPU_BENCH_SIZE
