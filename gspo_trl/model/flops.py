@@ -93,5 +93,5 @@ def peak_tflops(device: Any) -> tuple[float | None, str]:
         return tflops, f"{name}, datasheet bf16 dense" if tflops else f"{name}: not in the datasheet table"
     if device.type == "cpu":
         threads = torch.get_num_threads()
-        return measured_cpu_peak_tflops(threads), f"CPU, measured fp32 matmul on {threads} thread(s)"
+        return measured_cpu_peak_tflops(threads), f"CPU: fp32 matmul, {threads} thread(s)"
     return None, f"{device.type}: no peak figure"

@@ -183,18 +183,17 @@ class PerfMeter:
         return {names.perf_total(phase): seconds for phase, seconds in self.timer.totals.items()}
 
     def ceiling_line(self, context_tokens: int) -> str:
-        """The banner's perf line: the plan's FLOP count at the device's peak, a tokens/s ceiling."""
+        """The banner's perf line: the plan's FLOP count per token at `context_tokens` and the
+        device's peak, as the update phase's tokens/s ceiling (the step line shows the run's)."""
         peak, source = self.peak
         if self.shape is None or not peak:
-            return f"  perf     tokens/s per process in the step line; no MFU ({source})"
+            return f"  perf     no MFU: {source}"
         passes = training_passes(self.gradient_checkpointing)
         flops = passes * forward_flops_per_token(self.shape, context_tokens)
         ceiling = peak * 1e12 / flops
         return (
-            f"  perf     plan floor: {flops:.3g} FLOPs per trained token at {context_tokens} tokens of "
-            "context; "
-            f"at the peak {peak:.3g} TFLOPS ({source}) the update phase trains at most {ceiling:,.0f} "
-            "tokens/s per process; the step line shows the run's tokens/s and MFU"
+            f"  perf     plan: at most {ceiling:,.0f} trained tok/s per process at 100% MFU "
+            f"({flops:.3g} FLOPs/token, {peak:.3g} TFLOPS peak, {source})"
         )
 
 
