@@ -1,7 +1,7 @@
 """GSPOTrainer: TRL's GRPOTrainer with GSPO diagnostics and GSPO-token; the loss stays TRL's.
 
 GSPO itself is TRL configuration (`importance_sampling_level="sequence"`, `loss_type="grpo"`,
-beta 0, eps 3e-4/4e-4, 4 updates per rollout batch). This subclass adds three things and
+beta 0, eps 3e-4/4e-4, 4 updates per rollout batch). This subclass adds four things and
 never re-implements the loss:
 
 - Diagnostics (see `gspo_trl.training.diagnostics` for the metric keys). TRL computes the policy
@@ -10,6 +10,7 @@ never re-implements the loss:
   gather one small row per response across ranks. No extra forward pass, no recomputed
   entropy.
 - Checkpoints written whole or not at all (gspo_trl.training.safety.staged_checkpoints).
+- Phase timings, tokens/s, MFU (`perf/*`, gspo_trl.training.reporting.phases), at the TRL calls quoted below.
 - GSPO-token (`GSPOConfig(gspo_token=True)`, with `importance_sampling_level="token"`). TRL reads
   `inputs["old_per_token_logps"]` after computing `per_token_logps`; we set it to
   `per_token_logps.detach() - sg[log s_i]`, so TRL's own token ratio becomes
@@ -17,16 +18,6 @@ never re-implements the loss:
   decision) of s_i, while the gradient flows through each token's log-prob with its own
   advantage A_it. The rewrite happens on a copy of the minibatch, so reused buffers
   (num_iterations > 1) keep the true old log-probs.
-
-Phase timings, tokens/s and MFU (`perf/*`, gspo_trl.training.reporting.phases): each phase is
-opened at the TRL method that does the work. `generation` is `_generate` (TRL 1.16:
-`prompt_ids, completion_ids, ... = self._generate(prompts)` in `_generate_and_score_completions`),
-`weight_sync` is `vllm_generation.sync_weights` (called inside `_generate`/_generate_single_turn:
-`if self.state.global_step != self._last_loaded_step: ... self.vllm_generation.sync_weights()`),
-`rewards` is `_calculate_rewards`, `old_logprobs` the no-grad `_get_per_token_logps_and_entropies`
-calls of a rollout batch (pi_old, and the reference model when beta > 0; 0 s in engine mode),
-`update` an optimizer step's span (reporting.phases.UpdatePhaseCallback), `heldout` the Trainer's
-`_evaluate` and the held-out callback, `checkpoint` `_save_checkpoint`.
 
 With `engine={"old_logprobs": "engine"}` (recipe `engine:` section), pi_old is vLLM's sampling
 log-probs instead of TRL's recompute forward, and the on-policy minibatch's log s_i is judged
@@ -122,6 +113,8 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
 
     # --- phase timings (gspo_trl.training.reporting.phases) --------------------------------------
     def _time_weight_sync(self) -> None:
+        """`weight_sync`: TRL's `_generate`/`_generate_single_turn` run `if self.state.global_step !=
+        self._last_loaded_step: ... self.vllm_generation.sync_weights()`, inside `generation`."""
         sync = self.vllm_generation.sync_weights
 
         def timed_sync(*args: Any, **kwargs: Any) -> Any:
@@ -131,10 +124,12 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
         self.vllm_generation.sync_weights = timed_sync
 
     def _calculate_rewards(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """`rewards`: `rewards_per_func = self._calculate_rewards(inputs, prompts, completions, ...)`."""
         with self.perf.timer.phase(names.PHASE_REWARDS):
             return super()._calculate_rewards(*args, **kwargs)
 
     def _evaluate(self, *args: Any, **kwargs: Any) -> Any:
+        """`heldout`: the Trainer's eval pass (the held-out callback times its own)."""
         with self.perf.timer.phase(names.PHASE_HELDOUT):
             return super()._evaluate(*args, **kwargs)
 
@@ -167,6 +162,8 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
             self.engine_logprobs.end_rollout()
 
     def _generate(self, prompts: list) -> tuple:
+        """`generation`: `prompt_ids, completion_ids, ... = self._generate(prompts)` in TRL's
+        `_generate_and_score_completions`; the completion ids are counted as generated tokens."""
         with self.perf.timer.phase(names.PHASE_GENERATION):
             result = super()._generate(prompts)
         if self.model.training:
@@ -189,6 +186,9 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
             self.engine_logprobs.finish_on_policy(self)
 
     def _get_per_token_logps_and_entropies(self, model: Any, *args: Any, **kwargs: Any):
+        """`old_logprobs`: the no-grad calls in `_generate_and_score_completions` (`old_per_token_logps,
+        _, _ = self._get_per_token_logps_and_entropies(...)`, and the reference model's at beta > 0);
+        0 s in engine mode. The loss's call (inside `update`) is the policy pass."""
         if self._gspo_loss_inputs is not None:
             return self._policy_logprobs(model, *args, **kwargs)
         if not self.model.training:
