@@ -10,6 +10,10 @@ that every key the docs name is one of these.
     gspo/zero_variance_groups     share of groups whose rewards all tie
     gspo/engine_mismatch/{mean,std,outside_clip}   engine log-probs as pi_old: the guard
     heldout/{score,judged,pass@k} the held-out evaluation
+    perf/{PHASE}_s, perf/total/{PHASE}_s   seconds per phase in a logging window, and over the run
+    perf/{wall_s,generated_tokens,trained_tokens,tokens_per_s,trained_tokens_per_s,update_flops,mfu}
+
+PHASE is one of PHASES or `other` (gspo_trl.training.reporting.phases says what each covers).
 
 STAT is `log_ratio/{mean,std,p5,p50,p95,min,max}`, `clip/{low,high,region,pos_adv,neg_adv}`,
 `outside/{low,high}`, `clip/len_{a}-{b}`, `entropy` or `responses`. TRL's own keys (`reward`,
@@ -47,6 +51,41 @@ HELDOUT_SCORE = f"{HELDOUT}/score"
 HELDOUT_JUDGED = f"{HELDOUT}/judged"
 HELDOUT_PASS_AT = f"{HELDOUT}/pass@"
 """Prefix of `heldout/pass@{k}` (see `heldout_pass_at`)."""
+
+PERF = "perf"
+PHASE_GENERATION, PHASE_REWARDS, PHASE_OLD_LOGPROBS = "generation", "rewards", "old_logprobs"
+PHASE_UPDATE, PHASE_WEIGHT_SYNC = "update", "weight_sync"
+PHASE_HELDOUT, PHASE_CHECKPOINT, PHASE_OTHER = "heldout", "checkpoint", "other"
+PHASE_SETUP = "setup"
+PHASES = (
+    PHASE_SETUP,
+    PHASE_GENERATION,
+    PHASE_REWARDS,
+    PHASE_OLD_LOGPROBS,
+    PHASE_UPDATE,
+    PHASE_WEIGHT_SYNC,
+    PHASE_HELDOUT,
+    PHASE_CHECKPOINT,
+)
+"""The timed phases, in the order `gspo-trl report` stacks them (`other` is the remainder)."""
+PERF_WALL = f"{PERF}/wall_s"
+PERF_GENERATED_TOKENS = f"{PERF}/generated_tokens"
+PERF_TRAINED_TOKENS = f"{PERF}/trained_tokens"
+PERF_TOKENS_PER_S = f"{PERF}/tokens_per_s"
+PERF_TRAINED_TOKENS_PER_S = f"{PERF}/trained_tokens_per_s"
+PERF_UPDATE_FLOPS = f"{PERF}/update_flops"
+PERF_MFU = f"{PERF}/mfu"
+_PERF_FIELDS = ("wall_s", "generated_tokens", "trained_tokens", "tokens_per_s", "trained_tokens_per_s")
+
+
+def perf_seconds(phase: str) -> str:
+    """'perf/{phase}_s': one phase's seconds in a logging window (phase: PHASES or PHASE_OTHER)."""
+    return f"{PERF}/{phase}_s"
+
+
+def perf_total(phase: str) -> str:
+    """'perf/total/{phase}_s': one phase's seconds summed over the run, in the final summary."""
+    return f"{PERF}/total/{phase}_s"
 
 
 MINIBATCH_REGEX = rf"{re.escape(GSPO)}/mb[1-9]\d*"
@@ -102,6 +141,8 @@ METRIC_PATTERN = re.compile(
     rf"|{re.escape(ZERO_VARIANCE_GROUPS)}"
     rf"|{re.escape(ENGINE_MISMATCH)}/(?:mean|std|outside_clip)"
     rf"|(?:eval_)?{re.escape(HELDOUT)}/(?:score|judged|pass@[1-9]\d*)"
+    rf"|{PERF}/(?:total/)?(?:{'|'.join((*PHASES, PHASE_OTHER))})_s"
+    rf"|{PERF}/(?:{'|'.join((*_PERF_FIELDS, 'update_flops', 'mfu'))})"
 )
 """Every key above, fully spelled (`eval_heldout/*`: the same under the Trainer's eval prefix)."""
 

@@ -1,10 +1,8 @@
 """Estimates of the work in one rollout batch: tokens, training FLOPs, and generation-time floors.
 
-FLOPs follow Kaplan et al. 2020 ("Scaling Laws for Neural Language Models", Table 1) and Hoffmann
-et al. 2022 (Chinchilla): a forward pass costs 2N FLOPs per token plus 2 x layers x context x
-d_attn for attention scores, a training step 3x the forward (6N per token). N is the active matmul
-parameters (the LM head included, the embedding lookup not; MoE: routed experts only). Gradient
-checkpointing adds one forward. GRPO adds a no-grad forward for the old policy's log-probs when
+FLOPs are gspo_trl.model.flops (Kaplan et al. 2020, the same count the trainer's `perf/mfu` uses):
+2N + 2 x layers x context x d_attn per token forward, 3 forwards per training pass (4 with
+gradient checkpointing). GRPO adds a no-grad forward for the old policy's log-probs when
 TRL computes them (see `Setup.computes_old_logprobs`) and one for a reference model when beta > 0.
 
 Generation is bounded below by memory bandwidth: each decode step reads the engine's weights once
@@ -18,11 +16,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from gspo_trl.model.flops import DATASHEET_BF16_DENSE_TFLOPS, forward_flops_per_token, training_passes
 from gspo_trl.plan.model_shape import ModelShape
 from gspo_trl.plan.setup import Setup
 from gspo_trl.plan.vllm_memory import VllmPlan, kv_bytes_per_token_per_gpu
 
-H100_BF16_DENSE_TFLOPS = 989.0
+H100_BF16_DENSE_TFLOPS = DATASHEET_BF16_DENSE_TFLOPS["H100"]
 H100_SXM_BANDWIDTH_TB_S = 3.35
 
 
@@ -47,12 +46,6 @@ class Throughput:
     @property
     def flops_per_optimizer_step(self) -> float:
         return self.total_flops / self.optimizer_steps
-
-
-def forward_flops_per_token(shape: ModelShape, sequence_length: int) -> float:
-    """Kaplan's C_forward per token: 2N + 2 x layers x context x d_attn."""
-    attention = 2 * shape.num_layers * sequence_length * shape.q_dim
-    return 2 * shape.active_matmul_params + attention
 
 
 def decode_weight_bytes(shape: ModelShape, setup: Setup, concurrent: int) -> float:
@@ -99,8 +92,7 @@ def throughput(
     completions = setup.generation_batch_size
     tokens = completions * setup.sequence_length
     forward = forward_flops_per_token(shape, setup.sequence_length) * tokens
-    passes = 3 + (1 if setup.gradient_checkpointing else 0)
-    training = setup.num_iterations * passes * forward
+    training = setup.num_iterations * training_passes(setup.gradient_checkpointing) * forward
     old = forward if setup.computes_old_logprobs else 0.0
     reference = forward if setup.beta > 0 else 0.0
     optimizer_steps = float(setup.rollout_batch.optimizer_updates)

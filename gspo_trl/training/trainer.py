@@ -1,7 +1,7 @@
 """GSPOTrainer: TRL's GRPOTrainer with GSPO diagnostics and GSPO-token; the loss stays TRL's.
 
 GSPO itself is TRL configuration (`importance_sampling_level="sequence"`, `loss_type="grpo"`,
-beta 0, eps 3e-4/4e-4, 4 updates per rollout batch). This subclass adds three things and
+beta 0, eps 3e-4/4e-4, 4 updates per rollout batch). This subclass adds four things and
 never re-implements the loss:
 
 - Diagnostics (see `gspo_trl.training.diagnostics` for the metric keys). TRL computes the policy
@@ -10,6 +10,7 @@ never re-implements the loss:
   gather one small row per response across ranks. No extra forward pass, no recomputed
   entropy.
 - Checkpoints written whole or not at all (gspo_trl.training.safety.staged_checkpoints).
+- Phase timings, tokens/s, MFU (`perf/*`, gspo_trl.training.reporting.phases), at the TRL calls quoted below.
 - GSPO-token (`GSPOConfig(gspo_token=True)`, with `importance_sampling_level="token"`). TRL reads
   `inputs["old_per_token_logps"]` after computing `per_token_logps`; we set it to
   `per_token_logps.detach() - sg[log s_i]`, so TRL's own token ratio becomes
@@ -44,6 +45,7 @@ from gspo_trl.training.diagnostics import (
 )
 from gspo_trl.training.engine.logprobs import EngineOldLogprobs
 from gspo_trl.training.reporting.console import close_consoles
+from gspo_trl.training.reporting.phases import PerfMeter, UpdatePhaseCallback, trainer_model_shape
 from gspo_trl.training.safety.staged_checkpoints import StagedCheckpoints
 
 logger = logging.getLogger(__name__)
@@ -87,6 +89,12 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
         self.engine_logprobs = EngineOldLogprobs(self, engine() if callable(engine) else EngineConfig())
         if self.use_vllm and self.accelerator.is_main_process:
             logger.info(vllm_correction_summary(self.args))
+        self.perf = PerfMeter(
+            self.accelerator.device, trainer_model_shape(self.model), bool(self.args.gradient_checkpointing)
+        )
+        self.add_callback(UpdatePhaseCallback(self.perf.timer))
+        if self.use_vllm:
+            self._time_weight_sync()
         # a GSPOConfig checked this when built; again here for one changed since (the same check)
         level = self.importance_sampling_level
         check_ratio_level(algorithm_of(level, self.gspo_token), level)
@@ -96,12 +104,42 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
         """TRL's train; the console lets go of the alarm loggers even when training raises
         (transformers calls on_train_end only on success), so a later run in the same process
         (a notebook, a sweep) gets its own alarms."""
+        self.perf.timer.reset()
+        self.perf.timer.start(names.PHASE_SETUP)  # until on_train_begin (UpdatePhaseCallback)
         try:
             return super().train(*args, **kwargs)
         finally:
             close_consoles(self)
 
+    # --- phase timings (gspo_trl.training.reporting.phases) --------------------------------------
+    def _time_weight_sync(self) -> None:
+        """`weight_sync`: TRL's `_generate`/`_generate_single_turn` run `if self.state.global_step !=
+        self._last_loaded_step: ... self.vllm_generation.sync_weights()`, inside `generation`."""
+        sync = self.vllm_generation.sync_weights
+
+        def timed_sync(*args: Any, **kwargs: Any) -> Any:
+            with self.perf.timer.phase(names.PHASE_WEIGHT_SYNC):
+                return sync(*args, **kwargs)
+
+        self.vllm_generation.sync_weights = timed_sync
+
+    def _calculate_rewards(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """`rewards`: `rewards_per_func = self._calculate_rewards(inputs, prompts, completions, ...)`."""
+        with self.perf.timer.phase(names.PHASE_REWARDS):
+            return super()._calculate_rewards(*args, **kwargs)
+
+    def _evaluate(self, *args: Any, **kwargs: Any) -> Any:
+        """`heldout`: the Trainer's eval pass (the held-out callback times its own)."""
+        with self.perf.timer.phase(names.PHASE_HELDOUT):
+            return super()._evaluate(*args, **kwargs)
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        with self.perf.timer.phase(names.PHASE_CHECKPOINT):
+            super()._save_checkpoint(model, trial)
+
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        if self.model.training:
+            self.perf.count_update(inputs)
         self._gspo_loss_inputs = dict(inputs)  # a copy: GSPO-token rewrites old log-probs in it
         self._gspo_captured = {}
         try:
@@ -124,7 +162,12 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
             self.engine_logprobs.end_rollout()
 
     def _generate(self, prompts: list) -> tuple:
-        result = super()._generate(prompts)
+        """`generation`: `prompt_ids, completion_ids, ... = self._generate(prompts)` in TRL's
+        `_generate_and_score_completions`; the completion ids are counted as generated tokens."""
+        with self.perf.timer.phase(names.PHASE_GENERATION):
+            result = super()._generate(prompts)
+        if self.model.training:
+            self.perf.count_generated(result[1])  # the completion ids, one list per completion
         self.engine_logprobs.capture(result[4])  # the sampled tokens' log-probs
         return result
 
@@ -143,15 +186,29 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
             self.engine_logprobs.finish_on_policy(self)
 
     def _get_per_token_logps_and_entropies(self, model: Any, *args: Any, **kwargs: Any):
-        if self._gspo_loss_inputs is None and self.engine_logprobs.active:
+        """`old_logprobs`: the no-grad calls in `_generate_and_score_completions` (`old_per_token_logps,
+        _, _ = self._get_per_token_logps_and_entropies(...)`, and the reference model's at beta > 0);
+        0 s in engine mode. The loss's call (inside `update`) is the policy pass."""
+        if self._gspo_loss_inputs is not None:
+            return self._policy_logprobs(model, *args, **kwargs)
+        if not self.model.training:
+            return self._no_grad_logprobs(model, *args, **kwargs)
+        with self.perf.timer.phase(names.PHASE_OLD_LOGPROBS):  # pi_old (and the reference model)
+            return self._no_grad_logprobs(model, *args, **kwargs)
+
+    def _no_grad_logprobs(self, model: Any, *args: Any, **kwargs: Any):
+        """A pass outside the loss (old / reference log-probs): the engine's, or TRL's forward."""
+        if self.engine_logprobs.active:
             width = kwargs.get("logits_to_keep", args[2] if len(args) > 2 else None)
             old = self.engine_logprobs.old_logprobs(model, self.model, width, self.accelerator.device)
             if old is not None:  # TRL's pi_old call, answered by the engine: no forward
                 return old, None, None
+        return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+
+    def _policy_logprobs(self, model: Any, *args: Any, **kwargs: Any):
+        """The loss's policy pass: TRL's forward, observed for the diagnostics and GSPO-token."""
         logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
         inputs = self._gspo_loss_inputs
-        if inputs is None:  # a no-grad pass (old / reference log-probs), not the loss
-            return logps, entropies, aux_loss
         self._gspo_loss_inputs = None  # only the first call inside _compute_loss is the policy pass
         mask = inputs["completion_mask"]
         if "tool_mask" in inputs:
@@ -218,4 +275,9 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
                 logs[names.ZERO_VARIANCE_GROUPS] = sum(zero_std) / len(zero_std)
             if self._gspo_rows:
                 logs.update(self.gspo_statistics())
+            if "loss" in logs:  # a training log event: one perf window
+                logs.update(self.perf.logs(self.accelerator))
+        if "train_runtime" in logs:  # the end-of-training summary: the run's sums
+            self.perf.timer.window()
+            logs.update(self.perf.totals())
         super().log(logs, start_time)

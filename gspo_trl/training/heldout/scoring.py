@@ -29,6 +29,7 @@ from gspo_trl.training.heldout.generation import (
     shard_rows,
 )
 from gspo_trl.training.heldout.layout import HF, heldout_passes
+from gspo_trl.training.reporting.phases import timed
 
 logger = logging.getLogger(__name__)
 
@@ -184,7 +185,8 @@ class HeldoutCallback(TrainerCallback):
         return logs
 
     def _evaluate(self, step: int) -> None:
-        logs = self.evaluate()
+        with timed(self.trainer, names.PHASE_HELDOUT):
+            logs = self.evaluate()
         self.history.append((step, logs[names.HELDOUT_SCORE]))
         # Trainer.log ends in on_log, which clears control.should_log: called from on_step_end,
         # it would cancel this step's own training log. Keep the flag as it was.

@@ -79,6 +79,10 @@ def step_line(
     zero = _number(logs.get(ZERO_VARIANCE_KEY))
     if zero is not None:
         parts.append(f"zero-var {zero:.0%}")
+    tokens_per_s = _number(logs.get(names.PERF_TRAINED_TOKENS_PER_S))
+    if tokens_per_s is not None:
+        mfu = _number(logs.get(names.PERF_MFU))
+        parts.append(f"{tokens_per_s:,.0f} tok/s" + (f" MFU {mfu:.1%}" if mfu is not None else ""))
     if seconds_per_step is not None:
         parts.append(f"{seconds_per_step:.2f} s/step")
     if eta_seconds is None and seconds_per_step is not None:
@@ -260,7 +264,11 @@ def install_console(
     the console's closing hook last.
     """
     _remove_trl_printing(trainer)
-    console = ConsoleCallback(banner(trainer, model_name, reward_names, eval_rows))
+    header = banner(trainer, model_name, reward_names, eval_rows)
+    perf = getattr(trainer, "perf", None)
+    if perf is not None:  # the plan's FLOP floor beside what the step line will show
+        header += "\n" + perf.ceiling_line(trainer.args.max_completion_length)
+    console = ConsoleCallback(header)
     trainer.callback_handler.callbacks[:0] = [console, MetricsFileCallback(trainer.args.output_dir)]
     trainer.add_callback(_CloseConsole(console))
     return console

@@ -1,0 +1,97 @@
+"""Training FLOPs of a decoder-only transformer, and the peak FLOP rate of the device they run on.
+
+One count, used by `gspo-trl plan` (gspo_trl.plan.throughput, at maximal lengths) and by the
+trainer's `perf/mfu` (gspo_trl.training.reporting.phases, on the batches it really trains).
+
+The count is Kaplan et al. 2020 ("Scaling Laws for Neural Language Models", Table 1), as used by
+Hoffmann et al. 2022 (Chinchilla): a forward pass costs 2N FLOPs per token plus
+2 x layers x context x d_attn for the attention scores and their weighted sum (causal, so half of
+the full 4 x layers x context x d_attn); a training pass is 3 forwards (6N per token: the backward
+computes a gradient for both the input and the weight of each matmul), 4 with gradient
+checkpointing (the forward is recomputed). N is the active matmul parameters (the LM head
+included, the embedding lookup not; MoE: routed experts only).
+
+Peak rates: NVIDIA's datasheet figures for dense bf16 Tensor Core math (the datasheets print the
+2:4-sparse figure first, twice these). A CPU has no datasheet figure that torch reaches, so its
+peak is measured: the best rate of a square float32 matmul at the current thread count.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any
+
+import torch
+
+from gspo_trl.model.shape import ModelShape
+
+DATASHEET_BF16_DENSE_TFLOPS: dict[str, float | None] = {
+    "B200": 2250.0,  # NVIDIA HGX B200 datasheet: FP16/BF16 36 PFLOPS with sparsity for 8 GPUs
+    "H200": 989.0,  # NVIDIA H200 Tensor Core GPU datasheet, SXM: BF16 1,979 TFLOPS with sparsity
+    "H100 NVL": 835.0,  # NVIDIA H100 datasheet, NVL: BF16 1,671 TFLOPS with sparsity
+    "H100 PCIe": 756.0,  # NVIDIA H100 datasheet, PCIe: BF16 1,513 TFLOPS with sparsity
+    "H100": 989.0,  # NVIDIA H100 datasheet, SXM: BF16 1,979 TFLOPS with sparsity
+    "A100": 312.0,  # NVIDIA A100 datasheet: BF16 312 TFLOPS (624 with sparsity), SXM and PCIe
+    "L40S": 362.0,  # NVIDIA L40S datasheet: BF16 362.05 TFLOPS (733 with sparsity)
+    "L4": 121.0,  # NVIDIA L4 datasheet: BF16 242 TFLOPS with sparsity
+    "A10G": None,  # AWS's variant of the A10: NVIDIA publishes no datasheet, so no figure is guessed
+    "A10": 125.0,  # NVIDIA A10 datasheet: BF16 125 TFLOPS (250 with sparsity)
+}
+"""Device name fragment (as in `torch.cuda.get_device_name`) -> dense bf16 peak in TFLOPS.
+Matched in this order, so 'H100 PCIe' wins over 'H100' and 'A10G' over 'A10'. None: known, no
+published figure (MFU is then not logged)."""
+
+CPU_BENCH_SIZE = 512
+"""Side of the square float32 matmul that measures a CPU's peak (about 0.27 GFLOP a product)."""
+
+
+def forward_flops_per_token(shape: ModelShape, sequence_length: int) -> float:
+    """Kaplan's C_forward per token: 2N + 2 x layers x context x d_attn."""
+    attention = 2 * shape.num_layers * sequence_length * shape.q_dim
+    return 2 * shape.active_matmul_params + attention
+
+
+def training_passes(gradient_checkpointing: bool) -> int:
+    """Forward-pass equivalents of one training pass: forward + backward (2x), plus a recompute."""
+    return 3 + (1 if gradient_checkpointing else 0)
+
+
+def update_flops(shape: ModelShape, rows: int, sequence_length: int, gradient_checkpointing: bool) -> float:
+    """FLOPs of one forward+backward over `rows` sequences padded to `sequence_length` tokens."""
+    tokens = rows * sequence_length
+    return training_passes(gradient_checkpointing) * forward_flops_per_token(shape, sequence_length) * tokens
+
+
+def datasheet_peak_tflops(device_name: str) -> float | None:
+    """The dense bf16 peak of a GPU named like `torch.cuda.get_device_name()`; None if not listed."""
+    name = device_name.lower()
+    return next((peak for part, peak in DATASHEET_BF16_DENSE_TFLOPS.items() if part.lower() in name), None)
+
+
+@functools.cache
+def measured_cpu_peak_tflops(threads: int, seconds: float = 0.2) -> float:
+    """Best float32 matmul rate this process reaches on `threads` threads (measured once per
+    process and thread count; about `seconds` long)."""
+    n = CPU_BENCH_SIZE
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)  # warm-up: allocation, thread pool
+    best, deadline = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        start = time.perf_counter()
+        torch.mm(a, b)
+        best = max(best, 2 * n**3 / (time.perf_counter() - start))
+    return best / 1e12
+
+
+def peak_tflops(device: Any) -> tuple[float | None, str]:
+    """(peak TFLOPS of `device`, where the figure comes from); (None, why) when unknown."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        tflops = datasheet_peak_tflops(name)
+        return tflops, f"{name}, datasheet bf16 dense" if tflops else f"{name}: not in the datasheet table"
+    if device.type == "cpu":
+        threads = torch.get_num_threads()
+        return measured_cpu_peak_tflops(threads), f"CPU: fp32 matmul, {threads} thread(s)"
+    return None, f"{device.type}: no peak figure"
