@@ -24,6 +24,16 @@ class RecipeError(UserError):
     """A recipe key or value that cannot work; the message names the file, the key and the fix."""
 
 
+class RecipeProblems(RecipeError):
+    """Several problems one pass over a recipe found (gspo_trl.config.problems): `lines` holds one
+    line per problem, each naming the file and the key, and the CLI prints them all, as a
+    compiler does, so a recipe with three mistakes takes one run to fix, not three."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = list(lines)
+
+
 class FieldTypeError(RecipeError, ValueTypeError):
     """A value that cannot be read as its field's declared type (gspo_trl.rewards.coercion's error, as a
     recipe error)."""

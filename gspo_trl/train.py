@@ -33,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gspo_trl.training.preflight import output_dir_of, preflight
     from gspo_trl.training.safety.run_dir import claim_run_dir
 
-    recipe = load_recipe(path, overrides)
+    recipe = load_recipe(path, overrides, partial=True)  # preflight reports its problems with its own
     data = preflight(recipe)
     with claim_run_dir(recipe, output_dir_of(recipe), data, resume=resume, overwrite=overwrite) as claim:
         from gspo_trl.training.build import train_claimed  # TRL, torch, vLLM: only past every check

@@ -5,14 +5,13 @@ Arguments and printing only; the work is done by gspo_trl.diagnose.calibrate.
 
 from __future__ import annotations
 
-import argparse
-
 from gspo_trl.diagnose.calibrate import CalibrateSettings, calibrate
 from gspo_trl.errors import UserError
+from gspo_trl.rewards.suggest import ArgumentParser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="gspo-trl calibrate", allow_abbrev=False, description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("recipe", nargs="?", help="recipe YAML; extra --key value pairs override it")

@@ -12,10 +12,11 @@ from pathlib import Path
 from gspo_trl.config.sections import MAX_BIAS_FRACTION, MAX_OUTSIDE_CLIP
 from gspo_trl.diagnose.check_logprobs import CheckLogprobsSettings, check_logprobs, format_report
 from gspo_trl.errors import UserError
+from gspo_trl.rewards.suggest import ArgumentParser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="gspo-trl check-logprobs",
         allow_abbrev=False,  # unknown --keys are recipe overrides, never abbreviations of ours
         description="Sample with vLLM, rescore with the trainer, and say whether the engine's log-probs "

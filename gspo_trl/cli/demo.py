@@ -5,15 +5,15 @@ Arguments and printing only; the work is done by gspo_trl.demo.pipeline.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
 from gspo_trl.demo.pipeline import DEFAULT_RECIPE, DEFAULT_SFT_STEPS, run_demo
+from gspo_trl.rewards.suggest import ArgumentParser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gspo-trl demo", description=__doc__)
+    parser = ArgumentParser(prog="gspo-trl demo", description=__doc__)
     parser.add_argument("--output-dir", type=Path, default=Path("runs/demo"))
     parser.add_argument("--recipe", type=Path, default=DEFAULT_RECIPE)
     parser.add_argument("--sft-steps", type=int, default=DEFAULT_SFT_STEPS, help="warm-start SFT steps")

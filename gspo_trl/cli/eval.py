@@ -11,10 +11,11 @@ from collections.abc import Sequence
 
 from gspo_trl.errors import EvalError
 from gspo_trl.eval.evaluate import EvalSettings, evaluate, format_table
+from gspo_trl.rewards.suggest import ArgumentParser
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="gspo-trl eval", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="gspo-trl eval", description=__doc__.split("\n\n")[0])
     parser.add_argument("model", nargs="?", help="model directory, run directory, or hub id")
     parser.add_argument("--data", help="local json/jsonl/parquet/csv, hub id, or synthetic:reversal")
     parser.add_argument("--preset", help="a dataset preset (docs/data.md); with --data: its column mapping")

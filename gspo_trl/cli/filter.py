@@ -5,19 +5,17 @@ Arguments and printing only; the work is done by gspo_trl.eval.filter.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Sequence
 
 from gspo_trl.eval.filter import FilterSettings, filter_dataset
+from gspo_trl.rewards.suggest import ArgumentParser
 
 
 def parse_args(argv: Sequence[str]) -> FilterSettings:
     """The settings the command line asks for; unknown --key value pairs are recipe overrides."""
-    parser = argparse.ArgumentParser(
-        prog="gspo-trl filter", description=__doc__.split("\n\n")[0], allow_abbrev=False
-    )
+    parser = ArgumentParser(prog="gspo-trl filter", description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("recipe", help="recipe YAML; further --key value pairs override it")
     parser.add_argument(
         "--min", type=float, default=0.0, dest="low", help="lowest pass rate kept (inclusive)"

@@ -76,7 +76,11 @@ def run_command(name: str, main: Callable[[list[str]], int | None], argv: Sequen
     try:
         return int(main(list(argv)) or 0)
     except USER_ERRORS as error:
-        print(f"error: {error}", file=sys.stderr)
+        lines = getattr(error, "lines", None) or [str(error)]  # RecipeProblems: one line per problem
+        for line in lines:
+            print(f"error: {line}", file=sys.stderr)
+        if len(lines) > 1:
+            print(f"gspo-trl {name}: {len(lines)} problems; fix them all, then run again", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"gspo-trl {name}: interrupted", file=sys.stderr)

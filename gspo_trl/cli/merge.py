@@ -10,16 +10,16 @@ Arguments and printing only; the work is done by gspo_trl.model.adapters.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from gspo_trl.model.adapters import base_model_of, find_adapter, merge_adapter
+from gspo_trl.rewards.suggest import ArgumentParser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gspo-trl merge", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="gspo-trl merge", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_or_adapter", help="an adapter folder or a LoRA run's output_dir")
     parser.add_argument("output", type=Path, help="folder for the merged model")
     parser.add_argument("--base", help="base model (default: adapter_config.json's base_model_name_or_path)")

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from gspo_trl.errors import RecipeError
+from gspo_trl.rewards.suggest import ArgumentParser
 
 USAGE = (
     "gspo-trl plan RECIPE [--accelerate-config ACCELERATE_YAML] [--nodes N] [--gpus-per-node G] "
@@ -24,7 +25,7 @@ USAGE = (
 
 
 def parser() -> argparse.ArgumentParser:
-    parse = argparse.ArgumentParser(
+    parse = ArgumentParser(
         prog="gspo-trl plan", usage=USAGE, description=__doc__, allow_abbrev=False, add_help=True
     )
     parse.add_argument("recipe", nargs="?")

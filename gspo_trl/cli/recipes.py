@@ -3,11 +3,11 @@ with the package (as torchtune's `tune ls` / `tune cp`), usable from an installe
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 
 from gspo_trl.config.recipe import read_yaml
 from gspo_trl.config.shipped import copy_shipped, shipped_configs, shipped_recipes
+from gspo_trl.rewards.suggest import ArgumentParser
 
 
 def _summary(path) -> str:
@@ -19,7 +19,7 @@ def _summary(path) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gspo-trl recipes", description=__doc__)
+    parser = ArgumentParser(prog="gspo-trl recipes", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("list", help="list the shipped recipes and accelerate configs")
     copy = commands.add_parser("copy", help="copy a shipped recipe or config to edit it")

@@ -5,16 +5,16 @@ Arguments and printing only; the work is done by gspo_trl.diagnose.report.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 from gspo_trl.diagnose.report import write_report
 from gspo_trl.errors import UserError
+from gspo_trl.rewards.suggest import ArgumentParser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gspo-trl report", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="gspo-trl report", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", help="a run's output_dir (trainer_state.json or checkpoint-*/)")
     parser.add_argument("--out", default=None, help="folder for the PNGs (default: RUN_DIR/report)")
     args = parser.parse_args(argv)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 
 from gspo_trl.model.tiny import TinyModelSpec, save_tiny_model
+from gspo_trl.rewards.suggest import ArgumentParser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gspo-trl tiny-model", description=__doc__)
+    parser = ArgumentParser(prog="gspo-trl tiny-model", description=__doc__)
     parser.add_argument("output_dir", help="directory to write config, weights and tokenizer to")
     parser.add_argument("--layers", type=int, default=TinyModelSpec.num_hidden_layers)
     parser.add_argument("--hidden-size", type=int, default=TinyModelSpec.hidden_size)

@@ -27,7 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise RecipeError(f"no recipe given: {USAGE}")
     from gspo_trl.config.recipe import load_recipe
 
-    recipe = load_recipe(path, overrides)
+    recipe = load_recipe(path, overrides, partial=True)  # preflight reports its problems with its own
     from gspo_trl.training.preflight import preflight
 
     data = preflight(recipe)

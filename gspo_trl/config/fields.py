@@ -7,15 +7,14 @@ command-line overrides use too (YAML 1.1 reads `1e-6` as text; every override is
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import typing
-from collections.abc import Iterable
 from functools import cache
 from typing import Any
 
 from gspo_trl.errors import FieldTypeError, RecipeError
 from gspo_trl.rewards import coercion
 from gspo_trl.rewards.errors import ValueTypeError
+from gspo_trl.rewards.suggest import did_you_mean
 
 
 @cache
@@ -32,12 +31,6 @@ def coerce(value: Any, annotation: Any, where: str) -> Any:
         return coercion.coerce(value, annotation, where)
     except ValueTypeError as error:
         raise FieldTypeError(str(error)) from None
-
-
-def did_you_mean(name: str, candidates: Iterable[str]) -> str:
-    """' (did you mean X?)' for the closest candidate, or '' when nothing is close."""
-    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def build_dataclass(cls: type, values: dict[str, Any], where: str) -> Any:

@@ -29,7 +29,10 @@ from typing import Any
 import yaml
 
 from gspo_trl.config.defaults import ALGORITHMS
-from gspo_trl.config.fields import build_dataclass, coerce, did_you_mean
+from gspo_trl.config.fields import build_dataclass, coerce
+from gspo_trl.config.overrides import SECTIONS, apply_overrides, parse_overrides
+from gspo_trl.config.problems import Problems
+from gspo_trl.config.recipe_file import read_yaml
 from gspo_trl.config.sections import DataConfig, HeldoutConfig, LaunchConfig, ModelConfig, RewardEntry
 from gspo_trl.config.shipped import resolve_recipe_path
 from gspo_trl.config.trl_fields import grpo_field_types
@@ -37,8 +40,10 @@ from gspo_trl.errors import FieldTypeError, RecipeError
 from gspo_trl.rewards import loading as reward_loading
 from gspo_trl.rewards import registry as rewards_registry
 from gspo_trl.rewards.errors import RewardParameterError, UnknownRewardError
+from gspo_trl.rewards.suggest import did_you_mean
 
-SECTIONS = ("model", "data", "rewards", "diagnostics", "heldout", "engine", "launch")
+__all__ = ["Recipe", "load_recipe", "parse_overrides", "read_yaml", "recipe_as_yaml"]
+
 RECIPE_KEYS = ("algorithm", "allow_on_policy", "imports")
 
 MOVED_KEYS = {
@@ -87,153 +92,60 @@ class Recipe:
     """`launch:` section: the hardware and command the recipe is written for (`gspo-trl plan`)."""
     explicit_keys: frozenset[str] = frozenset()
     """Training keys set by the recipe or an override (not by defaults): validation uses it."""
+    load_problems: tuple[Exception, ...] = ()
+    """What loading refused, when loaded with `partial=True`: validation reports it with its own."""
+    unreadable: frozenset[str] = frozenset()
+    """Keys whose value could not be read (kept at their default): checks reading them are skipped."""
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-MAX_RECIPE_BYTES = 256 << 10
-"""A recipe is a page of keys (the largest shipped one is under 5 KB), and PyYAML's safe loader
-takes seconds per 100 KB (26 s for 1.3 MB on this project's 2-core machine): a larger file is
-a mistake (a data file given as the recipe), refused before it is parsed."""
-
-
-def _read_bounded(path: Path) -> str:
-    """The file's text, reading at most MAX_RECIPE_BYTES + 1 bytes (a FIFO or /dev/zero too)."""
-    with path.open("rb") as file:
-        data = file.read(MAX_RECIPE_BYTES + 1)
-    if len(data) > MAX_RECIPE_BYTES:
-        raise RecipeError(
-            f"recipe {path}: larger than {MAX_RECIPE_BYTES >> 10} KiB, not a recipe "
-            "(a data file goes in data.path)"
-        )
-    return data.decode("utf-8")
-
-
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    """The recipe file as a mapping, or a RecipeError naming the file (and line for syntax)."""
-    path = Path(path)
-    try:
-        text = _read_bounded(path)
-    except FileNotFoundError:
-        raise RecipeError(
-            f"recipe {path}: file not found (shipped recipes: `gspo-trl recipes list`)"
-        ) from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise RecipeError(f"recipe {path}: cannot read it ({error})") from None
-    try:
-        content = yaml.load(text, Loader=_UniqueKeyLoader)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(error, "problem", None) or str(error)
-        raise RecipeError(f"recipe {path}:{where}: YAML error: {problem}") from None
-    if content is None:
-        return {}
-    if not isinstance(content, dict):
-        raise RecipeError(f"recipe {path}: must be a mapping of keys to values, got {type(content).__name__}")
-    return content
-
-
-def _override_value(text: str) -> Any:
-    """A command-line value: YAML for lists and mappings, else the text itself.
-
-    Scalars stay text and are converted by the field's declared type later, so that
-    `--save_strategy no` stays "no" (YAML 1.1 would read no/off/yes/on as booleans).
-    """
-    if text.lstrip().startswith(("[", "{")):
-        try:
-            return yaml.safe_load(text)
-        except yaml.YAMLError as error:
-            raise RecipeError(f"override value {text!r}: YAML error: {error}") from None
-    return text
-
-
-def parse_overrides(tokens: Sequence[str]) -> dict[str, Any]:
-    """`--key value`, `--key=value`, `--flag` (true) -> {key: value} (see `_override_value`)."""
-    overrides: dict[str, Any] = {}
-    index = 0
-    while index < len(tokens):
-        token = tokens[index]
-        if not token.startswith("--") or token == "--":
-            raise RecipeError(f"override {token!r}: expected --key value")
-        key, has_value, value = token[2:].partition("=")
-        if not has_value:
-            if index + 1 < len(tokens) and not tokens[index + 1].startswith("--"):
-                value, index = tokens[index + 1], index + 1
-            else:
-                value = "true"
-        overrides[key.replace("-", "_")] = _override_value(value)
-        index += 1
-    return overrides
-
-
-def _override_reward(content: dict[str, Any], key: str, value: Any) -> None:
-    """`--rewards.1.weight 0.5`: one field of one reward (0-based, as `rewards[1]` in errors)."""
-    _, index_text, field_name = key.split(".", 2) if key.count(".") >= 2 else (key, "", "")
-    entries = content.get("rewards")
-    if not index_text.isdigit() or not field_name:
-        raise RecipeError(f"override --{key}: expected --rewards.INDEX.FIELD, e.g. --rewards.1.weight 0.5")
-    if not isinstance(entries, list) or int(index_text) >= len(entries):
-        count = len(entries) if isinstance(entries, list) else 0
-        raise RecipeError(f"override --{key}: the recipe has {count} reward(s), indexed from 0")
-    entry = entries[int(index_text)]
-    entry = {"name": entry} if isinstance(entry, str) else dict(entry)
-    entry[field_name] = value
-    entries[int(index_text)] = entry
-
-
-def _apply_overrides(content: dict[str, Any], overrides: dict[str, Any]) -> None:
-    for key, value in overrides.items():
-        section, dot, sub_key = key.partition(".")
-        if dot and section == "rewards":
-            _override_reward(content, key, value)
-        elif dot and section in SECTIONS:
-            target = content.setdefault(section, {})
-            if not isinstance(target, dict):
-                raise RecipeError(f"override --{key}: recipe key {section!r} is not a mapping")
-            target[sub_key] = value
-        else:
-            content[key] = value
-
-
-def _reward_entries(raw: Any) -> list[RewardEntry]:
+def _reward_entries(raw: Any, problems: Problems) -> list[RewardEntry]:
+    """The `rewards:` items; each bad item is recorded (the rest are still read and checked)."""
     if not isinstance(raw, list) or not raw:
-        raise RecipeError("rewards: must be a non-empty list, e.g. [math, {name: format, weight: 0.2}]")
+        error = RecipeError("rewards: must be a non-empty list, e.g. [math, {name: format, weight: 0.2}]")
+        problems.add(error, "rewards")
+        return []
     entries = []
     for index, item in enumerate(raw):
         if isinstance(item, str):
             entries.append(RewardEntry(item))
             continue
         if not isinstance(item, dict) or "name" not in item:
-            raise RecipeError(f"rewards[{index}]: expected a name or a mapping with 'name', got {item!r}")
+            error = RecipeError(f"rewards[{index}]: expected a name or a mapping with 'name', got {item!r}")
+            problems.add(error, "rewards")
+            continue
         params = dict(item)
         name = params.pop("name")
         try:
             weight = coerce(params.pop("weight", 1.0), float, f"rewards[{index}].weight")
         except FieldTypeError as error:
-            raise RecipeError(str(error)) from None
+            problems.add(RecipeError(str(error)), "rewards")
+            continue
         entries.append(RewardEntry(str(name), weight, params))
     return entries
 
 
-def _section(content: dict[str, Any], name: str) -> dict[str, Any]:
+def _section(content: dict[str, Any], name: str, problems: Problems) -> dict[str, Any]:
     value = content.get(name) or {}
     if not isinstance(value, dict):
-        raise RecipeError(f"{name}: must be a mapping, got {value!r}")
+        problems.add(RecipeError(f"{name}: must be a mapping, got {value!r}"), name)
+        return {}
     return value
+
+
+def _read(problems: Problems, key: str, read: Any, *args: Any) -> Any:
+    """`read(*args)`, or None with the problem recorded and `key` marked unreadable."""
+    try:
+        return read(*args)
+    except RecipeError as error:
+        problems.add(RecipeError(f"recipe {problems.source}: {error}"), key)
+        return None
+
+
+def _build_section(content: dict[str, Any], cls: type, name: str, problems: Problems) -> Any:
+    """Section `name` as dataclass `cls`, or None when it is absent or cannot be read."""
+    if name not in content:
+        return None
+    return _read(problems, name, build_dataclass, cls, _section(content, name, problems), name)
 
 
 def _typed_params(entry: RewardEntry) -> dict[str, Any]:
@@ -270,76 +182,96 @@ def recipe_as_yaml(recipe: Recipe) -> str:
     return header + yaml.safe_dump(content, sort_keys=False)
 
 
-def load_recipe(path: str | Path | None, overrides: Sequence[str] | dict[str, Any] = ()) -> Recipe:
+def _check_keys(
+    content: dict[str, Any], known: set[str], overrides: dict[str, Any], problems: Problems
+) -> None:
+    """Every key neither a section, a recipe key nor a GRPOConfig field, each with its fix."""
+    source = problems.source
+    for key in content:
+        if key in MOVED_KEYS:
+            problems.add(
+                RecipeError(
+                    f"recipe {source}: {key!r} is not a recipe key here: use {MOVED_KEYS[key]} "
+                    "(a recipe is not a `trl grpo` config: docs/recipe-reference.md)"
+                ),
+                key,
+            )
+        elif key in overrides and key not in known:
+            hint = did_you_mean(key, known, spell="--{}")
+            problems.add(RecipeError(f"recipe {source}: override --{key}: unknown key{hint}"), key)
+        elif key not in known:
+            problems.add(RecipeError(f"recipe {source}: unknown key {key!r}{did_you_mean(key, known)}"), key)
+
+
+def load_recipe(
+    path: str | Path | None, overrides: Sequence[str] | dict[str, Any] = (), *, partial: bool = False
+) -> Recipe:
     """Read, merge and type-check a recipe; unknown keys are refused with a suggestion.
 
-    `path` None starts from an empty recipe (all defaults), which the tests and the demo use.
+    Every problem is found in one pass (gspo_trl.config.problems) and raised together; with
+    `partial` (for `validate` and `train`, which validate next) the recipe is returned with
+    them in `load_problems`, a key that could not be read at its default, so validation
+    reports them with its own. `path` None starts from an empty recipe (all defaults), which
+    the tests and the demo use.
     """
     if path is not None:
         path = resolve_recipe_path(path)
     content = read_yaml(path) if path is not None else {}
     source = str(path) if path is not None else "<defaults>"
+    problems = Problems(source)
     parsed_overrides = overrides if isinstance(overrides, dict) else parse_overrides(overrides)
-    _apply_overrides(content, parsed_overrides)
+    apply_overrides(content, parsed_overrides, problems)
 
     grpo_fields = grpo_field_types()
-    known = set(SECTIONS) | set(RECIPE_KEYS) | set(grpo_fields)
-    for key in content:
-        if key in MOVED_KEYS:
-            raise RecipeError(
-                f"recipe {source}: {key!r} is not a recipe key here: use {MOVED_KEYS[key]} "
-                "(a recipe is not a `trl grpo` config: docs/recipe-reference.md)"
-            )
-        if key not in known:
-            raise RecipeError(f"recipe {source}: unknown key {key!r}{did_you_mean(key, known)}")
+    _check_keys(content, set(SECTIONS) | set(RECIPE_KEYS) | set(grpo_fields), parsed_overrides, problems)
 
     algorithm = content.get("algorithm", "gspo")
     if algorithm not in ALGORITHMS:
-        raise RecipeError(f"algorithm: {algorithm!r} is not one of {sorted(ALGORITHMS)}")
+        problems.add(RecipeError(f"algorithm: {algorithm!r} is not one of {sorted(ALGORITHMS)}"), "algorithm")
+        algorithm = "gspo"
 
     training = dict(ALGORITHMS[algorithm])
     explicit = set()
-    try:
-        for key, value in content.items():
-            if key in grpo_fields:
+    for key, value in content.items():
+        if key in grpo_fields:
+            try:
                 training[key] = coerce(value, grpo_fields[key], key)
                 explicit.add(key)
-        model = build_dataclass(ModelConfig, _section(content, "model"), "model")
-        data = build_dataclass(DataConfig, _section(content, "data"), "data")
-        heldout = (
-            build_dataclass(HeldoutConfig, _section(content, "heldout"), "heldout")
-            if "heldout" in content
-            else None
-        )
-        launch = (
-            build_dataclass(LaunchConfig, _section(content, "launch"), "launch")
-            if "launch" in content
-            else None
-        )
-        allow_on_policy = coerce(content.get("allow_on_policy", False), bool, "allow_on_policy")
-        raw_imports = content.get("imports") or []
-        imports = coerce([raw_imports] if isinstance(raw_imports, str) else raw_imports, list[str], "imports")
-    except FieldTypeError as error:
-        raise RecipeError(f"recipe {source}: {error}") from None
+            except FieldTypeError as error:
+                problems.add(RecipeError(f"recipe {source}: {error}"), key)
+    model = _build_section(content, ModelConfig, "model", problems) or ModelConfig()
+    data = _build_section(content, DataConfig, "data", problems) or DataConfig()
+    heldout = _build_section(content, HeldoutConfig, "heldout", problems)
+    launch = _build_section(content, LaunchConfig, "launch", problems)
+    on_policy = content.get("allow_on_policy", False)
+    allow_on_policy = _read(problems, "allow_on_policy", coerce, on_policy, bool, "allow_on_policy")
+    raw_imports = content.get("imports") or []
+    raw_imports = [raw_imports] if isinstance(raw_imports, str) else raw_imports
+    imports = _read(problems, "imports", coerce, raw_imports, list[str], "imports") or []
     try:
         reward_loading.import_modules(imports)  # before anything resolves a reward name
     except UnknownRewardError as error:
-        raise RecipeError(f"recipe {source}: {error}") from None
+        problems.add(RecipeError(f"recipe {source}: {error}"), "imports")
     if "generation_batch_size" in explicit and "steps_per_generation" not in explicit:
         training.pop("steps_per_generation", None)  # TRL derives it; it refuses both being set
 
-    return Recipe(
+    recipe = Recipe(
         source=source,
         algorithm=algorithm,
         model=model,
         data=data,
-        rewards=_reward_entries(content.get("rewards")),
+        rewards=_reward_entries(content.get("rewards"), problems),
         training=training,
-        diagnostics=_section(content, "diagnostics"),
+        diagnostics=_section(content, "diagnostics", problems),
         heldout=heldout,
-        allow_on_policy=allow_on_policy,
-        engine=_section(content, "engine"),
+        allow_on_policy=bool(allow_on_policy),
+        engine=_section(content, "engine", problems),
         imports=imports,
         launch=launch,
         explicit_keys=frozenset(explicit),
+        load_problems=tuple(problems.errors),
+        unreadable=frozenset(problems.unreadable),
     )
+    if not partial:
+        problems.raise_if_any()
+    return recipe

@@ -28,7 +28,7 @@ def shipped_configs() -> dict[str, Path]:
     return dict(sorted((p.stem, p) for p in CONFIGS_DIR.glob("*.yaml")))
 
 
-def _name(text: str) -> str:
+def shipped_name(text: str) -> str:
     """`recipes/tiny/reversal.yaml`, `tiny/reversal.yaml` and `tiny/reversal` all name `tiny/reversal`."""
     name = text.removesuffix(".yaml").removesuffix(".yml")
     for prefix in ("./", "recipes/", "configs/"):
@@ -41,12 +41,12 @@ def resolve_recipe_path(path: str | Path) -> Path:
     path = Path(path)
     if path.exists():
         return path
-    return shipped_recipes().get(_name(str(path)), path)
+    return shipped_recipes().get(shipped_name(str(path)), path)
 
 
 def find_shipped(name: str) -> Path | None:
     """The shipped recipe or accelerate config called `name`, or None."""
-    key = _name(name)
+    key = shipped_name(name)
     return shipped_recipes().get(key) or shipped_configs().get(key)
 
 
@@ -62,12 +62,14 @@ def find_accelerate_config(path: str) -> Path | None:
 def copy_shipped(name: str, destination: str | Path) -> Path:
     """Copy a shipped recipe or config to `destination` (a file, or a directory to put it in)."""
     from gspo_trl.errors import RecipeError
+    from gspo_trl.rewards.suggest import did_you_mean
 
     source = find_shipped(name)
     if source is None:
         known = [*shipped_recipes(), *shipped_configs()]
+        hint = did_you_mean(shipped_name(name), known)
         raise RecipeError(
-            f"recipes copy: no shipped recipe or config named {name!r}; known: {', '.join(known)}"
+            f"recipes copy: no shipped recipe or config named {name!r}{hint}; known: {', '.join(known)}"
         )
     target = Path(destination)
     if target.is_dir() or str(destination).endswith(("/", os.sep)):

@@ -1,6 +1,7 @@
 """Refuse recipes that would silently not be GSPO or would fail later, before anything loads.
 
-Each check raises RecipeError with the key at fault and the fix. GSPO's own invariants (ratio
+Each check raises RecipeError with the key at fault and the fix; `validate` runs them all and
+reports every refusal at once (gspo_trl.config.problems). GSPO's own invariants (ratio
 level, loss aggregation, clip range, off-policy updates) live in gspo_trl.config.invariants,
 shared with `GSPOConfig`; here are the recipe's other checks (field ranges, batch
 divisibility TRL would refuse later, rewards, sections, trackers).
@@ -13,15 +14,18 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-import gspo_trl.rewards as rewards
-from gspo_trl.config.batch import is_server_mode, rollout_batch, training_nodes
+from gspo_trl.config.batch import BATCH_KEYS, RolloutBatch, is_server_mode, rollout_batch, training_nodes
 from gspo_trl.config.engine_checks import check_engine_settings, check_vllm_for_moe
 from gspo_trl.config.fields import build_dataclass
 from gspo_trl.config.invariants import check_off_policy, check_training_invariants
+from gspo_trl.config.problems import Problems
 from gspo_trl.config.recipe import Recipe
+from gspo_trl.config.reward_checks import check_reward_construction, check_rewards
 from gspo_trl.config.sections import DiagnosticsConfig
 from gspo_trl.config.shipped import find_accelerate_config
 from gspo_trl.errors import RecipeError
+
+__all__ = ["check_gspo_settings", "check_precision", "check_reward_construction", "validate", "world_size"]
 
 POSITIVE_FIELDS = (
     "learning_rate",
@@ -44,13 +48,14 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def _check_batch_sizes(recipe: Recipe, processes: int) -> None:
+def _check_batch_sizes(recipe: Recipe, processes: int) -> RolloutBatch:
     """TRL's batch refusals with the recipe's key names, at `processes` and on the `launch:`
-    hardware; a real multi-process launch of another size is checked at its own size only."""
-    rollout_batch(recipe.training, processes)
+    hardware; a real multi-process launch of another size is checked at its own size only.
+    Returns the rollout batch at `processes`."""
+    batch = rollout_batch(recipe.training, processes)
     launch = recipe.launch
     if launch is None or not launch.gpus:
-        return
+        return batch
     nodes = training_nodes(launch.nodes, is_server_mode(recipe.training))
     if nodes < 1:
         raise RecipeError(
@@ -59,12 +64,13 @@ def _check_batch_sizes(recipe: Recipe, processes: int) -> None:
         )
     world = nodes * launch.gpus_per_node
     if "WORLD_SIZE" in os.environ and world_size() != world:
-        return  # launched on other hardware than `launch:` states: TRL checks the real world size
+        return batch  # launched on other hardware than `launch:` states: TRL checks the real world size
     try:
         rollout_batch(recipe.training, world)
     except RecipeError as error:
         where = f"launch ({nodes} training node(s) x {launch.gpus_per_node} GPUs = {world} processes)"
         raise RecipeError(f"{where}: {error}") from None
+    return batch
 
 
 def _check_launch(recipe: Recipe) -> None:
@@ -119,60 +125,30 @@ def _check_server_layout(recipe: Recipe) -> None:
         )
 
 
-def _check_field_ranges(training: Mapping[str, Any]) -> None:
-    for key in POSITIVE_FIELDS:
-        value = training.get(key)
+FINITE_FIELDS = ("max_steps", "num_train_epochs", "warmup_steps", "weight_decay", "max_grad_norm")
+
+
+def _check_field_range(training: Mapping[str, Any], key: str) -> None:
+    """POSITIVE_FIELDS finite and > 0, FINITE_FIELDS finite, when set to a number."""
+    value = training.get(key)
+    if key in POSITIVE_FIELDS:
         if value is None or isinstance(value, bool) or not isinstance(value, int | float):
-            continue
+            return
         if not math.isfinite(value) or value <= 0:
             raise RecipeError(f"{key}: {value} must be a finite number > 0")
-    for key in ("max_steps", "num_train_epochs", "warmup_steps", "weight_decay", "max_grad_norm"):
-        value = training.get(key)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise RecipeError(f"{key}: {value} must be a finite number")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise RecipeError(f"{key}: {value} must be a finite number")
+
+
+def _check_field_ranges(training: Mapping[str, Any]) -> None:
+    for key in (*POSITIVE_FIELDS, *FINITE_FIELDS):
+        _check_field_range(training, key)
 
 
 def check_gspo_settings(algorithm: str, training: Mapping[str, Any], level_explicit: bool = True) -> None:
     """The checks that need only the training settings: shared by recipes and `GSPOConfig`."""
     _check_field_ranges(training)
     check_training_invariants(algorithm, training, level_explicit)
-
-
-def _check_rewards(recipe: Recipe) -> None:
-    if "reward_weights" in recipe.explicit_keys:
-        raise RecipeError(
-            "reward_weights: give each reward its weight in `rewards:` ({name: ..., weight: ...})"
-        )
-    for index, entry in enumerate(recipe.rewards):
-        if not math.isfinite(entry.weight):
-            raise RecipeError(
-                f"rewards[{index}] ({entry.spec}).weight: {entry.weight} must be a finite number"
-            )
-    specs = [
-        (f"rewards[{i}] ({entry.spec})", entry.spec, entry.params) for i, entry in enumerate(recipe.rewards)
-    ]
-    if recipe.heldout is not None and recipe.heldout.reward:
-        specs.append(("heldout.reward", recipe.heldout.reward, {}))
-    for where, spec, params in specs:
-        try:
-            rewards.describe(spec)
-            rewards.validate_params(spec, params)
-        except (rewards.UnknownRewardError, rewards.RewardParameterError) as error:
-            raise RecipeError(f"{where}: {error}") from None
-    _check_metric_names(recipe)
-
-
-def _check_metric_names(recipe: Recipe) -> None:
-    """Two rewards logged under one name would merge their curves: each needs its own `label`."""
-    seen: dict[str, int] = {}
-    for index, entry in enumerate(recipe.rewards):
-        name = str(entry.params.get("label") or rewards.describe(entry.spec).name)
-        if name in seen:
-            raise RecipeError(
-                f"rewards[{index}] ({entry.spec}): logs under the name {name!r}, as rewards[{seen[name]}] "
-                "does; give one of them a `label: ...` so their metrics stay apart"
-            )
-        seen[name] = index
 
 
 def _check_heldout(recipe: Recipe) -> None:
@@ -248,34 +224,35 @@ def _check_trackers(recipe: Recipe) -> None:
             )
 
 
+TRAINING_INVARIANT_KEYS = ("algorithm", "importance_sampling_level", "loss_type", "epsilon", "epsilon_high")
+ROLLOUT_KEYS = (*BATCH_KEYS, "generation_batch_size", "steps_per_generation", "use_vllm", "vllm_mode")
+"""The keys GSPO's invariants and the rollout batch read: a check of either is skipped when one
+of its keys could not be read (its default would stand in, and the refusal be about a value
+the user never wrote)."""
+
+
 def validate(recipe: Recipe, processes: int | None = None) -> None:
-    """Raise RecipeError for the first setting that breaks GSPO or would fail later."""
+    """Raise every setting that breaks GSPO or would fail later, with the recipe's own loading
+    problems (`load_recipe(..., partial=True)`), in one error (gspo_trl.config.problems)."""
     processes = processes or world_size()
+    problems = Problems(recipe.source, recipe.load_problems, recipe.unreadable)
+    run = problems.run
     level_explicit = "importance_sampling_level" in recipe.explicit_keys
-    check_gspo_settings(recipe.algorithm, recipe.training, level_explicit)
-    _check_launch(recipe)
-    _check_batch_sizes(recipe, processes)
-    check_off_policy(
-        recipe.algorithm, rollout_batch(recipe.training, processes).on_policy, recipe.allow_on_policy
-    )
-    _check_rewards(recipe)
-    _check_heldout(recipe)
-    _check_model(recipe)
-    check_precision(recipe)
-    _check_diagnostics(recipe)
-    check_engine_settings(recipe.engine, recipe.training)
-    check_vllm_for_moe(recipe.model.name_or_path, recipe.training)
-    _check_trackers(recipe)
-
-
-def check_reward_construction(recipe: Recipe) -> None:
-    """Build each reward once, so its own value checks (e.g. `math` workers >= 0) refuse here.
-
-    `validate_params` checks names and types only; a reward's constructor checks values and
-    is cheap (pools and sandboxes start on first use), so `validate` and `train` refuse alike.
-    """
-    for index, entry in enumerate(recipe.rewards):
-        try:
-            rewards.get(entry.spec, **entry.params)
-        except (rewards.UnknownRewardError, rewards.RewardParameterError) as error:
-            raise RecipeError(f"rewards[{index}] ({entry.spec}): {error}") from None
+    for key in (*POSITIVE_FIELDS, *FINITE_FIELDS):  # a value refused here is not refused again below
+        run(_check_field_range, recipe.training, key, marks=(key,))
+    invariants = (recipe.algorithm, recipe.training, level_explicit)
+    run(check_training_invariants, *invariants, reads=TRAINING_INVARIANT_KEYS)
+    run(_check_launch, recipe)
+    batch = run(_check_batch_sizes, recipe, processes, reads=ROLLOUT_KEYS)
+    if batch is not None:
+        off_policy = (recipe.algorithm, batch.on_policy, recipe.allow_on_policy)
+        run(check_off_policy, *off_policy, reads=("algorithm", "allow_on_policy"))
+    check_rewards(recipe, problems)
+    run(_check_heldout, recipe)
+    run(_check_model, recipe)
+    run(check_precision, recipe)
+    run(_check_diagnostics, recipe)
+    run(check_engine_settings, recipe.engine, recipe.training)
+    run(check_vllm_for_moe, recipe.model.name_or_path, recipe.training, reads=("model",))
+    run(_check_trackers, recipe, reads=("report_to",))
+    problems.raise_if_any()

@@ -3,6 +3,7 @@
 gspo-trl rewards list                 # every reward: parameters (with defaults), columns
 gspo-trl rewards list --import myrewards.numeric   # ... and the ones a module of yours registers
 gspo-trl rewards describe cosine      # one reward, or a path: my_pkg.mod:fn, file.py:fn
+gspo-trl rewards describe numeric --import myrewards.numeric   # one of your own
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import argparse
 import sys
 
 import gspo_trl.rewards as rewards
+from gspo_trl.rewards.loading import import_modules, modules_registering
 from gspo_trl.rewards.registry import RewardInfo
+from gspo_trl.rewards.suggest import ArgumentParser
 
 
 def format_info(info: RewardInfo) -> str:
@@ -28,11 +31,8 @@ def format_info(info: RewardInfo) -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gspo-trl rewards", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    listing = sub.add_parser("list", help="every reward with its parameters and the dataset columns it needs")
-    listing.add_argument(
+def _add_imports(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--import",
         dest="imports",
         action="append",
@@ -40,19 +40,35 @@ def main(argv: list[str] | None = None) -> int:
         metavar="MODULE",
         help="import a module of your own rewards first (as a recipe's `imports:` does); repeatable",
     )
+
+
+def _describe(spec: str, imports: list[str]) -> str:
+    """One reward's description, after `imports`; an unknown name that a module in the working
+    directory registers is answered with the `--import` it lacks."""
+    import_modules(imports)
+    try:
+        return format_info(rewards.describe(spec))
+    except rewards.UnknownRewardError as error:
+        modules = [] if ":" in spec else modules_registering(spec)
+        if modules:
+            raise rewards.UnknownRewardError(f"{error}; did you forget `--import {modules[0]}`?") from None
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = ArgumentParser(prog="gspo-trl rewards", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    listing = sub.add_parser("list", help="every reward with its parameters and the dataset columns it needs")
+    _add_imports(listing)
     describe = sub.add_parser("describe", help="one reward, by name or path")
     describe.add_argument("spec")
+    _add_imports(describe)
     args = parser.parse_args(argv)
-    if args.command == "list":
-        try:
-            infos = rewards.available(args.imports)
-        except ValueError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-        print("\n\n".join(format_info(info) for info in infos))
-        return 0
     try:
-        print(format_info(rewards.describe(args.spec)))
+        if args.command == "list":
+            print("\n\n".join(format_info(info) for info in rewards.available(args.imports)))
+        else:
+            print(_describe(args.spec, args.imports))
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -86,3 +87,25 @@ def import_modules(modules: list[str] | tuple[str, ...]) -> None:
 def entry_points() -> dict[str, importlib.metadata.EntryPoint]:
     """Installed rewards of the ``gspo_trl.rewards`` entry-point group, by name."""
     return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+MAX_SCANNED_BYTES = 1 << 20
+"""A module larger than this is not read for `modules_registering` (a reward module is a page)."""
+
+
+def modules_registering(name: str, directory: str | Path = ".") -> list[str]:
+    """The modules (`*.py` directly in `directory`) whose text registers reward `name`.
+
+    Read as text, never imported (importing runs the user's code, and a module that is not
+    listed in `imports:` should not register anything): a `register("name"` call, so an
+    unknown reward can be answered with the `imports:` line the recipe probably lacks.
+    """
+    call = re.compile(r"register\(\s*(?:name\s*=\s*)?[\"']" + re.escape(name) + r"[\"']")
+    found = []
+    for path in sorted(Path(directory).glob("*.py")):
+        try:
+            if path.stat().st_size <= MAX_SCANNED_BYTES and call.search(path.read_text(errors="replace")):
+                found.append(path.stem)
+        except OSError:
+            continue  # unreadable: no hint from it, and the unknown-reward error stands alone
+    return found

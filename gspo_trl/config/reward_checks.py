@@ -1,0 +1,85 @@
+"""The `rewards:` section checked: weights, names, parameters, metric names, construction.
+
+Each reward is checked on its own, so three unknown rewards are three lines of one report
+(gspo_trl.config.problems). A name no reward has, but that a module in the working directory
+registers, is answered with the `imports:` line the recipe probably lacks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import gspo_trl.rewards as rewards
+from gspo_trl.config.problems import Problems
+from gspo_trl.config.recipe import Recipe
+from gspo_trl.errors import RecipeError
+from gspo_trl.rewards.loading import modules_registering
+
+
+def imports_hint(spec: str, flag: str = "imports: [{}]") -> str:
+    """'; did you forget `imports: [module]`?' when a module in the working directory registers
+    reward `spec` (read as text, not imported), else ''; `flag` spells the fix (`--import {}`)."""
+    if ":" in spec:
+        return ""  # a path names its module already
+    modules = modules_registering(spec)
+    return f"; did you forget `{flag.format(', '.join(modules))}`?" if modules else ""
+
+
+def check_rewards(recipe: Recipe, problems: Problems) -> None:
+    """Record every reward that cannot work; skipped when `rewards:` or `imports:` could not be read
+    (an unread `imports:` would make every custom reward look unknown)."""
+    if problems.unreadable.intersection(("rewards", "imports")):
+        return
+    if "reward_weights" in recipe.explicit_keys:
+        fix = "give each reward its weight in `rewards:` ({name: ..., weight: ...})"
+        problems.add(RecipeError(f"reward_weights: {fix}"))
+    specs = [(f"rewards[{i}] ({entry.spec})", entry) for i, entry in enumerate(recipe.rewards)]
+    resolved = True
+    for where, entry in specs:
+        if not math.isfinite(entry.weight):
+            problems.add(RecipeError(f"{where}.weight: {entry.weight} must be a finite number"))
+        resolved &= _check_reward(where, entry.spec, entry.params, problems)
+    if recipe.heldout is not None and recipe.heldout.reward:
+        _check_reward("heldout.reward", recipe.heldout.reward, {}, problems)
+    if resolved:
+        problems.run(_check_metric_names, recipe)
+
+
+def _check_reward(where: str, spec: str, params: dict, problems: Problems) -> bool:
+    """Whether reward `spec` resolves and takes `params`; the problem recorded when not."""
+    try:
+        rewards.describe(spec)
+    except rewards.UnknownRewardError as error:
+        problems.add(RecipeError(f"{where}: {error}{imports_hint(spec)}"))
+        return False
+    try:
+        rewards.validate_params(spec, params)
+    except rewards.RewardParameterError as error:
+        problems.add(RecipeError(f"{where}: {error}"))
+    return True
+
+
+def _check_metric_names(recipe: Recipe) -> None:
+    """Two rewards logged under one name would merge their curves: each needs its own `label`."""
+    seen: dict[str, int] = {}
+    for index, entry in enumerate(recipe.rewards):
+        name = str(entry.params.get("label") or rewards.describe(entry.spec).name)
+        if name in seen:
+            raise RecipeError(
+                f"rewards[{index}] ({entry.spec}): logs under the name {name!r}, as rewards[{seen[name]}] "
+                "does; give one of them a `label: ...` so their metrics stay apart"
+            )
+        seen[name] = index
+
+
+def check_reward_construction(recipe: Recipe) -> None:
+    """Build each reward once, so its own value checks (e.g. `math` workers >= 0) refuse here.
+
+    `validate_params` checks names and types only; a reward's constructor checks values and
+    is cheap (pools and sandboxes start on first use), so `validate` and `train` refuse alike.
+    """
+    for index, entry in enumerate(recipe.rewards):
+        try:
+            rewards.get(entry.spec, **entry.params)
+        except (rewards.UnknownRewardError, rewards.RewardParameterError) as error:
+            raise RecipeError(f"rewards[{index}] ({entry.spec}): {error}") from None
