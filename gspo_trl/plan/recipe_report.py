@@ -123,7 +123,7 @@ def _parts(result: RecipePlan) -> list[str]:
         lines.append(f"  {part.name:26s} {each}")
     total = "total" if run.complete else "total (without the parts not estimated)"
     lines.append(f"  {total:26s} {_hours(run.seconds)}")
-    lines.append(_cost_line(run, result.price))
+    lines.append(_cost_line(run, result.price, label="cost" if run.complete else "cost of the timed parts"))
     if result.plan.verdict.status == DOES_NOT_FIT:
         lines.append(
             "  (timed as configured, though it does not fit: its first fix changes batches and time)"
