@@ -1,6 +1,6 @@
 """`gspo-trl plan RECIPE [--accelerate-config ACCELERATE_YAML] [--nodes N] [--gpus-per-node G]
-[--gpu-memory 80GB] [--key value ...]`: will the recipe fit its GPUs, what dominates, what to
-change first, what it costs.
+[--gpu-memory 80GB] [--gpu-type H100] [--gpu-price USD] [--key value ...]`: will the recipe fit
+its GPUs, what dominates, what to change first, how many hours and dollars the run takes.
 
 Arithmetic only (gspo_trl.plan): no GPU, no download; the model's shape comes from a shipped
 config (Qwen3 0.6B-32B, 30B-A3B) or a local directory with config.json. For a shipped recipe
@@ -20,7 +20,7 @@ from gspo_trl.rewards.suggest import ArgumentParser
 
 USAGE = (
     "gspo-trl plan RECIPE [--accelerate-config ACCELERATE_YAML] [--nodes N] [--gpus-per-node G] "
-    "[--gpu-memory 80GB] [--key value ...]"
+    "[--gpu-memory 80GB] [--gpu-type H100] [--gpu-price USD_PER_GPU_HOUR] [--key value ...]"
 )
 
 
@@ -36,6 +36,17 @@ def parser() -> argparse.ArgumentParser:
     parse.add_argument("--nodes", type=int, help="all nodes, a vLLM server node included")
     parse.add_argument("--gpus-per-node", type=int)
     parse.add_argument("--gpu-memory", help="per GPU, e.g. 80GB (default: launch.gpu_memory_gb, else 80GB)")
+    parse.add_argument(
+        "--gpu-type",
+        help="H100, H200, A100-80GB, A100-40GB, L40S, A10G, RTX4090: its rates and price "
+        "(default: launch.gpu_type, else the first of --gpu-memory's size)",
+    )
+    parse.add_argument(
+        "--gpu-price",
+        type=float,
+        metavar="USD_PER_GPU_HOUR",
+        help="price of one of the plan's GPUs for an hour (default: the GPU type's row, docs/plan.md)",
+    )
     return parse
 
 
@@ -70,9 +81,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     recipe = load_recipe(args.recipe, overrides)
     memory = parse_gpu_memory(args.gpu_memory) if args.gpu_memory is not None else None
     topology = resolve_topology(
-        recipe.training, recipe.launch, accelerate_config, args.nodes, args.gpus_per_node, memory
+        recipe.training,
+        recipe.launch,
+        accelerate_config,
+        args.nodes,
+        args.gpus_per_node,
+        memory,
+        args.gpu_type,
     )
-    result = plan_recipe(recipe, topology)
+    result = plan_recipe(recipe, topology, args.gpu_price)
     print(format_recipe_plan(result))
     if result.batch_problem:
         raise RecipeError(f"{recipe.source}: {result.batch_problem}")

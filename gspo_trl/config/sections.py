@@ -161,7 +161,8 @@ class LaunchConfig:
     gpu_memory_gb: float | None = None
     """Each GPU's nominal memory (80 for an H100); the plan reads it as GiB. None: 80."""
     gpu_type: str | None = None
-    """e.g. H100: for the reader; the plan sizes memory from gpu_memory_gb."""
+    """e.g. H100: `gspo-trl plan` times and prices the run at this type's row of
+    gspo_trl/plan/gpus.py when its memory is gpu_memory_gb's (memory is sized from gpu_memory_gb)."""
     accelerate_config: str | None = None
     """The accelerate config `command` passes (a file, or shipped `configs/zero3.yaml`): the plan's
     strategy (DDP, ZeRO-2/3, FSDP2)."""
@@ -175,7 +176,8 @@ class LaunchConfig:
     = the server node's GPUs (what scripts/slurm/train.slurm requires)."""
     seconds_per_step: list[float] = field(default_factory=list)
     """Wall-clock seconds per optimizer step here: [typical] or [low, high]; `gspo-trl plan` sets
-    it beside its compute floor and multiplies it by max_steps."""
+    it beside this hardware's whole-run floor (also when planning other hardware) and multiplies
+    it by max_steps."""
     cost_measured: bool = False
     """True when seconds_per_step was measured on this hardware; false: an estimate."""
 

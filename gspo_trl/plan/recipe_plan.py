@@ -3,8 +3,12 @@
 Beyond `plan(...)`'s memory and work, a recipe decides whether its batches divide at the
 world size (TRL refuses a generation batch that does not hold whole groups), how many
 optimizer updates each rollout batch feeds (GSPO needs >= 2, else every ratio is 1), both
-from gspo_trl.config.batch; the held-out evaluation it runs (gspo_trl.plan.heldout_memory); and
-the cost its `launch:` section states.
+from gspo_trl.config.batch; the held-out evaluation it runs (gspo_trl.plan.heldout_memory);
+the whole run's hours and cost (gspo_trl.plan.run_time) at the GPU type's price or
+`--gpu-price`; and the cost its `launch:` section states. That statement is for the `launch:`
+hardware, so when the plan's hardware differs the recipe is planned there too (`header`) and
+the report sets the two side by side, each labelled, rather than one hardware's time against
+the other's floor.
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ from gspo_trl.config.batch import RolloutBatch, rollout_batch
 from gspo_trl.config.recipe import Recipe
 from gspo_trl.config.sections import LaunchConfig
 from gspo_trl.errors import RecipeError
+from gspo_trl.plan.gpus import PRICE_NOTE
 from gspo_trl.plan.heldout_memory import HeldoutLoad, heldout_load
 from gspo_trl.plan.model_shape import ModelShape, PlanError, load_model_shape
 from gspo_trl.plan.planner import Plan, plan
+from gspo_trl.plan.run_time import Price, RunTime, run_time
 from gspo_trl.plan.topology import Topology
 
 TINY = "tiny"
@@ -30,6 +36,11 @@ class RecipePlan:
     plan: Plan
     batch: RolloutBatch
     heldout: HeldoutLoad | None
+    run: RunTime | None = None
+    """The whole run's floor; None without a positive max_steps."""
+    price: Price | None = None
+    header: RecipePlan | None = None
+    """The same recipe on its `launch:` hardware, when that differs from this plan's."""
 
     @property
     def batch_problem(self) -> str | None:
@@ -67,9 +78,39 @@ def recipe_shape(recipe: Recipe) -> ModelShape:
     return tiny_shape() if name == TINY else load_model_shape(name)
 
 
-def plan_recipe(recipe: Recipe, topology: Topology) -> RecipePlan:
-    """Plan `recipe` on `topology` (gspo_trl.plan.topology.resolve_topology)."""
+def price_of(topology: Topology, gpu_price: float | None = None) -> Price:
+    """`--gpu-price` when given, else the GPU type's row of gspo_trl.plan.gpus, source named."""
+    if gpu_price is not None:
+        if not gpu_price > 0:
+            raise PlanError(f"--gpu-price {gpu_price!r}: expected a positive USD per GPU-hour")
+        return Price(float(gpu_price), f"--gpu-price for {topology.gpu.name}")
+    gpu = topology.gpu
+    return Price(gpu.usd_per_gpu_hour, f"{gpu.name}: {gpu.price_source}; {PRICE_NOTE}")
+
+
+def _same_hardware(one: Topology, other: Topology) -> bool:
+    fields = ("nodes", "gpus_per_node", "gpu_memory_gb", "strategy", "gpu")
+    return all(getattr(one, name) == getattr(other, name) for name in fields)
+
+
+def header_topology(recipe: Recipe) -> Topology | None:
+    """The recipe's own `launch:` hardware (no flags); None for a CPU recipe."""
+    from gspo_trl.plan.topology import resolve_topology
+
+    launch = recipe.launch
+    if launch is None or not launch.gpus:
+        return None
+    return resolve_topology(recipe.training, launch)
+
+
+def plan_recipe(
+    recipe: Recipe, topology: Topology, gpu_price: float | None = None, with_header: bool = True
+) -> RecipePlan:
+    """Plan `recipe` on `topology` (gspo_trl.plan.topology.resolve_topology); `gpu_price` (USD
+    per GPU-hour) prices this topology's GPUs; `with_header` also plans the `launch:` hardware
+    when it differs (its price is `gpu_price` only for the same GPU type)."""
     batch = rollout_batch(recipe.training, topology.world_size, allow_partial_groups=True)
+    gpu = topology.gpu
     try:
         result = plan(
             dict(recipe.training),
@@ -81,10 +122,21 @@ def plan_recipe(recipe: Recipe, topology: Topology) -> RecipePlan:
             lora=recipe.model.lora,
             dtype=recipe.model.dtype,
             allow_pure_bf16=recipe.model.allow_pure_bf16,
+            peak_tflops=gpu.bf16_dense_tflops,
+            bandwidth_tb_s=gpu.bandwidth_tb_s,
         )
     except PlanError as error:
         raise PlanError(f"recipe {recipe.source}: {error}") from None
-    return RecipePlan(recipe, topology, result, batch, heldout_load(recipe, result))
+    heldout = heldout_load(recipe, result)
+    max_steps = int(recipe.training.get("max_steps") or -1)
+    run = run_time(result, max_steps, heldout, topology.total_gpus) if max_steps > 0 else None
+    header = None
+    own = header_topology(recipe) if with_header else None
+    if own is not None and not _same_hardware(own, topology):
+        own_price = gpu_price if own.gpu == topology.gpu else None
+        header = plan_recipe(recipe, own, own_price, with_header=False)
+    price = price_of(topology, gpu_price)
+    return RecipePlan(recipe, topology, result, batch, heldout, run, price, header)
 
 
 def _plannable_offline(name: str) -> bool:

@@ -5,6 +5,9 @@ from __future__ import annotations
 from gspo_trl.plan.disk import format_disk, plan_disk
 from gspo_trl.plan.recipe_plan import RecipePlan
 from gspo_trl.plan.report import _memory_table, _topology, _verdict, _vllm, _work
+from gspo_trl.plan.run_time import Price, RunTime
+from gspo_trl.plan.topology import Topology
+from gspo_trl.plan.verdict import DOES_NOT_FIT
 from gspo_trl.plan.vllm_memory import GIB
 
 
@@ -15,6 +18,8 @@ def _launch(result: RecipePlan) -> list[str]:
         f"  hardware  {topology.nodes} node(s) x {topology.gpus_per_node} GPU(s), "
         f"{topology.gpu_memory_gb:g} GB each (nodes: {sources['nodes']}, GPUs: {sources['gpus']}, "
         f"memory: {sources['memory']})",
+        f"  GPU type  {topology.gpu.name} ({sources['gpu_type']}): the rates and price the run is timed "
+        "and costed at",
         f"  strategy  {topology.strategy} ({sources['strategy']})",
     ]
     if topology.server_mode:
@@ -77,33 +82,132 @@ def _heldout(result: RecipePlan) -> list[str]:
     return lines
 
 
-def _cost(result: RecipePlan) -> list[str]:
+def _money(usd: float) -> str:
+    return f"${usd:,.0f}" if usd >= 10 else f"${usd:.2f}"
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.3g} h"
+
+
+def _rates(topology: Topology) -> str:
+    gpu = topology.gpu
+    return (
+        f"GPU type: {topology.sources['gpu_type']}; {gpu.bf16_dense_tflops:g} TFLOP/s bf16, "
+        f"{gpu.bandwidth_tb_s:g} TB/s: {gpu.rates_source}"
+    )
+
+
+def _cost_line(run: RunTime, price: Price, hours: float | None = None, label: str = "cost") -> str:
+    hours = run.hours if hours is None else hours
+    usd = run.gpus * hours * price.usd_per_gpu_hour
+    return (
+        f"  {label} ~{_money(usd)} ({run.gpus} GPU(s) x {hours:.3g} h x ${price.usd_per_gpu_hour:.2f}/GPU-h, "
+        f"price: {price.source})"
+    )
+
+
+def _parts(result: RecipePlan) -> list[str]:
+    run = result.run
+    lines = [
+        f"  on {result.topology.hardware} ({_rates(result.topology)})",
+        f"  max_steps {run.max_steps} = {run.rollout_batches} rollout batch(es) of "
+        f"{float(run.updates_per_rollout_batch):g} update(s), {result.batch.generation_batch_size} "
+        "completions each",
+    ]
+    for part in run.parts:
+        if part.seconds_each is None:
+            each = "not estimated (generation on the vLLM server node)"
+        else:
+            each = f"{part.count} x {part.seconds_each:.3g} s = {_hours(part.seconds)}"
+        lines.append(f"  {part.name:26s} {each}")
+    total = "total" if run.complete else "total (without the parts not estimated)"
+    lines.append(f"  {total:26s} {_hours(run.seconds)}")
+    lines.append(_cost_line(run, result.price, label="cost" if run.complete else "cost of the timed parts"))
+    if result.plan.verdict.status == DOES_NOT_FIT:
+        lines.append(
+            "  (timed as configured, though it does not fit: its first fix changes batches and time)"
+        )
+    return lines
+
+
+def _stated(result: RecipePlan, here: RecipePlan) -> list[str]:
+    """The recipe's `launch.seconds_per_step` beside `result`'s floor (both on the launch:
+    hardware), and at the same multiple of `here`'s floor when `here` is other hardware."""
+    launch, run = result.launch, result.run
+    seconds = launch.seconds_per_step if launch is not None else []
+    if not seconds or run is None or not launch.gpus:
+        return []
+    low, high = seconds[0], seconds[-1]
+    basis = "measured" if launch.cost_measured else "estimate"
+    steps = run.max_steps
+    lines = [
+        f"  recipe launch.seconds_per_step ({basis}, on this hardware): {_duration(low, high)} per step "
+        f"x {steps} max_steps = {_duration(low * steps, high * steps)}"
+    ]
+    floor = run.seconds / steps
+    if not run.complete or floor <= 0:
+        lines.append("  (the recipe's figure includes generation, not timed here in server mode)")
+        return lines
+    ratio = f"{low / floor:.0f}x" if high - low < 0.05 * high else f"{low / floor:.0f}-{high / floor:.0f}x"
+    lines.append(
+        f"  that is {ratio} the floor per step (RL steps typically run 3-20x a peak-rate floor: "
+        "prefill, sampling, weight syncs, rewards, stragglers)"
+    )
+    lines.append(
+        _cost_line(run, result.price, low * steps / 3600, "at that rate cost")
+        + ("" if low == high else f", up to ~{_money(run.cost(result.price) * high / floor)}")
+    )
+    if here is not result and here.run is not None and here.run.complete:
+        factor_low, factor_high = low / floor, high / floor
+        low_h, high_h = here.run.seconds * factor_low, here.run.seconds * factor_high
+        lines.append(
+            f"  on the plan's hardware ({here.topology.hardware}) at the same multiple of its floor: "
+            f"{_duration(low_h, high_h)}"
+        )
+        lines.append(
+            _cost_line(here.run, here.price, low_h / 3600, "there cost")
+            + ("" if low == high else f", up to ~{_money(here.run.cost(here.price) * factor_high)}")
+        )
+    return lines
+
+
+def _whole_run(result: RecipePlan) -> list[str]:
+    """Hours and cost of the whole run on the plan's hardware and, when the recipe's `launch:`
+    hardware differs, on that hardware too: each figure labelled with the hardware it is for."""
     work = result.plan.throughput
     generation = work.generation_seconds
     floor = (work.compute_seconds + (generation or 0.0)) / work.optimizer_steps
     where = "" if generation is not None else " (generation on the vLLM server not estimated)"
     lines = [f"  floor per optimizer step: {floor:.1f} s{where}"]
-    launch = result.launch
-    seconds = launch.seconds_per_step if launch is not None else []
-    if not seconds:
+    if result.run is None:
+        return [*lines, "  whole run: not estimated (no max_steps; give --max_steps N)"]
+    lines += [
+        "",
+        "Whole run (floor: peak rates at maximal lengths; checkpoint saves, rewards, prefill, "
+        "sampling and weight syncs not timed)",
+        *_parts(result),
+    ]
+    header = result.header
+    if header is None:
+        lines += _stated(result, result)
+        if result.launch is not None and result.launch.seconds_per_step and not result.launch.gpus:
+            lines.append("  (the recipe's launch.seconds_per_step is for CPU; the floor above is a GPU's)")
         return lines
-    low, high = seconds[0], seconds[-1]
-    basis = "measured" if launch.cost_measured else "estimate"
-    steps = int(result.recipe.training.get("max_steps") or -1)
-    total = f"; x {steps} max_steps = {_duration(low * steps, high * steps)}" if steps > 0 else ""
-    lines.append(f"  recipe launch.seconds_per_step: {_duration(low, high)} per step ({basis}){total}")
-    if not launch.gpus:
-        lines.append("  (the recipe runs on CPU; the floor above is a GPU's)")
-    elif generation is None:
-        lines.append("  (the recipe's figure includes generation, not timed here in server mode)")
-    elif floor > 0:
-        ratio = (
-            f"{low / floor:.0f}x" if high - low < 0.05 * high else f"{low / floor:.0f}-{high / floor:.0f}x"
-        )
-        lines.append(
-            f"  the recipe's time per step is {ratio} the floor (RL steps typically run 3-20x a "
-            "peak-rate floor: prefill, sampling, weight syncs, rewards, stragglers)"
-        )
+    if header.run is None:
+        return lines
+    theirs, ours = header.batch.generation_batch_size, result.batch.generation_batch_size
+    same = "the same rollout batch"
+    if theirs != ours:
+        same = f"a step there trains on {theirs} completions, here {ours}"
+    lines += [
+        "",
+        f"The recipe's launch: hardware, for comparison ({header.topology.hardware}; {same})",
+        f"  ({_rates(header.topology)})",
+        f"  whole-run floor {_hours(header.run.seconds)}",
+        _cost_line(header.run, header.price),
+        *_stated(header, result),
+    ]
     return lines
 
 
@@ -127,5 +231,5 @@ def format_recipe_plan(result: RecipePlan) -> str:
     """Every section of the recipe plan, as one string."""
     plan = result.plan
     sections = [*_launch(result), "", *_topology(plan)[1:], *_memory_table(plan), *_vllm(plan)]
-    sections += _heldout(result) + _verdict(plan) + _work(plan) + _cost(result) + _disk(result)
+    sections += _heldout(result) + _verdict(plan) + _work(plan) + _whole_run(result) + _disk(result)
     return "\n".join(sections)

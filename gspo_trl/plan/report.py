@@ -104,8 +104,8 @@ def _work(plan: Plan) -> list[str]:
         f"{', + 1 forward for checkpointing' if plan.setup.gradient_checkpointing else ''})",
         f"  old log-prob forward {work.old_logprob_flops:.3g}, reference forward {work.reference_flops:.3g}",
         f"  FLOPs per optimizer step {work.flops_per_optimizer_step:.3g}",
-        f"  floor at peak compute: {_seconds(work.compute_seconds)} training; "
-        f"generation floor from memory bandwidth: {_seconds(work.generation_seconds)}",
+        f"  floor at {work.peak_tflops:g} TFLOP/s per GPU: {_seconds(work.compute_seconds)} training; "
+        f"generation floor at {work.bandwidth_tb_s:g} TB/s: {_seconds(work.generation_seconds)}",
     ]
 
 

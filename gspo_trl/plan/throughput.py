@@ -8,7 +8,8 @@ TRL computes them (see `Setup.computes_old_logprobs`) and one for a reference mo
 Generation is bounded below by memory bandwidth: each decode step reads the engine's weights once
 for all the sequences decoding together, plus every one of their cached K/V entries. Prefill,
 sampling, and weight syncing are left out, so real rollouts are slower. Every figure here is an
-estimate at maximal prompt and completion lengths, not a measurement.
+estimate at maximal prompt and completion lengths, not a measurement. The same decode floor
+times a held-out evaluation (`decode_seconds`); gspo_trl.plan.run_time adds the batches up.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ class Throughput:
     reference_flops: float
     compute_seconds: float
     generation_seconds: float | None
+    peak_tflops: float = H100_BF16_DENSE_TFLOPS
+    """The per-GPU rate the FLOPs are divided by (bf16 dense)."""
+    bandwidth_tb_s: float = H100_SXM_BANDWIDTH_TB_S
+    """The per-GPU memory bandwidth the decode floors are divided by."""
 
     @property
     def total_flops(self) -> float:
@@ -46,6 +51,10 @@ class Throughput:
     @property
     def flops_per_optimizer_step(self) -> float:
         return self.total_flops / self.optimizer_steps
+
+    def seconds_for(self, flops: float, world_size: int) -> float:
+        """`flops` spread over `world_size` GPUs at the peak rate."""
+        return flops / (world_size * self.peak_tflops * 1e12)
 
 
 def decode_weight_bytes(shape: ModelShape, setup: Setup, concurrent: int) -> float:
@@ -56,6 +65,24 @@ def decode_weight_bytes(shape: ModelShape, setup: Setup, concurrent: int) -> flo
     touched = min(1.0, concurrent * shape.num_experts_per_tok / shape.num_experts) if shape.is_moe else 0.0
     params = shape.total_params - experts + touched * experts
     return params * setup.weight_bytes / tp
+
+
+def decode_seconds(
+    shape: ModelShape,
+    setup: Setup,
+    sequences: int,
+    concurrent: int,
+    prompt: int,
+    steps: int,
+    bandwidth_tb_s: float,
+) -> float:
+    """Bandwidth floor for `sequences` of `prompt` + `steps` tokens on one engine GPU, decoded
+    `concurrent` at a time: per wave, each step reads the weights once and every cached K/V."""
+    waves = math.ceil(sequences / concurrent)
+    kv_per_token = kv_bytes_per_token_per_gpu(shape, setup)
+    weights = steps * decode_weight_bytes(shape, setup, concurrent)
+    kv_reads = concurrent * kv_per_token * (prompt * steps + steps * (steps + 1) / 2)
+    return waves * (weights + kv_reads) / (bandwidth_tb_s * 1e12)
 
 
 def generation_seconds(
@@ -73,12 +100,8 @@ def generation_seconds(
         concurrent = sequences  # transformers generate decodes the whole local batch together
     if concurrent < 1:
         return None
-    waves = math.ceil(sequences / concurrent)
     steps, prompt = setup.max_completion_length, setup.max_prompt_length
-    kv_per_token = kv_bytes_per_token_per_gpu(shape, setup)
-    weights = steps * decode_weight_bytes(shape, setup, concurrent)
-    kv_reads = concurrent * kv_per_token * (prompt * steps + steps * (steps + 1) / 2)
-    return waves * (weights + kv_reads) / (bandwidth_tb_s * 1e12)
+    return decode_seconds(shape, setup, sequences, concurrent, prompt, steps, bandwidth_tb_s)
 
 
 def throughput(
@@ -107,4 +130,6 @@ def throughput(
         reference_flops=reference,
         compute_seconds=compute,
         generation_seconds=generation_seconds(shape, setup, vllm, bandwidth_tb_s),
+        peak_tflops=peak_tflops,
+        bandwidth_tb_s=bandwidth_tb_s,
     )

@@ -4,7 +4,10 @@ Precedence, strongest first: the command-line flags, an accelerate config passed
 `--accelerate-config`, the recipe's `launch:` section (nodes, gpus_per_node, gpu_memory_gb), the
 accelerate config it names (`launch.accelerate_config`), and last a single GPU (what
 `gspo-trl train` without accelerate starts) of 80 GB. The strategy comes from the accelerate
-config (explicit, else the recipe's), else ddp.
+config (explicit, else the recipe's), else ddp. The GPU type (gspo_trl.plan.gpus: the rates the
+plan times work at and the price per GPU-hour) is `--gpu-type`, else `launch.gpu_type` when it
+has the memory planned, else the table's first row of that memory, else H100, said as assumed;
+`--gpu-type` alone also sets the memory.
 
 With `vllm_mode: server` one node runs `trl vllm-serve` and trains nothing (TRL's server mode;
 the shipped slurm script puts it on the last node), so the training world is (nodes - 1) x
@@ -20,6 +23,8 @@ from typing import Any
 from gspo_trl.config.batch import is_server_mode
 from gspo_trl.config.batch import training_nodes as nodes_that_train
 from gspo_trl.config.sections import LaunchConfig
+from gspo_trl.plan.gpus import DEFAULT_GPU, GpuType, find_gpu, gpu_of_memory
+from gspo_trl.plan.gpus import gpu_type as gpu_type_named
 from gspo_trl.plan.launch import AccelerateLaunch, read_accelerate_config
 from gspo_trl.plan.model_shape import PlanError
 
@@ -36,6 +41,17 @@ class Topology:
     gpu_memory_gb: float
     server_mode: bool
     sources: dict[str, str]
+    gpu: GpuType = DEFAULT_GPU
+
+    @property
+    def total_gpus(self) -> int:
+        """Every GPU the run holds (and is billed for), a vLLM server node's included."""
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def hardware(self) -> str:
+        """`1 node(s) x 8 x H100 80 GB`: what the run is timed and priced on."""
+        return f"{self.nodes} node(s) x {self.gpus_per_node} x {self.gpu.name} {self.gpu_memory_gb:g} GB"
 
     @property
     def training_nodes(self) -> int:
@@ -63,6 +79,7 @@ def resolve_topology(
     nodes: int | None = None,
     gpus_per_node: int | None = None,
     gpu_memory_gb: float | None = None,
+    gpu_type: str | None = None,
 ) -> Topology:
     """Combine flags, accelerate config and the recipe's `launch:` (see the module docstring);
     refuses server mode without a node left to train."""
@@ -96,10 +113,19 @@ def resolve_topology(
         (accelerate_gpus(from_recipe), recipe_source),
         (1, "assumed"),
     )
+    flagged = gpu_type_named(gpu_type) if gpu_type is not None else None
     memory, memory_source = _first(
         (gpu_memory_gb, "--gpu-memory"),
+        (flagged.memory_gb if flagged else None, "--gpu-type"),
         (hardware.gpu_memory_gb if hardware else None, "launch.gpu_memory_gb"),
         (DEFAULT_GPU_MEMORY_GB, "default"),
+    )
+    stated = find_gpu(hardware.gpu_type) if hardware and hardware.gpu_type else None
+    gpu, type_source = _first(
+        (flagged, "--gpu-type"),
+        (stated if stated and stated.memory_gb == memory else None, "launch.gpu_type"),
+        (gpu_of_memory(memory), f"assumed from {memory:g} GB; give --gpu-type"),
+        (DEFAULT_GPU, f"assumed, no row of {memory:g} GB; give --gpu-type"),
     )
     accelerate = explicit or from_recipe
     strategy = accelerate.strategy if accelerate else "ddp"
@@ -118,10 +144,12 @@ def resolve_topology(
         gpus_per_node=gpu_count,
         gpu_memory_gb=memory,
         server_mode=server,
+        gpu=gpu,
         sources={
             "nodes": node_source,
             "gpus": gpu_source,
             "memory": memory_source,
             "strategy": strategy_source,
+            "gpu_type": type_source,
         },
     )

@@ -7,6 +7,7 @@ import re
 
 from gspo_trl.config.sections import HeldoutConfig
 from gspo_trl.eval.batching import DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TOKENS
+from gspo_trl.plan.gpus import price_table_markdown
 from gspo_trl.plan.memory import DEEPSPEED_SUB_GROUP_SIZE
 from gspo_trl.training.heldout.layout import HF, HF_LOCKSTEP, VLLM_COLOCATE
 from tests._paths import ROOT
@@ -41,3 +42,7 @@ def test_bench_figures_match_the_test_that_records_them():
     in_doc = re.findall(figures, " ".join(section("Checks against measurements").split()))
     in_test = re.findall(figures, " ".join(recorded.split()))
     assert in_doc and in_doc == in_test
+
+
+def test_price_table_is_the_one_in_the_code():
+    assert price_table_markdown() in section("Work, hours and cost (estimates)")
