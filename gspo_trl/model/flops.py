@@ -11,9 +11,9 @@ computes a gradient for both the input and the weight of each matmul), 4 with gr
 checkpointing (the forward is recomputed). N is the active matmul parameters (the LM head
 included, the embedding lookup not; MoE: routed experts only).
 
-Peak rates: NVIDIA's datasheet figures for dense bf16 Tensor Core math (the datasheets print the
-2:4-sparse figure first, twice these). A CPU has no datasheet figure that torch reaches, so its
-peak is measured: the best rate of a square float32 matmul at the current thread count.
+Peak rates: the published dense bf16 figures of gspo_trl.model.gpus. A CPU has no datasheet
+figure that torch reaches, so its peak is measured: the best rate of a square float32 matmul at
+the current thread count.
 """
 
 from __future__ import annotations
@@ -24,23 +24,8 @@ from typing import Any
 
 import torch
 
+from gspo_trl.model.gpus import rates_of_device
 from gspo_trl.model.shape import ModelShape
-
-DATASHEET_BF16_DENSE_TFLOPS: dict[str, float | None] = {
-    "B200": 2250.0,  # NVIDIA HGX B200 datasheet: FP16/BF16 36 PFLOPS with sparsity for 8 GPUs
-    "H200": 989.0,  # NVIDIA H200 Tensor Core GPU datasheet, SXM: BF16 1,979 TFLOPS with sparsity
-    "H100 NVL": 835.0,  # NVIDIA H100 datasheet, NVL: BF16 1,671 TFLOPS with sparsity
-    "H100 PCIe": 756.0,  # NVIDIA H100 datasheet, PCIe: BF16 1,513 TFLOPS with sparsity
-    "H100": 989.0,  # NVIDIA H100 datasheet, SXM: BF16 1,979 TFLOPS with sparsity
-    "A100": 312.0,  # NVIDIA A100 datasheet: BF16 312 TFLOPS (624 with sparsity), SXM and PCIe
-    "L40S": 362.0,  # NVIDIA L40S datasheet: BF16 362.05 TFLOPS (733 with sparsity)
-    "L4": 121.0,  # NVIDIA L4 datasheet: BF16 242 TFLOPS with sparsity
-    "A10G": None,  # AWS's variant of the A10: NVIDIA publishes no datasheet, so no figure is guessed
-    "A10": 125.0,  # NVIDIA A10 datasheet: BF16 125 TFLOPS (250 with sparsity)
-}
-"""Device name fragment (as in `torch.cuda.get_device_name`) -> dense bf16 peak in TFLOPS.
-Matched in this order, so 'H100 PCIe' wins over 'H100' and 'A10G' over 'A10'. None: known, no
-published figure (MFU is then not logged)."""
 
 CPU_BENCH_SIZE = 512
 """Side of the square float32 matmul that measures a CPU's peak (about 0.27 GFLOP a product)."""
@@ -64,9 +49,10 @@ def update_flops(shape: ModelShape, rows: int, sequence_length: int, gradient_ch
 
 
 def datasheet_peak_tflops(device_name: str) -> float | None:
-    """The dense bf16 peak of a GPU named like `torch.cuda.get_device_name()`; None if not listed."""
-    name = device_name.lower()
-    return next((peak for part, peak in DATASHEET_BF16_DENSE_TFLOPS.items() if part.lower() in name), None)
+    """The dense bf16 peak of a GPU named like `torch.cuda.get_device_name()` (gspo_trl.model.gpus);
+    None if the table has no such GPU."""
+    rates = rates_of_device(device_name)
+    return rates.bf16_dense_tflops if rates else None
 
 
 @functools.cache

@@ -1,10 +1,10 @@
 """GPU types the plan times and prices: peak bf16 rate, memory bandwidth, and a price per GPU-hour.
 
-The rates are the vendor's published dense (no sparsity) bf16 tensor rate and memory bandwidth,
-the ceilings gspo_trl.plan.throughput divides work by. The prices are on-demand list prices as
-recalled from each row's named provider and date: a stated assumption, not a quote fetched by
-this code (nothing here goes on the network). Prices move and differ by provider, region,
-commitment and spot market, so pass `gspo-trl plan --gpu-price USD_PER_GPU_HOUR` for your own.
+The rates (dense bf16 peak, memory bandwidth) are gspo_trl.model.gpus's rows, the one table of
+them, which a run's MFU reads too; this module adds a price to the GPUs the plan prices. The
+prices are on-demand list prices as recalled from each row's named provider and date: a stated
+assumption, not a quote fetched by this code (nothing here goes on the network). Prices move
+and differ by provider, region, commitment and spot market, so pass `gspo-trl plan --gpu-price USD_PER_GPU_HOUR` for your own.
 docs/plan.md prints this table (`price_table_markdown`; a test keeps the two equal).
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gspo_trl.model.gpus import rates_named
 from gspo_trl.plan.model_shape import PlanError
 
 
@@ -32,36 +33,25 @@ class GpuType:
 
 PRICE_NOTE = "stated assumption, not fetched; override with --gpu-price"
 
+
+def _priced(name: str, usd_per_gpu_hour: float, price_source: str) -> GpuType:
+    """A row of gspo_trl.model.gpus (the one table of rates) with its price."""
+    rates = rates_named(name)
+    return GpuType(
+        rates.name, rates.memory_gb, rates.bf16_dense_tflops, rates.bandwidth_tb_s, rates.source,
+        usd_per_gpu_hour, price_source,
+    )  # fmt: skip
+
+
 GPU_TYPES: tuple[GpuType, ...] = (
-    GpuType(
-        "H100", 80, 989.0, 3.35, "NVIDIA H100 SXM datasheet",
-        2.99, "Lambda on-demand 8x H100 SXM, as of 2025-01",
-    ),
-    GpuType(
-        "H200", 141, 989.0, 4.8, "NVIDIA H200 SXM datasheet",
-        3.99, "RunPod on-demand H200 SXM, as of 2025-01",
-    ),
-    GpuType(
-        "A100-80GB", 80, 312.0, 2.039, "NVIDIA A100 SXM 80GB datasheet",
-        1.79, "Lambda on-demand 8x A100 SXM 80GB, as of 2025-01",
-    ),
-    GpuType(
-        "A100-40GB", 40, 312.0, 1.555, "NVIDIA A100 SXM 40GB datasheet",
-        1.29, "Lambda on-demand 8x A100 SXM 40GB, as of 2025-01",
-    ),
-    GpuType(
-        "L40S", 48, 362.0, 0.864, "NVIDIA L40S datasheet",
-        0.86, "RunPod on-demand L40S, as of 2025-01",
-    ),
-    GpuType(
-        "A10G", 24, 125.0, 0.6, "NVIDIA A10 datasheet (AWS publishes none for its A10G)",
-        1.01, "AWS on-demand g5.xlarge (1x A10G), us-east-1, as of 2025-01",
-    ),
-    GpuType(
-        "RTX4090", 24, 165.2, 1.008, "NVIDIA Ada (AD102) whitepaper, bf16 with fp32 accumulate",
-        0.69, "RunPod on-demand RTX 4090, as of 2025-01",
-    ),
-)  # fmt: skip
+    _priced("H100", 2.99, "Lambda on-demand 8x H100 SXM, as of 2025-01"),
+    _priced("H200", 3.99, "RunPod on-demand H200 SXM, as of 2025-01"),
+    _priced("A100-80GB", 1.79, "Lambda on-demand 8x A100 SXM 80GB, as of 2025-01"),
+    _priced("A100-40GB", 1.29, "Lambda on-demand 8x A100 SXM 40GB, as of 2025-01"),
+    _priced("L40S", 0.86, "RunPod on-demand L40S, as of 2025-01"),
+    _priced("A10G", 1.01, "AWS on-demand g5.xlarge (1x A10G), us-east-1, as of 2025-01"),
+    _priced("RTX4090", 0.69, "RunPod on-demand RTX 4090, as of 2025-01"),
+)
 """Rows, most capable first; the first row of a memory size is the one `--gpu-memory` alone picks."""
 
 DEFAULT_GPU = GPU_TYPES[0]

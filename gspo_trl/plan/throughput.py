@@ -17,13 +17,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gspo_trl.model.flops import DATASHEET_BF16_DENSE_TFLOPS, forward_flops_per_token, training_passes
+from gspo_trl.model.flops import forward_flops_per_token, training_passes
+from gspo_trl.model.gpus import rates_named
 from gspo_trl.plan.model_shape import ModelShape
 from gspo_trl.plan.setup import Setup
 from gspo_trl.plan.vllm_memory import VllmPlan, kv_bytes_per_token_per_gpu
 
-H100_BF16_DENSE_TFLOPS = DATASHEET_BF16_DENSE_TFLOPS["H100"]
-H100_SXM_BANDWIDTH_TB_S = 3.35
+H100_BF16_DENSE_TFLOPS = rates_named("H100").bf16_dense_tflops
+H100_SXM_BANDWIDTH_TB_S = rates_named("H100").bandwidth_tb_s
 
 
 @dataclass(frozen=True)
