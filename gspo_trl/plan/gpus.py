@@ -4,7 +4,8 @@ The rates (dense bf16 peak, memory bandwidth) are gspo_trl.model.gpus's rows, th
 them, which a run's MFU reads too; this module adds a price to the GPUs the plan prices. The
 prices are on-demand list prices as recalled from each row's named provider and date: a stated
 assumption, not a quote fetched by this code (nothing here goes on the network). Prices move
-and differ by provider, region, commitment and spot market, so pass `gspo-trl plan --gpu-price USD_PER_GPU_HOUR` for your own.
+and differ by provider, region, commitment and spot market, so pass
+`gspo-trl plan --gpu-price USD_PER_GPU_HOUR` for your own.
 docs/plan.md prints this table (`price_table_markdown`; a test keeps the two equal).
 """
 
