@@ -8,9 +8,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from gspo_trl.diagnose.phase_plot import NOT_LOGGED_NOTE, PHASES_PNG
 from gspo_trl.diagnose.report import write_report
 from gspo_trl.errors import UserError
 from gspo_trl.rewards.suggest import ArgumentParser
+
+NOT_WRITTEN = {PHASES_PNG: NOT_LOGGED_NOTE}
+"""Why each PNG that `write_report` may skip (value None) was not written."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,5 +28,8 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"gspo-trl report: {err}") from None
     out = Path(args.out) if args.out else Path(args.run_dir) / "report"
     for name, has_data in written.items():
-        print(f"{out / name}{'' if has_data else '  (no data logged for it)'}")
+        if has_data is None:
+            print(f"{out / name}  not written: {NOT_WRITTEN[name]}")
+        else:
+            print(f"{out / name}{'' if has_data else '  (no data logged for it)'}")
     return 0

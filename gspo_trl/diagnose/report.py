@@ -12,8 +12,11 @@ Writes, by default to `RUN_DIR/report/`, one 1000 x 560 px PNG per question:
     log_ratio.png          off-policy log s_i quantiles (p5-p95 band, p50, min/max)
     zero_variance.png      share of groups whose rewards all tie (no learning signal)
     entropy.png            mean token entropy of the policy
+    phases.png             seconds per phase per logging window, trained tokens/s and MFU
+                           (gspo_trl.diagnose.phase_plot; 1000 x 800 px)
 
-A metric that was never logged gives a PNG that says so, so the file set is predictable.
+A metric that was never logged gives a PNG that says so, so the file set is predictable; the
+one exception is phases.png, not written for a run without `perf/*` keys (older runs).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 import gspo_trl.metric_names as names
+from gspo_trl.diagnose.phase_plot import PHASES_PNG, plot_phases
 from gspo_trl.metric_names import METRICS_FILE
 from gspo_trl.model.checkpoints import TRAINER_STATE, latest_checkpoint
 
@@ -222,8 +226,9 @@ def plot_log_ratio(history: list[dict], path: Path) -> bool:
     )
 
 
-def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> dict[str, bool]:
-    """Write the PNGs; returns {file name: True if it holds data, False if a 'no data' card}."""
+def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> dict[str, bool | None]:
+    """Write the PNGs; returns {file name: True if it holds data, False if a 'no data' card,
+    None if not written (phases.png of a run without perf/* keys)}."""
     history = load_log_history(run_dir)
     out = Path(out_dir) if out_dir else Path(run_dir) / "report"
     out.mkdir(parents=True, exist_ok=True)
@@ -271,4 +276,5 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> dict
             ["entropy"],
             lambda k: "entropy",
         ),
+        PHASES_PNG: plot_phases(history, out / PHASES_PNG),
     }
