@@ -2,8 +2,8 @@
 
 The trainer, the engine guard and the held-out callback write these keys; the console,
 `gspo-trl report`, `calibrate --from-run` and the demo read them back from the log history or
-OUTPUT_DIR/metrics.jsonl. docs/gspo.md ("Diagnostics") says what each one means; a test checks
-that every key the docs name is one of these.
+OUTPUT_DIR/metrics.jsonl. docs/gspo.md ("Diagnostics") says what each one means, and
+docs/performance.md the perf/* ones; tests check that every key the docs name is one of these.
 
     gspo/mb{k}/STAT               one update of a rollout batch (k = 1 is on-policy)
     gspo/offpolicy/STAT           the same statistics pooled over updates 2..K
