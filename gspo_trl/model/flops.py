@@ -7,9 +7,11 @@ The count is Kaplan et al. 2020 ("Scaling Laws for Neural Language Models", Tabl
 Hoffmann et al. 2022 (Chinchilla): a forward pass costs 2N FLOPs per token plus
 2 x layers x context x d_attn for the attention scores and their weighted sum (causal, so half of
 the full 4 x layers x context x d_attn); a training pass is 3 forwards (6N per token: the backward
-computes a gradient for both the input and the weight of each matmul), 4 with gradient
-checkpointing (the forward is recomputed). N is the active matmul parameters (the LM head
-included, the embedding lookup not; MoE: routed experts only).
+computes a gradient for both the input and the weight of each matmul), plus, with gradient
+checkpointing, the part of the forward the backward reruns (`recompute_flops_per_token`: the
+decoder layers less their down projections, about 0.75 of a forward on the tiny model).
+N is the active matmul parameters (the LM head included, the embedding lookup not; MoE: routed
+experts only).
 
 Peak rates: the published dense bf16 figures of gspo_trl.model.gpus. A CPU has no datasheet
 figure that torch reaches, so its peak is measured: the best rate of a square float32 matmul at
@@ -37,15 +39,34 @@ def forward_flops_per_token(shape: ModelShape, sequence_length: int) -> float:
     return 2 * shape.active_matmul_params + attention
 
 
-def training_passes(gradient_checkpointing: bool) -> int:
-    """Forward-pass equivalents of one training pass: forward + backward (2x), plus a recompute."""
-    return 3 + (1 if gradient_checkpointing else 0)
+def recompute_flops_per_token(shape: ModelShape, sequence_length: int) -> float:
+    """What gradient checkpointing reruns in the backward, per token: the decoder layers' forward
+    less each layer's down projection. transformers checkpoints each `GradientCheckpointingLayer`
+    (the decoder layers); the embedding, final norm and LM head run once. transformers'
+    `gradient_checkpointing_enable` defaults to `use_reentrant=False` (TRL sets it too before
+    transformers 5.0), and torch's non-reentrant checkpoint "stops recomputation as soon as it has
+    computed all needed Tensors" (`early_stop`, default True): the backward needs the down
+    projection's input, never its output. FlopCounterMode agrees on the tiny model
+    (tests/training/reporting/test_phases.py); `use_reentrant=True` also reruns the down projection."""
+    down = sum(
+        shape.num_experts_per_tok * shape.moe_intermediate_size
+        if shape.is_moe_layer(i)
+        else shape.intermediate_size
+        for i in range(shape.num_layers)
+    )
+    lm_head = shape.vocab_size * shape.hidden_size
+    return forward_flops_per_token(shape, sequence_length) - 2 * (lm_head + down * shape.hidden_size)
+
+
+def training_flops_per_token(shape: ModelShape, sequence_length: int, gradient_checkpointing: bool) -> float:
+    """One training pass per token: forward + backward (3 forwards), plus the recompute."""
+    recompute = recompute_flops_per_token(shape, sequence_length) if gradient_checkpointing else 0.0
+    return 3 * forward_flops_per_token(shape, sequence_length) + recompute
 
 
 def update_flops(shape: ModelShape, rows: int, sequence_length: int, gradient_checkpointing: bool) -> float:
     """FLOPs of one forward+backward over `rows` sequences padded to `sequence_length` tokens."""
-    tokens = rows * sequence_length
-    return training_passes(gradient_checkpointing) * forward_flops_per_token(shape, sequence_length) * tokens
+    return training_flops_per_token(shape, sequence_length, gradient_checkpointing) * rows * sequence_length
 
 
 def datasheet_peak_tflops(device_name: str) -> float | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gspo_trl.model.flops import forward_flops_per_token, training_passes
+from gspo_trl.model.flops import forward_flops_per_token, training_flops_per_token
 from gspo_trl.model.gpus import rates_named
 from gspo_trl.plan.model_shape import ModelShape
 from gspo_trl.plan.setup import Setup
@@ -116,7 +116,8 @@ def throughput(
     completions = setup.generation_batch_size
     tokens = completions * setup.sequence_length
     forward = forward_flops_per_token(shape, setup.sequence_length) * tokens
-    training = setup.num_iterations * training_passes(setup.gradient_checkpointing) * forward
+    per_token = training_flops_per_token(shape, setup.sequence_length, setup.gradient_checkpointing)
+    training = setup.num_iterations * per_token * tokens
     old = forward if setup.computes_old_logprobs else 0.0
     reference = forward if setup.beta > 0 else 0.0
     optimizer_steps = float(setup.rollout_batch.optimizer_updates)

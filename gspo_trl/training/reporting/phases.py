@@ -36,7 +36,7 @@ from transformers import TrainerCallback
 
 import gspo_trl.metric_names as names
 from gspo_trl.errors import PlanError
-from gspo_trl.model.flops import forward_flops_per_token, peak_tflops, training_passes, update_flops
+from gspo_trl.model.flops import peak_tflops, training_flops_per_token, update_flops
 from gspo_trl.model.shape import ModelShape, shape_from_config
 
 logger = logging.getLogger(__name__)
@@ -188,8 +188,7 @@ class PerfMeter:
         peak, source = self.peak
         if self.shape is None or not peak:
             return f"  perf     no MFU: {source}"
-        passes = training_passes(self.gradient_checkpointing)
-        flops = passes * forward_flops_per_token(self.shape, context_tokens)
+        flops = training_flops_per_token(self.shape, context_tokens, self.gradient_checkpointing)
         ceiling = peak * 1e12 / flops
         return (
             f"  perf     plan: at most {ceiling:,.0f} trained tok/s per process at 100% MFU "
