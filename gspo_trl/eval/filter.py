@@ -19,7 +19,8 @@ output's suffix, and to a hub dataset repo with `--push-to-hub`. In Python:
 
 Large sets: rows are scored in chunks of `--chunk-size`, each saved (with its completions and
 rewards) under OUTPUT.work/ as it finishes; `--resume` skips finished chunks. Chunk i samples
-with seed + i, so a resumed run gives exactly the output of an uninterrupted one. Scores do not
+with seed + i, so a resumed run gives exactly the output of an uninterrupted one (not with vLLM on
+CPU, which takes no per-request seed: gspo_trl.eval.generation says why). Scores do not
 depend on the range: rerun with `--resume` and another range to refilter without sampling.
 """
 

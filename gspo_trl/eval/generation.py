@@ -232,7 +232,16 @@ class Sampler:
     ) -> list[list[str]]:
         from vllm import SamplingParams
 
-        params = SamplingParams(n=n, temperature=temperature, top_p=1.0, max_tokens=max_new_tokens, seed=seed)
+        from gspo_trl.model.vllm_cpu import vllm_runs_on_cpu
+
+        # A per-request seed gives each request a torch.Generator, and vLLM rewinds it with
+        # set_offset() whenever a step's sampled token is discarded (a partial prefill:
+        # vllm/v1/worker/gpu_model_runner.py, `gen.set_offset(gen.get_offset() - 4)`), which a
+        # CPU generator refuses ("CPU Generator does not use offset"): the engine dies mid-eval,
+        # seen under load. On CPU the engine's own seed (vLLM's default, as TRL's colocate mode
+        # relies on) makes a run reproducible from a fresh process instead.
+        seeded = {} if vllm_runs_on_cpu() else {"seed": seed}
+        params = SamplingParams(n=n, temperature=temperature, top_p=1.0, max_tokens=max_new_tokens, **seeded)
         inputs = [
             {"prompt_token_ids": ids} for ids in prompt_token_ids(self.tokenizer, prompts, self.rendering)
         ]

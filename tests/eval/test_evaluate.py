@@ -303,14 +303,15 @@ def test_option_errors_come_before_any_model_loads(
     assert code == 2 and re.search(message, last), last
 
 
-def test_eval_shows_progress_on_a_terminal_only(
+def test_eval_shows_a_bar_on_a_terminal_and_lines_elsewhere(
     checkpoint: dict[str, Any], capsys: pytest.CaptureFixture[str], request: pytest.FixtureRequest
 ) -> None:
     args = ["eval", str(checkpoint["model"]), "--data", str(checkpoint["heldout"]), "--engine", "hf"]
     args += ["--reward", EXACT_MATCH, "--max-new-tokens", "6", "--k", "1,2"]
     args += ["--output", str(checkpoint["root"] / "progress.json")]
     assert gspo_trl_main(args) == 0
-    assert "eval (" not in capsys.readouterr().err  # a pipe or a log file: no bar
+    err = capsys.readouterr().err  # a pipe or a log file: plain lines, no bar
+    assert "eval (greedy): 12/12 sample (100%)" in err and "12/12 [" not in err, err[-2000:]
     request.getfixturevalue("terminal")
     assert gspo_trl_main(args) == 0
     err = capsys.readouterr().err
