@@ -39,7 +39,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gspo_trl.training.build import train_claimed  # TRL, torch, vLLM: only past every check
 
         train_claimed(recipe, data, claim.checkpoint)
+    release_process_group()
     return 0
+
+
+def release_process_group() -> None:
+    """Tear the process group down before the interpreter exits: left to interpreter teardown,
+    gloo's threads can abort a finished launch ("terminate called without an active exception",
+    exit -6, seen once in a 2-process test run), and accelerate then reports the run failed."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

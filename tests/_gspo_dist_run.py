@@ -117,6 +117,9 @@ def main() -> int:
         rows = [(mb, r.tolist()) for mb, r in trainer.gspo_row_sink]
         Path(args.out).write_text(json.dumps({"world": world, "logs": logs, "rows": rows}))
     trainer.accelerator.wait_for_everyone()
+    from gspo_trl.train import release_process_group
+
+    release_process_group()
     return 0
 
 
