@@ -3,7 +3,9 @@
 Commands run as written, from a scratch directory that holds the repository's recipes,
 configs and scripts and the demo's output (`runs/demo`, from the `demo_run` fixture), with
 these documented adjustments so that the suite stays within CI's time on 2 cores:
-training-type commands get FAST overrides appended (fewer steps, rows and samples).
+training-type commands get FAST overrides appended (fewer steps, rows and samples; `eval` on
+HF, its vLLM path being test_evaluate's), and a command another test runs as written is checked
+to be run there (OWNED_ELSEWHERE) instead of twice.
 Commands that need GPUs or slurm are checked to be exercised elsewhere: the accelerate
 configs by tests/training/test_distributed.py (on 2 CPU processes), the recipes by
 tests/data/test_recipe_fixtures.py (2 steps each on the tiny model, on rows of the dataset's real
@@ -41,6 +43,8 @@ FAST_BY_SUBCOMMAND = {
     "calibrate": ["--data.num_rows", "64", "--data.eval_size", "8"],
     "check-logprobs": ["--data.num_rows", "16", "--data.eval_size", "4"],
     "filter": ["--num-samples", "4", "--data.num_rows", "24", "--data.eval_size", "4"],
+    # vLLM's eval path is tests/eval/test_evaluate.py::test_eval_with_vllm_engine; here, HF's
+    "eval": ["--engine", "hf"],
 }
 
 
@@ -67,7 +71,26 @@ def kind(command: str) -> str:
         return "sbatch"
     if words[0] == "accelerate" and "--config_file" in words:
         return "accelerate-gpu"
+    if tuple(words[:2]) in OWNED_ELSEWHERE:
+        return "owned"
     return "run"
+
+
+OWNED_ELSEWHERE = {
+    ("gspo-trl", "check-logprobs"): (
+        "tests/diagnose/test_check_logprobs.py",
+        '"check-logprobs",\n        "recipes/tiny/reversal.yaml",',
+    ),
+}
+"""README commands another test runs as written (there with fewer prompts): that test's file and
+the lines that run it. Run twice, each costs a vLLM engine start (~40 s on 2 cores)."""
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if kind(c) == "owned"])
+def test_commands_run_elsewhere_are_run_there(command: str) -> None:
+    path, lines = OWNED_ELSEWHERE[tuple(command.split()[:2])]
+    assert command.split()[2:] == ["recipes/tiny/reversal.yaml"], command
+    assert lines in (ROOT / path).read_text(), f"{path} no longer runs {command!r}"
 
 
 def test_readme_has_the_two_commands_first() -> None:
