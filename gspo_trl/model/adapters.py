@@ -15,6 +15,7 @@ from pathlib import Path
 
 from gspo_trl.errors import ModelNotFoundError
 from gspo_trl.model.checkpoints import latest_checkpoint
+from gspo_trl.model.hub import hub_model_errors
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +61,8 @@ def merge_adapter(adapter_dir: str | Path, output_dir: str | Path, base: str | N
     adapter_dir, output_dir = Path(adapter_dir), Path(output_dir)
     base = base or base_model_of(adapter_dir)
     try:
-        model = AutoModelForCausalLM.from_pretrained(base, dtype="auto")
+        with hub_model_errors(base, "--base"):
+            model = AutoModelForCausalLM.from_pretrained(base, dtype="auto")
     except OSError as error:
         raise ModelNotFoundError(
             f"base model {base!r} of adapter {str(adapter_dir)!r}: cannot load it "
@@ -69,7 +71,9 @@ def merge_adapter(adapter_dir: str | Path, output_dir: str | Path, base: str | N
     merged = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
     merged.save_pretrained(output_dir)
     tokenizer_source = adapter_dir if (adapter_dir / "tokenizer_config.json").is_file() else base
-    AutoTokenizer.from_pretrained(tokenizer_source).save_pretrained(output_dir)
+    with hub_model_errors(str(tokenizer_source), "--base"):
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
+    tokenizer.save_pretrained(output_dir)
     logger.info("merged adapter %s into base %s: %s", adapter_dir, base, output_dir)
     return output_dir
 

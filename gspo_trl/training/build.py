@@ -19,6 +19,7 @@ import gspo_trl.rewards as rewards
 from gspo_trl.config.recipe import Recipe, recipe_as_yaml
 from gspo_trl.cpu_threads import size_torch_threads
 from gspo_trl.model.checkpoints import latest_checkpoint
+from gspo_trl.model.hub import hub_model_errors
 from gspo_trl.model.loading import load_tokenizer, lora_config, model_init_kwargs, resolve_model_path
 from gspo_trl.model.precision import training_weight_precision
 from gspo_trl.training.engine.vllm_server import check_vllm_server
@@ -109,15 +110,16 @@ def build_trainer(recipe: Recipe, data: PreparedData | None = None) -> Any:
 
         patch_trl_for_vllm_cpu()
 
-    trainer = GSPOTrainer(
-        model=model_path,
-        reward_funcs=reward_funcs,
-        args=args,
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset if args.eval_strategy != "no" else None,
-        processing_class=tokenizer,
-        peft_config=lora_config(recipe.model),
-    )
+    with hub_model_errors(model_path):  # TRL loads the weights: cached config, missing weights
+        trainer = GSPOTrainer(
+            model=model_path,
+            reward_funcs=reward_funcs,
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset if args.eval_strategy != "no" else None,
+            processing_class=tokenizer,
+            peft_config=lora_config(recipe.model),
+        )
     if recipe.heldout is not None:
         grader_spec = recipe.heldout.reward or recipe.rewards[0].spec
         grader_params = {} if recipe.heldout.reward else recipe.rewards[0].params
