@@ -3,7 +3,7 @@
 TRL prints each logging step as a Python dict of 60+ keys, which nobody reads. A GSPO run
 prints instead, on the main process only:
 
-    a start banner     model, data rows, rewards, GSPO settings, world size, output dir
+    a start banner     model (and LoRA), data rows, rewards, GSPO settings, world size, output dir
     one line per log   step/max, train reward, held-out score (when measured), off-policy clip
                        fraction, spread of log s_i, zero-variance groups, seconds/step, ETA
     `!` lines          alarms: the ClipAlarm (everything / nothing clipped) and "every group
@@ -88,16 +88,28 @@ def step_line(
     return " | ".join(parts)
 
 
+def model_line(model_name: str, lora: Any = None) -> str:
+    """The banner's model: its name or path, and LoRA's rank, alpha and target modules (a
+    peft.LoraConfig, None for full fine-tuning)."""
+    if lora is None:
+        return f"{model_name}, full fine-tuning"
+    targets = lora.target_modules
+    targets = targets if isinstance(targets, str) or targets is None else ", ".join(sorted(targets))
+    return f"{model_name}, LoRA rank {lora.r} (alpha {lora.lora_alpha:g}) on {targets or 'peft defaults'}"
+
+
 def banner(trainer: Any, model_name: str, reward_names: list[str], eval_rows: int) -> str:
     """The lines printed once before training: what is trained, on what, how, and where."""
     args = trainer.args
+    lora = (getattr(trainer.model, "peft_config", None) or {}).get("default")
     train_rows = len(trainer.train_dataset) if trainer.train_dataset is not None else 0
     level = getattr(trainer, "importance_sampling_level", "?")
     eps = f"eps {trainer.epsilon_low:g}/{trainer.epsilon_high:g}"
     algorithm = "GSPO-token" if getattr(trainer, "gspo_token", False) else f"{level}-level ratio"
     return "\n".join(
         [
-            f"gspo-trl: training {model_name}",
+            "gspo-trl: training",
+            f"  model    {model_line(model_name, lora)}",
             f"  data     {train_rows} training rows" + (f", {eval_rows} held-out" if eval_rows else ""),
             f"  rewards  {', '.join(reward_names)}",
             f"  GSPO     {algorithm}, {eps}, {args.num_generations} per group, "
