@@ -12,12 +12,25 @@ from pathlib import Path
 from gspo_trl.demo.pipeline import DEFAULT_RECIPE, DEFAULT_SFT_STEPS, run_demo
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gspo-trl demo", description=__doc__)
+def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    """The demo's options, and the recipe overrides (`--key value`, --max-steps among them)."""
+    parser = argparse.ArgumentParser(
+        prog="gspo-trl demo",
+        description=__doc__,
+        epilog="Any other --key value overrides that key of the recipe, as for `gspo-trl train`.",
+    )
     parser.add_argument("--output-dir", type=Path, default=Path("runs/demo"))
     parser.add_argument("--recipe", type=Path, default=DEFAULT_RECIPE)
     parser.add_argument("--sft-steps", type=int, default=DEFAULT_SFT_STEPS, help="warm-start SFT steps")
+    parser.add_argument("--max-steps", type=int, help="GSPO steps (default: the recipe's max_steps)")
     args, overrides = parser.parse_known_args(argv)
+    if args.max_steps is not None:
+        overrides += ["--max_steps", str(args.max_steps)]
+    return args, overrides
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, overrides = parse_args(argv)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     results = run_demo(args.output_dir, args.recipe, args.sft_steps, overrides)
     print()
