@@ -74,8 +74,13 @@ def merge_adapter(adapter_dir: str | Path, output_dir: str | Path, base: str | N
     with hub_model_errors(str(tokenizer_source), "--base"):
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
     tokenizer.save_pretrained(output_dir)
-    logger.info("merged adapter %s into base %s: %s", adapter_dir, base, output_dir)
     return output_dir
+
+
+def folder_size(path: str | Path) -> str:
+    """The bytes of the files under `path`, in MB or GB (a merged model is a whole model's weights)."""
+    total = sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+    return f"{total / 1e9:.1f} GB" if total >= 1e9 else f"{total / 1e6:.1f} MB"
 
 
 def loadable_model(model_or_run: str) -> str:

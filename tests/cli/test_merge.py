@@ -52,6 +52,11 @@ def test_merge_turns_a_lora_run_into_a_model_that_computes_the_same(lora_run, tm
         assert torch.allclose(merged(ids).logits, expected, atol=1e-5)
         assert not torch.allclose(base(ids).logits, expected, atol=1e-3)  # the adapter mattered
     assert (out / "tokenizer.json").is_file()
+    printed = capsys.readouterr().out.splitlines()
+    # It said "merged RUN into BASE: merged", which read as if the base had been overwritten.
+    assert printed[0].startswith(f"wrote the merged model to {out} ("), printed
+    assert printed[0].endswith(" MB)"), printed
+    assert f"on base {lora_run['base']}; the base model is unchanged" in printed[1], printed
     assert gspo_trl_main(["merge", str(tmp_path / "nothing-here"), str(tmp_path / "x")]) == 2
     assert "no PEFT adapter" in capsys.readouterr().err
 
