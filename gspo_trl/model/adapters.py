@@ -21,7 +21,12 @@ logger = logging.getLogger(__name__)
 
 ADAPTER_CONFIG = "adapter_config.json"
 MERGED_DIR = "merged"
-"""`eval` / `filter` merge an adapter into ADAPTER_DIR/merged once and reuse it after."""
+"""`eval` / `filter` merge an adapter into ADAPTER_DIR/merged once and reuse it after (and say
+so: it is a whole model's weights, written into the run folder)."""
+
+
+MERGE_INPUTS = ("adapter_", "tokenizer", "special_tokens", "chat_template", "vocab", "merges")
+"""Name prefixes of the files a merge reads: the adapter's and the tokenizer's."""
 
 
 def is_adapter_dir(path: str | Path) -> bool:
@@ -94,7 +99,21 @@ def loadable_model(model_or_run: str) -> str:
     except ModelNotFoundError:
         return model_or_run  # not a LoRA run: the caller's own resolution reports what it is
     merged = adapter / MERGED_DIR
-    newest_input = max(p.stat().st_mtime for p in adapter.iterdir() if p.is_file())
+    # The merge's inputs only: eval writes eval_results.json into this folder, which must not
+    # make the next eval merge again.
+    inputs = [p for p in adapter.iterdir() if p.is_file() and p.name.startswith(MERGE_INPUTS)]
+    newest_input = max(p.stat().st_mtime for p in inputs)
     if not (merged / "config.json").is_file() or (merged / "config.json").stat().st_mtime < newest_input:
         merge_adapter(adapter, merged)
+        done = "merged it into its base model and wrote the whole model to"
+    else:
+        done = "using the whole model merged from it earlier, in"
+    logger.info(
+        "%s is a LoRA adapter: %s %s (%s; kept for the next eval while newer than the adapter, "
+        "delete it to free the space)",
+        adapter,
+        done,
+        merged,
+        folder_size(merged),
+    )
     return str(merged)

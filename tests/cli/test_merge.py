@@ -61,12 +61,21 @@ def test_merge_turns_a_lora_run_into_a_model_that_computes_the_same(lora_run, tm
     assert "no PEFT adapter" in capsys.readouterr().err
 
 
-def test_eval_loads_an_adapter_directory_directly(lora_run, tmp_path, capsys) -> None:
+def test_eval_loads_an_adapter_directory_directly(lora_run, tmp_path, capsys, caplog) -> None:
+    """And says that it wrote a whole merged model into the run folder, where, and its size."""
+    import logging
+
     from gspo_trl.cli.main import main as gspo_trl_main
 
     _reversal_rows(tmp_path / "data.jsonl", n=2)
     common = ["--data", str(tmp_path / "data.jsonl"), "--reward", "gspo_trl.data.synthetic:exact_match"]
     common += ["--max-new-tokens", "4", "--engine", "hf"]
-    assert gspo_trl_main(["eval", str(lora_run["run"]), *common]) == 0, capsys.readouterr().err
-    assert (lora_run["run"] / "merged" / "config.json").is_file()
+    merged = lora_run["run"] / "merged"
+    for done in ("merged it into its base model and wrote the whole model to", "merged from it earlier"):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="gspo_trl.model.adapters"):
+            assert gspo_trl_main(["eval", str(lora_run["run"]), *common]) == 0, capsys.readouterr().err
+        said = [r.getMessage() for r in caplog.records if r.name == "gspo_trl.model.adapters"]
+        assert len(said) == 1 and done in said[0] and f"{merged} (" in said[0] and " MB;" in said[0], said
+    assert (merged / "config.json").is_file()
     assert (lora_run["run"] / "eval_results.json").is_file()
