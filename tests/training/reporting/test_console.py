@@ -96,6 +96,19 @@ def test_zero_variance_for_several_steps_raises_an_alarm(zero_variance, alarms) 
     assert sum(line.startswith("! ") and "zero reward variance" in line for line in printed) == alarms
 
 
+def test_steps_between_rollouts_show_the_last_reward_marked_as_such() -> None:
+    """TRL logs `reward` once per rollout batch: with logging_steps 1 and 4 updates per rollout
+    batch, three step lines in four had no reward at all."""
+    printed: list[str] = []
+    console = ConsoleCallback("banner", printer=lambda text, flush: printed.append(text))
+    rollout = [{"loss": 0.0, "reward": 0.5, "reward_std": 0.25}] + [{"loss": 0.0}] * 3
+    _callback_run(console, [*rollout, {"loss": 0.0, "reward": 0.75, "reward_std": 0.1}, {"loss": 0.0}])
+    lines = [line for line in printed if line.startswith("step ")]
+    assert "reward 0.500 ±0.25 |" in lines[0] and "rollout of" not in lines[0]
+    assert all("reward 0.500 ±0.25 (rollout of step 1)" in line for line in lines[1:4]), lines
+    assert "reward 0.750 ±0.10 |" in lines[4] and "reward 0.750 ±0.10 (rollout of step 5)" in lines[5]
+
+
 @pytest.fixture
 def logging_as_configured_by_nobody():
     """Earlier tests in the session may leave logging switched off process-wide (a library's
@@ -156,6 +169,8 @@ def test_four_step_run_prints_short_lines_and_writes_every_key(
     step_lines = [line for line in lines if line.startswith("step ") and "s/step" in line]
     assert len(step_lines) == 4, out
     assert [line.split("/")[0] for line in step_lines] == [f"step {i}" for i in range(1, 5)]
+    assert "reward " in step_lines[0] and "rollout of" not in step_lines[0]  # one rollout, 4 updates
+    assert all("(rollout of step 1)" in line for line in step_lines[1:]), step_lines
     assert "held-out 0.000" in out and "ETA" in step_lines[-1]
     assert all(len(line) < MAX_LINE for line in lines), max(lines, key=len)
     assert "{'loss'" not in out and "'gspo/" not in out  # TRL's dict printing is gone
