@@ -5,6 +5,7 @@ Arguments and printing only; the work is done by gspo_trl.demo.pipeline.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -12,12 +13,25 @@ from gspo_trl.demo.pipeline import DEFAULT_RECIPE, DEFAULT_SFT_STEPS, run_demo
 from gspo_trl.rewards.suggest import ArgumentParser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = ArgumentParser(prog="gspo-trl demo", description=__doc__)
+def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    """The demo's options, and the recipe overrides (`--key value`, --max-steps among them)."""
+    parser = ArgumentParser(
+        prog="gspo-trl demo",
+        description=__doc__,
+        epilog="Any other --key value overrides that key of the recipe, as for `gspo-trl train`.",
+    )
     parser.add_argument("--output-dir", type=Path, default=Path("runs/demo"))
     parser.add_argument("--recipe", type=Path, default=DEFAULT_RECIPE)
     parser.add_argument("--sft-steps", type=int, default=DEFAULT_SFT_STEPS, help="warm-start SFT steps")
+    parser.add_argument("--max-steps", type=int, help="GSPO steps (default: the recipe's max_steps)")
     args, overrides = parser.parse_known_args(argv)
+    if args.max_steps is not None:
+        overrides += ["--max_steps", str(args.max_steps)]
+    return args, overrides
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, overrides = parse_args(argv)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     results = run_demo(args.output_dir, args.recipe, args.sft_steps, overrides)
     print()

@@ -67,11 +67,42 @@ def quiet_library_bars_off_a_terminal() -> None:
             os.environ.setdefault(switch, "1")
 
 
+def shown_by_its_library(record: logging.LogRecord) -> bool:
+    """True when a logger below the root already printed `record`: huggingface_hub and datasets
+    give their root logger its own StreamHandler and still propagate, so without this filter on
+    our handler each of their warnings (the hub's retry lines) is printed twice."""
+    logger: logging.Logger | None = logging.getLogger(record.name)
+    while logger is not None and logger is not logging.root:
+        if logger.handlers:
+            return True
+        if not logger.propagate:
+            return False
+        logger = logger.parent
+    return False
+
+
+class OncePerRecord(logging.Filter):
+    """Drops what `shown_by_its_library` says was printed already."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not shown_by_its_library(record)
+
+
+def setup_logging() -> None:
+    """INFO and up on stderr in LOG_FORMAT, each record once (OncePerRecord). Handlers the root
+    logger has already (pytest's, an embedding program's) are left as they are."""
+    if logging.root.handlers:
+        return
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    for handler in logging.root.handlers:
+        handler.addFilter(OncePerRecord())
+
+
 def run_command(name: str, main: Callable[[list[str]], int | None], argv: Sequence[str]) -> int:
     """Run one subcommand's `main`: logging set up once, user errors as one line and exit 2."""
     from gspo_trl.errors import USER_ERRORS
 
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    setup_logging()
     quiet_library_bars_off_a_terminal()
     try:
         return int(main(list(argv)) or 0)

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from gspo_trl.model.adapters import base_model_of, find_adapter, merge_adapter
+from gspo_trl.model.adapters import base_model_of, find_adapter, folder_size, merge_adapter
 from gspo_trl.rewards.suggest import ArgumentParser
 
 
@@ -27,5 +27,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     adapter = find_adapter(args.run_or_adapter)
     base = args.base or base_model_of(adapter)
     merge_adapter(adapter, args.output, base)
-    print(f"merged {adapter} into {base}: {args.output}")
+    print(f"wrote the merged model to {args.output} ({folder_size(args.output)})")
+    print(f"  adapter {adapter} on base {base}; the base model is unchanged")
     return 0

@@ -100,6 +100,18 @@ class RolloutBatch:
         s_i = 1: GSPO is then exactly GRPO."""
         return self.gradient_accumulation_steps % self.micro_batches == 0
 
+    def steps_into_rollout_batch(self, global_step: int) -> Fraction:
+        """Optimizer steps of the current rollout batch done at `global_step`: 0 at a boundary.
+
+        TRL generates when its micro-batch counter is a multiple of `micro_batches`
+        (grpo_trainer.py: `self._step % generate_every == 0`), so a checkpoint there resumes
+        exactly; elsewhere the rest of the batch lived in memory only, and the resumed run
+        generates a fresh batch. Counted from step 0: a run already resumed mid-batch once has
+        its boundaries shifted by that resume.
+        """
+        micro = global_step * self.gradient_accumulation_steps
+        return Fraction(micro % self.micro_batches, self.gradient_accumulation_steps)
+
     def groups_problem(self) -> str | None:
         """Why TRL would refuse this batch for its groups, naming the keys; None when it holds whole ones."""
         if self.whole_groups:

@@ -169,5 +169,4 @@ def load_data(
         size = int(config.eval_size) if config.eval_size >= 1 else config.eval_size
         split = train.train_test_split(test_size=size, seed=config.seed)
         train, evaluation = split["train"], split["test"]
-    logger.info("Training on %d rows, evaluating on %d", len(train), len(evaluation or []))
-    return train, evaluation
+    return train, evaluation  # the row counts: the training banner's data line says them once

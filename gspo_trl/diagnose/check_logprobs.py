@@ -38,6 +38,7 @@ import torch
 
 from gspo_trl.config.sections import MAX_BIAS_FRACTION, MAX_OUTSIDE_CLIP
 from gspo_trl.errors import UserError
+from gspo_trl.model.hub import hub_model_errors
 from gspo_trl.progress import progress_bar
 from gspo_trl.training.diagnostics import bucket_labels
 from gspo_trl.training.engine.mismatch import judge_mismatch
@@ -378,9 +379,10 @@ def _trainer_from_model(settings: CheckLogprobsSettings, prompts: list[Any]) -> 
         seed=0,
     )
     dataset = Dataset.from_list([{"prompt": p} for p in prompts])
-    return GSPOTrainer(
-        model=str(settings.model), reward_funcs=length_reward, args=config, train_dataset=dataset
-    )
+    with hub_model_errors(str(settings.model), "--model"):
+        return GSPOTrainer(
+            model=str(settings.model), reward_funcs=length_reward, args=config, train_dataset=dataset
+        )
 
 
 def _trainer_from_recipe(

@@ -98,9 +98,18 @@ def read_metrics_lines(path: Path) -> list[dict]:
 
 
 def series(history: list[dict], key: str) -> tuple[list[int], list[float]]:
-    """(steps, values) of one metric, skipping entries without it or with a null value."""
-    points = [(e["step"], e[key]) for e in history if isinstance(e.get(key), int | float)]
-    return [p[0] for p in points], [float(p[1]) for p in points]
+    """(steps, values) of one metric in step order, skipping entries without it or with a null
+    value, one value per step: the last one logged.
+
+    A resumed run logs some steps twice in the same metrics.jsonl: its held-out score at the
+    resume step (the first run measured the same checkpoint's weights there too), and the
+    steps the first run logged after its last checkpoint, which the resumed run trains again.
+    The last row is the one of the run that continues to the end; keeping both drew a vertical
+    jump at that step (and, for the retrained steps, a line going back in steps).
+    """
+    last = {e["step"]: float(e[key]) for e in history if isinstance(e.get(key), int | float)}
+    steps = sorted(last)
+    return steps, [last[step] for step in steps]
 
 
 def keys_matching(history: list[dict], pattern: str) -> list[str]:

@@ -28,6 +28,7 @@ from gspo_trl.config.sections import ModelConfig
 from gspo_trl.errors import ModelNotFoundError
 from gspo_trl.eval.batching import DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TOKENS, token_bounded_batches
 from gspo_trl.model.checkpoints import MODEL_CONFIG, latest_checkpoint
+from gspo_trl.model.hub import hub_model_errors
 from gspo_trl.model.loading import load_tokenizer
 from gspo_trl.model.prompts import PromptRendering, prompt_token_ids
 from gspo_trl.progress import progress_bar, vllm_progress
@@ -164,8 +165,9 @@ class Sampler:
         config = model_config or ModelConfig(name_or_path=self.path)
         self.engine = "vllm" if engine == "vllm" or (engine == "auto" and vllm_available()) else "hf"
         try:
-            self.tokenizer = load_tokenizer(config, self.path)
-            self.model = self._load(config)
+            with hub_model_errors(self.path, "MODEL"):
+                self.tokenizer = load_tokenizer(config, self.path, "MODEL")
+                self.model = self._load(config)
         except (OSError, HFValidationError) as error:
             raise ModelNotFoundError(
                 f"model {model_or_run!r}: cannot load it ({str(error).splitlines()[0]})"

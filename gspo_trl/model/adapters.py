@@ -15,12 +15,18 @@ from pathlib import Path
 
 from gspo_trl.errors import ModelNotFoundError
 from gspo_trl.model.checkpoints import latest_checkpoint
+from gspo_trl.model.hub import hub_model_errors
 
 logger = logging.getLogger(__name__)
 
 ADAPTER_CONFIG = "adapter_config.json"
 MERGED_DIR = "merged"
-"""`eval` / `filter` merge an adapter into ADAPTER_DIR/merged once and reuse it after."""
+"""`eval` / `filter` merge an adapter into ADAPTER_DIR/merged once and reuse it after (and say
+so: it is a whole model's weights, written into the run folder)."""
+
+
+MERGE_INPUTS = ("adapter_", "tokenizer", "special_tokens", "chat_template", "vocab", "merges")
+"""Name prefixes of the files a merge reads: the adapter's and the tokenizer's."""
 
 
 def is_adapter_dir(path: str | Path) -> bool:
@@ -60,7 +66,8 @@ def merge_adapter(adapter_dir: str | Path, output_dir: str | Path, base: str | N
     adapter_dir, output_dir = Path(adapter_dir), Path(output_dir)
     base = base or base_model_of(adapter_dir)
     try:
-        model = AutoModelForCausalLM.from_pretrained(base, dtype="auto")
+        with hub_model_errors(base, "--base"):
+            model = AutoModelForCausalLM.from_pretrained(base, dtype="auto")
     except OSError as error:
         raise ModelNotFoundError(
             f"base model {base!r} of adapter {str(adapter_dir)!r}: cannot load it "
@@ -69,9 +76,16 @@ def merge_adapter(adapter_dir: str | Path, output_dir: str | Path, base: str | N
     merged = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
     merged.save_pretrained(output_dir)
     tokenizer_source = adapter_dir if (adapter_dir / "tokenizer_config.json").is_file() else base
-    AutoTokenizer.from_pretrained(tokenizer_source).save_pretrained(output_dir)
-    logger.info("merged adapter %s into base %s: %s", adapter_dir, base, output_dir)
+    with hub_model_errors(str(tokenizer_source), "--base"):
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
+    tokenizer.save_pretrained(output_dir)
     return output_dir
+
+
+def folder_size(path: str | Path) -> str:
+    """The bytes of the files under `path`, in MB or GB (a merged model is a whole model's weights)."""
+    total = sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+    return f"{total / 1e9:.1f} GB" if total >= 1e9 else f"{total / 1e6:.1f} MB"
 
 
 def loadable_model(model_or_run: str) -> str:
@@ -85,7 +99,21 @@ def loadable_model(model_or_run: str) -> str:
     except ModelNotFoundError:
         return model_or_run  # not a LoRA run: the caller's own resolution reports what it is
     merged = adapter / MERGED_DIR
-    newest_input = max(p.stat().st_mtime for p in adapter.iterdir() if p.is_file())
+    # The merge's inputs only: eval writes eval_results.json into this folder, which must not
+    # make the next eval merge again.
+    inputs = [p for p in adapter.iterdir() if p.is_file() and p.name.startswith(MERGE_INPUTS)]
+    newest_input = max(p.stat().st_mtime for p in inputs)
     if not (merged / "config.json").is_file() or (merged / "config.json").stat().st_mtime < newest_input:
         merge_adapter(adapter, merged)
+        done = "merged it into its base model and wrote the whole model to"
+    else:
+        done = "using the whole model merged from it earlier, in"
+    logger.info(
+        "%s is a LoRA adapter: %s %s (%s; kept for the next eval while newer than the adapter, "
+        "delete it to free the space)",
+        adapter,
+        done,
+        merged,
+        folder_size(merged),
+    )
     return str(merged)

@@ -14,6 +14,7 @@ from typing import Any
 
 from gspo_trl.config.sections import TINY, TINY_MODEL_DIR, ModelConfig
 from gspo_trl.errors import ModelConfigError
+from gspo_trl.model.hub import hub_model_errors
 from gspo_trl.model.tiny import save_tiny_model
 
 logger = logging.getLogger(__name__)
@@ -45,13 +46,15 @@ def model_init_kwargs(config: ModelConfig) -> dict[str, Any]:
     return kwargs
 
 
-def load_tokenizer(config: ModelConfig, model_path: str) -> Any:
-    """The model's tokenizer, with the recipe's chat template if it sets one."""
+def load_tokenizer(config: ModelConfig, model_path: str, setting: str = "model.name_or_path") -> Any:
+    """The model's tokenizer, with the recipe's chat template if it sets one; a hub model that
+    cannot be had is one error naming `setting` (gspo_trl.model.hub)."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(
-        model_path, revision=config.revision, trust_remote_code=config.trust_remote_code
-    )
+    with hub_model_errors(model_path, setting):
+        tokenizer = AutoTokenizer.from_pretrained(
+            model_path, revision=config.revision, trust_remote_code=config.trust_remote_code
+        )
     if config.chat_template:
         template = config.chat_template
         if template.endswith(".jinja"):

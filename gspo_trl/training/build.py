@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import gspo_trl.rewards as rewards
+from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.config.recipe import Recipe, recipe_as_yaml
 from gspo_trl.cpu_threads import size_torch_threads
 from gspo_trl.model.checkpoints import latest_checkpoint
+from gspo_trl.model.hub import hub_model_errors
 from gspo_trl.model.loading import load_tokenizer, lora_config, model_init_kwargs, resolve_model_path
 from gspo_trl.model.precision import training_weight_precision
 from gspo_trl.training.engine.vllm_server import check_vllm_server
@@ -26,7 +28,7 @@ from gspo_trl.training.heldout.scoring import HeldoutCallback
 from gspo_trl.training.preflight import PreparedData, check_one_gpu_per_process, output_dir_of, preflight
 from gspo_trl.training.reporting.console import install_console
 from gspo_trl.training.safety.interrupt import StopOnInterrupt, TrainingInterrupted
-from gspo_trl.training.safety.resume_warnings import quiet_tied_weights_warning
+from gspo_trl.training.safety.resume_warnings import mid_batch_resume_note, quiet_tied_weights_warning
 from gspo_trl.training.safety.reward_checks import with_reward_checks
 from gspo_trl.training.safety.run_dir import claim_run_dir
 
@@ -109,15 +111,16 @@ def build_trainer(recipe: Recipe, data: PreparedData | None = None) -> Any:
 
         patch_trl_for_vllm_cpu()
 
-    trainer = GSPOTrainer(
-        model=model_path,
-        reward_funcs=reward_funcs,
-        args=args,
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset if args.eval_strategy != "no" else None,
-        processing_class=tokenizer,
-        peft_config=lora_config(recipe.model),
-    )
+    with hub_model_errors(model_path):  # TRL loads the weights: cached config, missing weights
+        trainer = GSPOTrainer(
+            model=model_path,
+            reward_funcs=reward_funcs,
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset if args.eval_strategy != "no" else None,
+            processing_class=tokenizer,
+            peft_config=lora_config(recipe.model),
+        )
     if recipe.heldout is not None:
         grader_spec = recipe.heldout.reward or recipe.rewards[0].spec
         grader_params = {} if recipe.heldout.reward else recipe.rewards[0].params
@@ -175,7 +178,13 @@ def train_claimed(recipe: Recipe, data: PreparedData, checkpoint: Path | None) -
         Path(trainer.args.output_dir).mkdir(parents=True, exist_ok=True)
         (Path(trainer.args.output_dir) / RESOLVED_RECIPE).write_text(recipe_as_yaml(recipe), encoding="utf-8")
     if checkpoint is not None:
-        logger.info("resuming from %s (step %s)", checkpoint, checkpoint.name.rsplit("-", 1)[-1])
+        from transformers import TrainerState
+
+        step = TrainerState.load_from_json(str(checkpoint / "trainer_state.json")).global_step
+        logger.info("resuming from %s (step %s)", checkpoint, step)
+        note = mid_batch_resume_note(RolloutBatch.from_grpo_config(trainer.args), step)
+        if note is not None:
+            logger.info("resuming mid rollout batch: %s", note)
     stopper = StopOnInterrupt()
     trainer.add_callback(stopper)
     with stopper.installed(), quiet_tied_weights_warning(trainer.model):

@@ -32,6 +32,7 @@ from gspo_trl.config.recipe import Recipe
 from gspo_trl.config.sections import TINY, TINY_MODEL_DIR
 from gspo_trl.config.validation import check_reward_construction, validate, world_size
 from gspo_trl.errors import RecipeError
+from gspo_trl.model.hub import check_cached_when_offline
 
 
 @dataclass
@@ -69,10 +70,13 @@ def check_output_dir(output_dir: str) -> None:
 
 
 def check_model_path(recipe: Recipe) -> None:
-    """Refuse a model path that looks local but does not exist (it would be tried as a hub id)."""
+    """Refuse a model path that looks local but does not exist (it would be tried as a hub id),
+    and a hub model that is not cached when HF_HUB_OFFLINE forbids downloading it."""
     name = recipe.model.name_or_path
     if looks_like_local_path(name) and not Path(name).expanduser().exists():
         raise RecipeError(f"model.name_or_path: {name!r} does not exist")
+    if name != TINY:
+        check_cached_when_offline(name, recipe.model.revision)
 
 
 def model_files(recipe: Recipe) -> Path | None:

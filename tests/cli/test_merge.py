@@ -52,16 +52,30 @@ def test_merge_turns_a_lora_run_into_a_model_that_computes_the_same(lora_run, tm
         assert torch.allclose(merged(ids).logits, expected, atol=1e-5)
         assert not torch.allclose(base(ids).logits, expected, atol=1e-3)  # the adapter mattered
     assert (out / "tokenizer.json").is_file()
+    printed = capsys.readouterr().out.splitlines()
+    # It said "merged RUN into BASE: merged", which read as if the base had been overwritten.
+    assert printed[0].startswith(f"wrote the merged model to {out} ("), printed
+    assert printed[0].endswith(" MB)"), printed
+    assert f"on base {lora_run['base']}; the base model is unchanged" in printed[1], printed
     assert gspo_trl_main(["merge", str(tmp_path / "nothing-here"), str(tmp_path / "x")]) == 2
     assert "no PEFT adapter" in capsys.readouterr().err
 
 
-def test_eval_loads_an_adapter_directory_directly(lora_run, tmp_path, capsys) -> None:
+def test_eval_loads_an_adapter_directory_directly(lora_run, tmp_path, capsys, caplog) -> None:
+    """And says that it wrote a whole merged model into the run folder, where, and its size."""
+    import logging
+
     from gspo_trl.cli.main import main as gspo_trl_main
 
     _reversal_rows(tmp_path / "data.jsonl", n=2)
     common = ["--data", str(tmp_path / "data.jsonl"), "--reward", "gspo_trl.data.synthetic:exact_match"]
     common += ["--max-new-tokens", "4", "--engine", "hf"]
-    assert gspo_trl_main(["eval", str(lora_run["run"]), *common]) == 0, capsys.readouterr().err
-    assert (lora_run["run"] / "merged" / "config.json").is_file()
+    merged = lora_run["run"] / "merged"
+    for done in ("merged it into its base model and wrote the whole model to", "merged from it earlier"):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="gspo_trl.model.adapters"):
+            assert gspo_trl_main(["eval", str(lora_run["run"]), *common]) == 0, capsys.readouterr().err
+        said = [r.getMessage() for r in caplog.records if r.name == "gspo_trl.model.adapters"]
+        assert len(said) == 1 and done in said[0] and f"{merged} (" in said[0] and " MB;" in said[0], said
+    assert (merged / "config.json").is_file()
     assert (lora_run["run"] / "eval_results.json").is_file()

@@ -5,6 +5,7 @@ lines its `on_policy` mirrors are still TRL's."""
 from __future__ import annotations
 
 import inspect
+from fractions import Fraction
 
 import pytest
 from trl import GRPOConfig, GRPOTrainer
@@ -127,6 +128,24 @@ def test_on_policy_and_updates(steps, accumulation, iterations, on_policy, updat
     batch = RolloutBatch(8, 1, steps, 8, accumulation, iterations)
     assert batch.on_policy is on_policy
     assert batch.optimizer_updates == updates
+
+
+@pytest.mark.parametrize(
+    ("steps", "accumulation", "iterations", "global_step", "into"),
+    [
+        (4, 1, 1, 0, 0),
+        (4, 1, 1, 4, 0),  # a boundary: exact resume
+        (4, 1, 1, 6, 2),
+        (8, 2, 1, 5, 1),  # 4 updates per batch
+        (2, 1, 2, 3, 3),  # num_iterations replays: 4 updates per batch
+        (3, 2, 1, 1, 1),  # 1.5 updates per batch: step 1 ends 2 micro-batches into the first
+        (3, 2, 1, 2, Fraction(1, 2)),  # and step 2 one micro-batch into the second
+        (3, 2, 1, 3, 0),
+    ],
+)
+def test_steps_into_rollout_batch(steps, accumulation, iterations, global_step, into) -> None:
+    batch = RolloutBatch(8, 1, steps, 8, accumulation, iterations)
+    assert batch.steps_into_rollout_batch(global_step) == into
 
 
 def test_header_line() -> None:

@@ -58,6 +58,16 @@ def test_eval_size_holds_out_rows_without_losing_any(tmp_path: Path) -> None:
     assert prompts == {row["question"] for row in ROWS}
 
 
+def test_loading_does_not_repeat_the_banners_data_line(caplog: pytest.LogCaptureFixture) -> None:
+    """The training banner says "N training rows, M held-out"; the loader's INFO line said it again."""
+    import logging
+
+    with caplog.at_level(logging.INFO):
+        train, evaluation = load_data(DataConfig(path="synthetic:reversal", num_rows=20, eval_size=4))
+    assert (len(train), len(evaluation)) == (16, 4)
+    assert not [r for r in caplog.records if r.name.startswith("gspo_trl.data")], caplog.text
+
+
 def test_conversational_prompts_keep_their_messages(tmp_path: Path) -> None:
     rows = [{"prompt": [{"role": "user", "content": "hi"}], "solution": "1"}]
     train, _ = load_data(DataConfig(path=str(write_rows(tmp_path, ".jsonl", rows)), system_prompt="S"))

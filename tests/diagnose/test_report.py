@@ -98,6 +98,37 @@ def test_report_reads_the_latest_checkpoint_and_plots_heldout(tmp_path):
         assert_real_image(tmp_path / "report" / name)
 
 
+def test_a_resumed_runs_repeated_steps_plot_one_point_each(tmp_path, monkeypatch):
+    """A run stopped at step 6, resumed from checkpoint-4: metrics.jsonl holds two held-out rows
+    for step 4 (each run measured the checkpoint) and two rows for steps 5 and 6. The curve
+    drew a vertical jump at step 4 and went back in steps; each step now has the last row."""
+    first = [{"step": 0, "heldout/score": 0.1}]
+    first += [{"step": s, "reward": 0.1 * s, "reward_std": 0.05} for s in range(1, 7)]
+    first.insert(5, {"step": 4, "heldout/score": 0.3})
+    resumed = [{"step": 4, "heldout/score": 0.35}]
+    resumed += [{"step": s, "reward": 0.1 * s + 0.01, "reward_std": 0.05} for s in range(5, 9)]
+    resumed.append({"step": 8, "heldout/score": 0.5})
+    lines = [json.dumps(row) for row in first + resumed]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+
+    history = report.load_log_history(tmp_path)
+    assert report.series(history, "heldout/score") == ([0, 4, 8], [0.1, 0.35, 0.5])
+    steps, rewards = report.series(history, "reward")
+    assert steps == list(range(1, 9)) and rewards[4] == pytest.approx(0.51)
+
+    drawn = {}
+    finish = report._finish
+
+    def recording_finish(fig, ax, path, plotted, missing):
+        drawn[path.name] = [list(line.get_xdata()) for line in ax.get_lines()]
+        return finish(fig, ax, path, plotted, missing)
+
+    monkeypatch.setattr(report, "_finish", recording_finish)
+    report.write_report(tmp_path)
+    assert drawn["reward.png"] == [list(range(1, 9)), [0, 4, 8]], drawn["reward.png"]
+    assert_real_image(tmp_path / "report" / "reward.png")
+
+
 def test_missing_metrics_give_a_no_data_card_and_missing_state_an_error(tmp_path, capsys):
     (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": [{"step": 1, "loss": 0.5}]}))
     assert gspo_trl_main(["report", str(tmp_path), "--out", str(tmp_path / "png")]) == 0

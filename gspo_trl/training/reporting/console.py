@@ -3,7 +3,7 @@
 TRL prints each logging step as a Python dict of 60+ keys, which nobody reads. A GSPO run
 prints instead, on the main process only:
 
-    a start banner     model, data rows, rewards, GSPO settings, world size, output dir
+    a start banner     model (and LoRA), data rows, rewards, GSPO settings, world size, output dir
     one line per log   step/max, train reward, held-out score (when measured), off-policy clip
                        fraction, spread of log s_i, zero-variance groups, seconds/step, ETA
     `!` lines          alarms: the ClipAlarm (everything / nothing clipped) and "every group
@@ -56,18 +56,28 @@ def step_line(
     seconds_per_step: float | None,
     heldout: float | None = None,
     eta_seconds: float | None = None,
+    last_reward: dict[str, Any] | None = None,
 ) -> str:
     """One training log event as a compact line; fields that were not logged are left out.
 
     `seconds_per_step` is over the last logging interval; the ETA defaults to it times the
     steps left (the console passes one from the average since the first step instead).
+    `last_reward` (the `reward`, `reward_std` and `step` of the last event that logged a
+    reward) is shown, marked with its step, when this event has none: TRL logs the reward
+    once per rollout batch (see ConsoleCallback).
     """
     width = len(str(max_steps))
     parts = [f"step {step:>{width}}/{max_steps}"]
-    reward = _number(logs.get("reward"))
+    reward, carried = _number(logs.get("reward")), None
+    if reward is None and last_reward is not None:
+        reward, logs, carried = last_reward["reward"], last_reward, last_reward["step"]
     if reward is not None:
         std = _number(logs.get("reward_std"))
-        parts.append(f"reward {reward:.3f}" + (f" ±{std:.2f}" if std is not None else ""))
+        parts.append(
+            f"reward {reward:.3f}"
+            + (f" ±{std:.2f}" if std is not None else "")
+            + (f" (rollout of step {carried})" if carried is not None else "")
+        )
     if heldout is not None:
         parts.append(f"held-out {heldout:.3f}")
     clip = _number(logs.get(CLIP_KEY))
@@ -92,16 +102,28 @@ def step_line(
     return " | ".join(parts)
 
 
+def model_line(model_name: str, lora: Any = None) -> str:
+    """The banner's model: its name or path, and LoRA's rank, alpha and target modules (a
+    peft.LoraConfig, None for full fine-tuning)."""
+    if lora is None:
+        return f"{model_name}, full fine-tuning"
+    targets = lora.target_modules
+    targets = targets if isinstance(targets, str) or targets is None else ", ".join(sorted(targets))
+    return f"{model_name}, LoRA rank {lora.r} (alpha {lora.lora_alpha:g}) on {targets or 'peft defaults'}"
+
+
 def banner(trainer: Any, model_name: str, reward_names: list[str], eval_rows: int) -> str:
     """The lines printed once before training: what is trained, on what, how, and where."""
     args = trainer.args
+    lora = (getattr(trainer.model, "peft_config", None) or {}).get("default")
     train_rows = len(trainer.train_dataset) if trainer.train_dataset is not None else 0
     level = getattr(trainer, "importance_sampling_level", "?")
     eps = f"eps {trainer.epsilon_low:g}/{trainer.epsilon_high:g}"
     algorithm = "GSPO-token" if getattr(trainer, "gspo_token", False) else f"{level}-level ratio"
     return "\n".join(
         [
-            f"gspo-trl: training {model_name}",
+            "gspo-trl: training",
+            f"  model    {model_line(model_name, lora)}",
             f"  data     {train_rows} training rows" + (f", {eval_rows} held-out" if eval_rows else ""),
             f"  rewards  {', '.join(reward_names)}",
             f"  GSPO     {algorithm}, {eps}, {args.num_generations} per group, "
@@ -136,7 +158,21 @@ class _QuietInfo(logging.Filter):
 
 
 class ConsoleCallback(TrainerCallback):
-    """Prints the banner, one line per logging step and `!` alarms, on the main process."""
+    """Prints the banner, one line per logging step and `!` alarms, on the main process.
+
+    TRL records the reward once per rollout batch, in `_generate_and_score_completions`
+    (trl 1.16, trl/trainer/grpo_trainer.py:2828-2829):
+
+        self._metrics[mode]["reward"].append(torch.nanmean(rewards).item())
+        self._metrics[mode]["reward_std"].append(nanstd(rewards).item())
+
+    which `_prepare_inputs` calls only when `self._step % generate_every == 0` (line 1539,
+    `generate_every = self.args.steps_per_generation * self.num_iterations`), and `log`
+    empties the metrics after each logging step (`self._metrics[mode].clear()`, line 3321).
+    So with `logging_steps` below the optimizer steps per rollout batch, the logging steps
+    between two rollouts carry no `reward` key: their line shows the last one, marked
+    "(rollout of step N)". metrics.jsonl keeps what TRL logged.
+    """
 
     def __init__(self, header: str, printer: Any = print) -> None:
         self.header, self.printer = header, printer
@@ -147,6 +183,7 @@ class ConsoleCallback(TrainerCallback):
         self._printed_step = -1
         self._pending_heldout: dict[str, Any] | None = None
         self._zero_streak = 0
+        self._last_reward: dict[str, Any] | None = None
         self._filters: dict[str, logging.Filter] = {name: _AlarmFilter(self) for name in ALARM_LOGGERS}
         self._filters[HELDOUT_LOGGER] = _QuietInfo()
 
@@ -212,7 +249,12 @@ class ConsoleCallback(TrainerCallback):
             self._print(self._heldout_line(pending, pending["step"], state.max_steps))
             pending = None
         heldout = _number(pending.get(HELDOUT_KEY)) if pending else None
-        self._print(step_line(logs, step, state.max_steps, interval, heldout, eta))
+        carried = None
+        if _number(logs.get("reward")) is not None:
+            self._last_reward = {"reward": logs["reward"], "reward_std": logs.get("reward_std"), "step": step}
+        else:
+            carried = self._last_reward
+        self._print(step_line(logs, step, state.max_steps, interval, heldout, eta, carried))
         self._printed_step = step
         self._check_zero_variance(logs)
 

@@ -1,11 +1,36 @@
-"""Silence the one resume warning that is expected: missing tied copies of the embeddings."""
+"""What a resume says: that it regenerates the rest of a rollout batch when the checkpoint
+fell inside one, and not the one expected warning (missing tied copies of the embeddings)."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 from collections.abc import Iterator
+from fractions import Fraction
 from typing import Any
+
+from gspo_trl.config.batch import RolloutBatch
+
+
+def mid_batch_resume_note(batch: RolloutBatch, global_step: int) -> str | None:
+    """The line a resume prints when `global_step` is not at a rollout-batch boundary: how many
+    optimizer steps of the interrupted batch are trained on a freshly generated batch; None at a
+    boundary (an exact resume)."""
+    done = batch.steps_into_rollout_batch(global_step)
+    if done == 0:
+        return None
+    updates = batch.optimizer_updates
+    return (
+        f"step {global_step} is {_count(done)} of the {_count(updates)} optimizer steps of a rollout batch: "
+        f"its last {_count(updates - done)} step(s) are regenerated (a fresh rollout batch from the resumed "
+        "weights; the rest of the old one lived in memory only). save_steps a multiple of "
+        f"{_count(updates)} resumes exactly."
+    )
+
+
+def _count(steps: Fraction) -> str:
+    return str(steps.numerator) if steps.denominator == 1 else f"{float(steps):g}"
+
 
 MISSING_KEYS_PREFIX = "There were missing keys in the checkpoint model loaded: "
 

@@ -12,12 +12,13 @@ from transformers import TrainerControl, TrainerState, TrainingArguments
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.sections import DiagnosticsConfig
 from gspo_trl.diagnose import report
-from gspo_trl.training.build import train_recipe
+from gspo_trl.training.build import build_trainer, train_recipe
 from gspo_trl.training.diagnostics import ClipAlarm
 from gspo_trl.training.reporting.console import (
     ZERO_VARIANCE_STEPS,
     ConsoleCallback,
     _CloseConsole,
+    model_line,
     step_line,
 )
 from gspo_trl.training.reporting.metrics_file import METRICS_FILE
@@ -95,6 +96,19 @@ def test_zero_variance_for_several_steps_raises_an_alarm(zero_variance, alarms) 
     assert sum(line.startswith("! ") and "zero reward variance" in line for line in printed) == alarms
 
 
+def test_steps_between_rollouts_show_the_last_reward_marked_as_such() -> None:
+    """TRL logs `reward` once per rollout batch: with logging_steps 1 and 4 updates per rollout
+    batch, three step lines in four had no reward at all."""
+    printed: list[str] = []
+    console = ConsoleCallback("banner", printer=lambda text, flush: printed.append(text))
+    rollout = [{"loss": 0.0, "reward": 0.5, "reward_std": 0.25}] + [{"loss": 0.0}] * 3
+    _callback_run(console, [*rollout, {"loss": 0.0, "reward": 0.75, "reward_std": 0.1}, {"loss": 0.0}])
+    lines = [line for line in printed if line.startswith("step ")]
+    assert "reward 0.500 ±0.25 |" in lines[0] and "rollout of" not in lines[0]
+    assert all("reward 0.500 ±0.25 (rollout of step 1)" in line for line in lines[1:4]), lines
+    assert "reward 0.750 ±0.10 |" in lines[4] and "reward 0.750 ±0.10 (rollout of step 5)" in lines[5]
+
+
 @pytest.fixture
 def logging_as_configured_by_nobody():
     """Earlier tests in the session may leave logging switched off process-wide (a library's
@@ -149,12 +163,14 @@ def test_four_step_run_prints_short_lines_and_writes_every_key(
     trainer = train_recipe(load_recipe(TINY_RECIPE, {**fast, "output_dir": str(tmp_path)}))
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert "gspo-trl: training tiny" in lines, out
+    assert "  model    tiny, full fine-tuning" in lines, out
     assert "4 updates per rollout batch" in out, out
     assert "56 training rows, 8 held-out" in out and "eps 0.02/0.027" in out
     step_lines = [line for line in lines if line.startswith("step ") and "s/step" in line]
     assert len(step_lines) == 4, out
     assert [line.split("/")[0] for line in step_lines] == [f"step {i}" for i in range(1, 5)]
+    assert "reward " in step_lines[0] and "rollout of" not in step_lines[0]  # one rollout, 4 updates
+    assert all("(rollout of step 1)" in line for line in step_lines[1:]), step_lines
     assert "held-out 0.000" in out and "ETA" in step_lines[-1]
     assert all(len(line) < MAX_LINE for line in lines), max(lines, key=len)
     assert "{'loss'" not in out and "'gspo/" not in out  # TRL's dict printing is gone
@@ -170,6 +186,42 @@ def test_four_step_run_prints_short_lines_and_writes_every_key(
     assert len(keys) > 40
     assert report.METRICS_FILE == METRICS_FILE
     assert report.load_log_history(tmp_path) == events  # `gspo-trl report` reads metrics.jsonl first
+
+
+LORA = {"r": 4, "lora_alpha": 8, "target_modules": ["v_proj", "q_proj"]}
+
+
+@pytest.mark.parametrize(
+    ("lora", "expected"),
+    [
+        (None, "  model    tiny, full fine-tuning"),
+        (LORA, "  model    tiny, LoRA rank 4 (alpha 8) on q_proj, v_proj"),
+    ],
+)
+def test_banner_names_the_model_as_a_model_and_says_lora(tmp_path: Path, lora, expected) -> None:
+    """The first lines said `training runs/demo/warm-start` (read as an output path) and never
+    said LoRA: a LoRA run looked like full fine-tuning."""
+    overrides = {"output_dir": str(tmp_path), "data.num_rows": 64, "data.eval_size": 8}
+    if lora is not None:
+        overrides["model.lora"] = lora
+    trainer = build_trainer(load_recipe(TINY_RECIPE, overrides))
+    (console,) = [c for c in trainer.callback_handler.callbacks if isinstance(c, ConsoleCallback)]
+    lines = console.header.splitlines()
+    assert lines[:2] == ["gspo-trl: training", expected], console.header
+    assert f"output {tmp_path}" in console.header
+
+
+@pytest.mark.parametrize(
+    ("lora", "expected"),
+    [
+        ({"r": 16, "lora_alpha": 32, "target_modules": "all-linear"}, "rank 16 (alpha 32) on all-linear"),
+        ({"r": 8, "lora_alpha": 16}, "rank 8 (alpha 16) on peft defaults"),
+    ],
+)
+def test_model_line_says_the_lora_rank_and_targets(lora, expected) -> None:
+    from peft import LoraConfig
+
+    assert model_line("m", LoraConfig(**lora)) == f"m, LoRA {expected}"
 
 
 def test_report_falls_back_to_trainer_state_without_metrics_file(tmp_path: Path) -> None:
