@@ -68,11 +68,11 @@ def step_line(
     """
     width = len(str(max_steps))
     parts = [f"step {step:>{width}}/{max_steps}"]
-    reward, carried = _number(logs.get("reward")), None
-    if reward is None and last_reward is not None:
-        reward, logs, carried = last_reward["reward"], last_reward, last_reward["step"]
+    reward, carried, reward_logs = _number(logs.get("reward")), None, logs
+    if reward is None and last_reward is not None:  # the rest of the line is still this event's
+        reward, reward_logs, carried = last_reward["reward"], last_reward, last_reward["step"]
     if reward is not None:
-        std = _number(logs.get("reward_std"))
+        std = _number(reward_logs.get("reward_std"))
         parts.append(
             f"reward {reward:.3f}"
             + (f" ±{std:.2f}" if std is not None else "")

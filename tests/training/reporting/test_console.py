@@ -101,11 +101,13 @@ def test_steps_between_rollouts_show_the_last_reward_marked_as_such() -> None:
     batch, three step lines in four had no reward at all."""
     printed: list[str] = []
     console = ConsoleCallback("banner", printer=lambda text, flush: printed.append(text))
-    rollout = [{"loss": 0.0, "reward": 0.5, "reward_std": 0.25}] + [{"loss": 0.0}] * 3
+    update_only = {"loss": 0.0, "gspo/offpolicy/clip/region": 0.125}  # its own clip, no reward
+    rollout = [{"loss": 0.0, "reward": 0.5, "reward_std": 0.25}] + [update_only] * 3
     _callback_run(console, [*rollout, {"loss": 0.0, "reward": 0.75, "reward_std": 0.1}, {"loss": 0.0}])
     lines = [line for line in printed if line.startswith("step ")]
     assert "reward 0.500 ±0.25 |" in lines[0] and "rollout of" not in lines[0]
     assert all("reward 0.500 ±0.25 (rollout of step 1)" in line for line in lines[1:4]), lines
+    assert all("clip 12.5%" in line for line in lines[1:4]), lines  # the rest is the line's own
     assert "reward 0.750 ±0.10 |" in lines[4] and "reward 0.750 ±0.10 (rollout of step 5)" in lines[5]
 
 
