@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     recipe = load_recipe(path, overrides, partial=True)  # preflight reports its problems with its own
     from gspo_trl.training.preflight import preflight
 
-    data = preflight(recipe)
+    data = preflight(recipe, model_cached=False)
     evaluation = f", {len(data.eval)} eval rows" if data.eval is not None else ""
     rows = f"{len(data.train)} training rows{evaluation}"
     print(f"{path}: ok ({recipe.algorithm}, {len(recipe.rewards)} reward(s), {rows})")
@@ -39,4 +39,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     warning = launch_hardware_warning(recipe)  # after preflight: invalid recipes stay fast
     if warning:
         print(warning)
+    from gspo_trl.config.sections import TINY
+    from gspo_trl.errors import UserError
+    from gspo_trl.model.hub import check_cached_when_offline
+
+    if recipe.model.name_or_path != TINY:
+        try:
+            check_cached_when_offline(recipe.model.name_or_path, recipe.model.revision)
+        except UserError as missing:  # the recipe is fine; `train` would stop here
+            print(f"note: train will refuse this until the model is there: {missing}")
     return 0

@@ -69,13 +69,13 @@ def check_output_dir(output_dir: str) -> None:
         ) from None
 
 
-def check_model_path(recipe: Recipe) -> None:
+def check_model_path(recipe: Recipe, offline_cache: bool = True) -> None:
     """Refuse a model path that looks local but does not exist (it would be tried as a hub id),
-    and a hub model that is not cached when HF_HUB_OFFLINE forbids downloading it."""
+    and (`offline_cache`) a hub model that is not cached when HF_HUB_OFFLINE forbids downloading it."""
     name = recipe.model.name_or_path
     if looks_like_local_path(name) and not Path(name).expanduser().exists():
         raise RecipeError(f"model.name_or_path: {name!r} does not exist")
-    if name != TINY:
+    if name != TINY and offline_cache:
         check_cached_when_offline(name, recipe.model.revision)
 
 
@@ -116,12 +116,15 @@ def check_one_gpu_per_process(n_gpu: int, recipe_source: str, model_init_kwargs:
     )
 
 
-def preflight(recipe: Recipe, processes: int | None = None) -> PreparedData:
-    """Run every model-free check on `recipe`; returns its data. Raises a UserError."""
+def preflight(recipe: Recipe, processes: int | None = None, model_cached: bool = True) -> PreparedData:
+    """Run every model-free check on `recipe`; returns its data. Raises a UserError.
+
+    `model_cached=False` (`gspo-trl validate`) skips the check that an offline hub model is in
+    the cache: a recipe is valid before its model is downloaded, and validate says so instead."""
     processes = processes or world_size()
     validate(recipe, processes)
     check_reward_construction(recipe)
-    check_model_path(recipe)
+    check_model_path(recipe, offline_cache=model_cached)
     check_output_dir(output_dir_of(recipe))
     from gspo_trl.data.loading import load_data  # `datasets` is slow to import: only past the checks
 

@@ -92,3 +92,20 @@ def test_other_load_errors_keep_their_own_type() -> None:
 
     with pytest.raises(PermissionError), hub_model_errors(MISSING):
         raise PermissionError("disk says no")
+
+
+def test_validate_passes_a_recipe_whose_model_is_not_downloaded_yet_and_says_so(tmp_path) -> None:
+    """A recipe is valid before its model is downloaded (one validates on a login node, then
+    downloads): validate exits 0 and notes that train will refuse it until then."""
+    import subprocess
+    import sys
+
+    from tests._paths import FIXTURES
+
+    command = [sys.executable, "-m", "gspo_trl.cli.main", "validate", "qwen3-1.7b/math"]
+    command += ["--data.path", str(FIXTURES / "dapo-math.jsonl"), "--data.eval_size", "1"]
+    env = {**__import__("os").environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "note: train will refuse this until the model is there" in done.stdout
+    assert "hf download Qwen/Qwen3-1.7B" in done.stdout
