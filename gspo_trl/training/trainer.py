@@ -115,13 +115,15 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
     def _time_weight_sync(self) -> None:
         """`weight_sync`: TRL's `_generate`/`_generate_single_turn` run `if self.state.global_step !=
         self._last_loaded_step: ... self.vllm_generation.sync_weights()`, inside `generation`."""
-        sync = self.vllm_generation.sync_weights
+        generation = self.vllm_generation
 
         def timed_sync(*args: Any, **kwargs: Any) -> Any:
+            # The class's method, looked up at each call: a sync patched onto the class after
+            # the trainer was built (gspo_trl.model.vllm_cpu's shim, a user's) is the one timed.
             with self.perf.timer.phase(names.PHASE_WEIGHT_SYNC):
-                return sync(*args, **kwargs)
+                return type(generation).sync_weights(generation, *args, **kwargs)
 
-        self.vllm_generation.sync_weights = timed_sync
+        generation.sync_weights = timed_sync
 
     def _calculate_rewards(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         """`rewards`: `rewards_per_func = self._calculate_rewards(inputs, prompts, completions, ...)`."""
