@@ -27,12 +27,14 @@ def close_matches(name: str, candidates: Iterable[str], n: int = 1, cutoff: floa
     """Up to `n` candidates `name` probably meant: initials, then a unique prefix, then difflib."""
     pool = list(dict.fromkeys(candidates))
     bare = name.strip("-").replace("-", "_")
-    found = [c for c in pool if len(bare) >= 2 and _initials(c.strip("-")) == bare]
+    # Initials can fit several (`lr`: learning_rate, local_rank): all are named, in a fixed order.
+    initials = sorted(c for c in pool if len(bare) >= 2 and _initials(c.strip("-")) == bare)
+    found = list(initials)
     prefixed = [c for c in pool if len(bare) >= MIN_PREFIX and c.strip("-").startswith(bare)]
     if len(prefixed) == 1:
         found += prefixed
     found += difflib.get_close_matches(name, pool, n=n, cutoff=cutoff)
-    return list(dict.fromkeys(found))[:n]
+    return list(dict.fromkeys(found))[: max(n, len(initials))]
 
 
 def did_you_mean(name: str, candidates: Iterable[str], n: int = 1, spell: str = "{!r}") -> str:
