@@ -70,7 +70,10 @@ def test_each_mistake_alone_is_one_line(tmp_path, capsys, case, line, words) -> 
 def test_an_unknown_override_flag_suggests_the_flag_meant(tmp_path, capsys) -> None:
     """Fails on main: `--lr` got no suggestion (difflib alone finds nothing close to 'lr')."""
     lines, err = _errors(["validate", str(_recipe(tmp_path, [])), "--lr", "1e-6"], capsys)
-    assert len(lines) == 1 and "override --lr: unknown key (did you mean --learning_rate or --local_rank?)" in lines[0], err
+    assert (
+        len(lines) == 1
+        and "override --lr: unknown key (did you mean --learning_rate or --local_rank?)" in lines[0]
+    ), err
 
 
 def test_a_mistyped_shipped_recipe_name_suggests_the_recipe_meant(capsys) -> None:
