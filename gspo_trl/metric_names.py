@@ -9,6 +9,7 @@ docs/performance.md the perf/* ones; tests check that every key the docs name is
     gspo/offpolicy/STAT           the same statistics pooled over updates 2..K
     gspo/zero_variance_groups     share of groups whose rewards all tie
     gspo/engine_mismatch/{mean,std,outside_clip}   engine log-probs as pi_old: the guard
+    gspo/engine_routing/{flip_rate,flip_rate_layer_max}   MoE: the engine's experts vs the trainer's
     heldout/{score,judged,pass@k} the held-out evaluation
     perf/{PHASE}_s, perf/total/{PHASE}_s   seconds per phase in a logging window, and over the run
     perf/{wall_s,generated_tokens,trained_tokens,tokens_per_s,trained_tokens_per_s,update_flops,mfu}
@@ -16,8 +17,9 @@ docs/performance.md the perf/* ones; tests check that every key the docs name is
 PHASE is one of PHASES or `other` (gspo_trl.training.reporting.phases says what each covers).
 
 STAT is `log_ratio/{mean,std,p5,p50,p95,min,max}`, `clip/{low,high,region,pos_adv,neg_adv}`,
-`outside/{low,high}`, `clip/len_{a}-{b}`, `entropy` or `responses`. TRL's own keys (`reward`,
-`clip_ratio/*`, ...) are TRL's and are not named here.
+`outside/{low,high}`, `clip/len_{a}-{b}`, `entropy`, `responses`, or for a mixture-of-experts
+model `routing/{flip_rate,flip_rate_layer_max,flip_rate_response_max}` (docs/moe.md). TRL's own
+keys (`reward`, `clip_ratio/*`, ...) are TRL's and are not named here.
 """
 
 from __future__ import annotations
@@ -40,11 +42,24 @@ CLIP_LOW, CLIP_HIGH, CLIP_REGION = "clip/low", "clip/high", "clip/region"
 CLIP_POS_ADV, CLIP_NEG_ADV = "clip/pos_adv", "clip/neg_adv"
 OUTSIDE_LOW, OUTSIDE_HIGH = "outside/low", "outside/high"
 ENTROPY, RESPONSES = "entropy", "responses"
+FLIP_RATE = "routing/flip_rate"
+"""Share (0-1) of (response token, MoE layer) pairs whose top-k expert set differs from pi_old's."""
+FLIP_RATE_LAYER_MAX = "routing/flip_rate_layer_max"
+"""The largest per-layer flip rate."""
+FLIP_RATE_RESPONSE_MAX = "routing/flip_rate_response_max"
+"""The largest per-response flip rate (over its tokens and layers)."""
+FLIP_RATE_STATS = (FLIP_RATE, FLIP_RATE_LAYER_MAX, FLIP_RATE_RESPONSE_MAX)
 
 ENGINE_MISMATCH = f"{GSPO}/engine_mismatch"
 ENGINE_MISMATCH_MEAN = f"{ENGINE_MISMATCH}/mean"
 ENGINE_MISMATCH_STD = f"{ENGINE_MISMATCH}/std"
 ENGINE_MISMATCH_OUTSIDE_CLIP = f"{ENGINE_MISMATCH}/outside_clip"
+
+ENGINE_ROUTING = f"{GSPO}/engine_routing"
+ENGINE_ROUTING_FLIP_RATE = f"{ENGINE_ROUTING}/flip_rate"
+"""Share of (response token, MoE layer) pairs where the trainer's router, at pi_old's weights,
+chooses other experts than the inference engine chose while sampling (routing_replay: engine)."""
+ENGINE_ROUTING_FLIP_RATE_LAYER_MAX = f"{ENGINE_ROUTING}/flip_rate_layer_max"
 
 HELDOUT = "heldout"
 HELDOUT_SCORE = f"{HELDOUT}/score"
@@ -134,12 +149,14 @@ _STAT = "|".join(
         OUTSIDE_HIGH,
         ENTROPY,
         RESPONSES,
+        *FLIP_RATE_STATS,
     )
 )
 METRIC_PATTERN = re.compile(
     rf"(?:{MINIBATCH_REGEX}|{re.escape(OFFPOLICY)})/(?:{_STAT}|clip/len_\d+-(?:\d+|inf))"
     rf"|{re.escape(ZERO_VARIANCE_GROUPS)}"
     rf"|{re.escape(ENGINE_MISMATCH)}/(?:mean|std|outside_clip)"
+    rf"|{re.escape(ENGINE_ROUTING)}/(?:flip_rate|flip_rate_layer_max)"
     rf"|(?:eval_)?{re.escape(HELDOUT)}/(?:score|judged|pass@[1-9]\d*)"
     rf"|{PERF}/(?:total/)?(?:{'|'.join((*PHASES, PHASE_OTHER))})_s"
     rf"|{PERF}/(?:{'|'.join((*_PERF_FIELDS, 'update_flops', 'mfu'))})"

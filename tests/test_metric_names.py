@@ -15,6 +15,7 @@ import gspo_trl.metric_names as names
 from gspo_trl.training.diagnostics import ROW_COLUMNS, bucket_labels, summarize_rows
 from gspo_trl.training.engine.mismatch import judge_mismatch
 from gspo_trl.training.heldout.scoring import mean_grade
+from gspo_trl.training.routing import FlipCounts, engine_routing_metrics
 from tests._paths import ROOT
 
 KEY = re.compile(r"(?<![\w/])(?:eval_)?(?:gspo|heldout)/[\w{},.@*-]*(?:/[\w{},.@*-]+)*")
@@ -31,6 +32,10 @@ def logged_names() -> set[str]:
         names.under(p, s) for p in (names.minibatch(1), names.minibatch(2), names.OFFPOLICY) for s in stats
     }
     found |= set(judge_mismatch(torch.tensor([0.0, 1e-3]), 3e-4, 4e-4).metrics())
+    flips = FlipCounts()
+    flips.add(torch.tensor([1.0, 3.0]), 8.0, torch.tensor([0.25, float("nan")]))
+    found |= {names.under(p, s) for p in (names.minibatch(2), names.OFFPOLICY) for s in flips.stats()}
+    found |= set(engine_routing_metrics(flips))
     found |= {names.heldout(k) for k in mean_grade([[1.0, None]])} | {
         names.heldout_pass_at(k) for k in (1, 4)
     }

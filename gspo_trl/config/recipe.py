@@ -7,6 +7,7 @@
     learning_rate: 1.0e-6            # any GRPOConfig field, at the top level
     diagnostics: {length_buckets: [256, 1024, 4096]}
     engine: {old_logprobs: engine}   # pi_old from vLLM's log-probs (docs/engine-logprobs.md)
+    moe: {routing_replay: old}       # MoE: replay pi_old's experts in the updates (docs/moe.md)
     launch: {nodes: 1, gpus_per_node: 8, gpu_memory_gb: 80, accelerate_config: configs/zero2.yaml}
 
 Command-line overrides use the same keys, TRL-style: `--learning_rate 5e-7`, and dotted keys
@@ -86,6 +87,8 @@ class Recipe:
     allow_on_policy: bool = False
     engine: dict[str, Any] = field(default_factory=dict)
     """`engine:` section (gspo_trl.config.sections.EngineConfig): where pi_old comes from."""
+    moe: dict[str, Any] = field(default_factory=dict)
+    """`moe:` section (gspo_trl.config.sections.MoeConfig): routing replay for MoE models."""
     imports: list[str] = field(default_factory=list)
     """Modules (or .py files) imported before the rewards resolve: they register custom rewards."""
     launch: LaunchConfig | None = None
@@ -175,6 +178,7 @@ def recipe_as_yaml(recipe: Recipe) -> str:
         "diagnostics": dict(recipe.diagnostics),
         **({"heldout": asdict(recipe.heldout)} if recipe.heldout is not None else {}),
         **({"engine": dict(recipe.engine)} if recipe.engine else {}),
+        **({"moe": dict(recipe.moe)} if recipe.moe else {}),
         **({"launch": asdict(recipe.launch)} if recipe.launch is not None else {}),
         **recipe.training,
     }
@@ -266,6 +270,7 @@ def load_recipe(
         heldout=heldout,
         allow_on_policy=bool(allow_on_policy),
         engine=_section(content, "engine", problems),
+        moe=_section(content, "moe", problems),
         imports=imports,
         launch=launch,
         explicit_keys=frozenset(explicit),

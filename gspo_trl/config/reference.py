@@ -30,6 +30,7 @@ SECTION_CLASSES = (
     ("heldout", sections.HeldoutConfig),
     ("diagnostics", sections.DiagnosticsConfig),
     ("engine", sections.EngineConfig),
+    ("moe", sections.MoeConfig),
     ("launch", sections.LaunchConfig),
 )
 TOP_LEVEL = (

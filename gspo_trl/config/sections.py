@@ -123,6 +123,10 @@ class DiagnosticsConfig:
     warn_after_steps: consecutive such logging steps before that warning fires (once).
     warn_no_clip_steps: consecutive logging steps with off-policy data and not a single
         clipped response before the "trust region does nothing" warning fires (once).
+    warn_flip_rate: mixture-of-experts models without routing replay: share (0-1) of
+        (response token, layer) expert choices on the off-policy minibatches that differ from
+        pi_old's above which a logging step counts towards the routing warning (fires once after
+        `warn_after_steps` such steps; docs/moe.md).
     """
 
     enabled: bool = True
@@ -130,6 +134,7 @@ class DiagnosticsConfig:
     warn_clip_fraction: float = 0.5
     warn_after_steps: int = 3
     warn_no_clip_steps: int = 50
+    warn_flip_rate: float = 0.15
 
     def __post_init__(self) -> None:
         self.length_buckets = tuple(int(b) for b in self.length_buckets)
@@ -144,6 +149,8 @@ class DiagnosticsConfig:
             raise ValueError(
                 f"diagnostics.warn_clip_fraction must be in (0, 1], got {self.warn_clip_fraction}"
             )
+        if not 0.0 < self.warn_flip_rate <= 1.0:
+            raise ValueError(f"diagnostics.warn_flip_rate must be in (0, 1], got {self.warn_flip_rate}")
         if self.warn_after_steps < 1 or self.warn_no_clip_steps < 1:
             raise ValueError("diagnostics.warn_after_steps and warn_no_clip_steps must be >= 1")
 
@@ -243,3 +250,33 @@ class EngineConfig:
     def from_engine(self) -> bool:
         """True when pi_old is the engine's log-probs."""
         return self.old_logprobs == "engine"
+
+
+ROUTING_REPLAY_MODES = ("off", "old", "engine")
+
+
+@dataclass
+class MoeConfig:
+    """Recipe `moe:` section: routing replay for mixture-of-experts models (docs/moe.md).
+
+    routing_replay: which routing the update forwards use. `off`: each forward's own router
+        (the routing flip rate is still logged). `old` (R2): the experts pi_old's forward chose
+        for each token, recorded in that forward and forced in every update of the rollout
+        batch; the gate weights are recomputed from the current router logits at those experts,
+        so the router keeps learning. `engine` (R3): the experts the inference engine (vLLM)
+        chose while sampling, forced in pi_old's forward and the updates.
+    """
+
+    routing_replay: str = "off"
+
+    def __post_init__(self) -> None:
+        if self.routing_replay not in ROUTING_REPLAY_MODES:
+            raise ValueError(
+                f"moe.routing_replay must be one of {', '.join(ROUTING_REPLAY_MODES)}, "
+                f"got {self.routing_replay!r}"
+            )
+
+    @property
+    def replays(self) -> bool:
+        """True when the update forwards replay a recorded routing."""
+        return self.routing_replay != "off"

@@ -18,6 +18,7 @@ from gspo_trl.config.batch import BATCH_KEYS, RolloutBatch, is_server_mode, roll
 from gspo_trl.config.engine_checks import check_engine_settings, check_vllm_for_moe
 from gspo_trl.config.fields import build_dataclass
 from gspo_trl.config.invariants import check_off_policy, check_training_invariants
+from gspo_trl.config.moe_checks import check_moe_model, check_moe_settings
 from gspo_trl.config.problems import Problems
 from gspo_trl.config.recipe import Recipe
 from gspo_trl.config.reward_checks import check_reward_construction, check_rewards
@@ -247,6 +248,8 @@ def validate(recipe: Recipe, processes: int | None = None) -> None:
     if batch is not None:
         off_policy = (recipe.algorithm, batch.on_policy, recipe.allow_on_policy)
         run(check_off_policy, *off_policy, reads=("algorithm", "allow_on_policy"))
+        moe = (recipe.moe, recipe.training, recipe.engine, batch.on_policy)
+        run(check_moe_settings, *moe, reads=("engine", "moe"), marks=("moe",))
     check_rewards(recipe, problems)
     run(_check_heldout, recipe)
     run(_check_model, recipe)
@@ -254,5 +257,6 @@ def validate(recipe: Recipe, processes: int | None = None) -> None:
     run(_check_diagnostics, recipe)
     run(check_engine_settings, recipe.engine, recipe.training)
     run(check_vllm_for_moe, recipe.model.name_or_path, recipe.training, reads=("model",))
+    run(check_moe_model, recipe.model.name_or_path, recipe.moe, reads=("model", "moe"))
     run(_check_trackers, recipe, reads=("report_to",))
     problems.raise_if_any()

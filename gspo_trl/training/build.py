@@ -90,6 +90,7 @@ def gspo_config(recipe: Recipe) -> Any:
         diagnostics=dict(recipe.diagnostics),
         allow_on_policy=recipe.allow_on_policy,
         engine=dict(recipe.engine),
+        moe=dict(recipe.moe),
     )
 
 

@@ -26,7 +26,8 @@ from gspo_trl.config.defaults import GSPO_DEFAULTS
 from gspo_trl.config.engine_checks import check_engine_settings
 from gspo_trl.config.fields import build_dataclass
 from gspo_trl.config.invariants import algorithm_of, check_off_policy
-from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig
+from gspo_trl.config.moe_checks import check_moe_settings
+from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig, MoeConfig
 from gspo_trl.config.validation import check_gspo_settings
 
 
@@ -44,6 +45,8 @@ class GSPOConfig(GRPOConfig):
     allow_on_policy: run even when every update is on-policy (then GSPO is exactly GRPO).
     engine: EngineConfig fields as a dict: `{"old_logprobs": "engine"}` takes pi_old from vLLM's
         sampling log-probs instead of a trainer forward (docs/engine-logprobs.md).
+    moe: MoeConfig fields as a dict: `{"routing_replay": "old"}` replays pi_old's experts in the
+        updates of a mixture-of-experts model (docs/moe.md).
     """
 
     importance_sampling_level: str = field(
@@ -79,6 +82,9 @@ class GSPOConfig(GRPOConfig):
     engine: dict[str, Any] | None = field(
         default=None, metadata=_help("EngineConfig fields: old_logprobs trainer|engine, on_mismatch")
     )
+    moe: dict[str, Any] | None = field(
+        default=None, metadata=_help("MoeConfig fields: routing_replay off|old|engine")
+    )
 
     def __post_init__(self) -> None:
         if self.steps_per_generation is None and self.generation_batch_size is None:
@@ -92,7 +98,11 @@ class GSPOConfig(GRPOConfig):
         if isinstance(self.engine, EngineConfig):
             self.engine = dataclasses.asdict(self.engine)
         check_engine_settings(self.engine or {}, settings)
-        check_off_policy(self.algorithm, RolloutBatch.from_grpo_config(self).on_policy, self.allow_on_policy)
+        if isinstance(self.moe, MoeConfig):
+            self.moe = dataclasses.asdict(self.moe)
+        on_policy = RolloutBatch.from_grpo_config(self).on_policy
+        check_off_policy(self.algorithm, on_policy, self.allow_on_policy)
+        check_moe_settings(self.moe or {}, settings, self.engine or {}, on_policy)
 
     @property
     def algorithm(self) -> str:
@@ -104,6 +114,12 @@ class GSPOConfig(GRPOConfig):
         return check_engine_settings(
             self.engine or {}, {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         )
+
+    def moe_config(self) -> MoeConfig:
+        """The `moe` dict as a checked MoeConfig."""
+        settings = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        on_policy = RolloutBatch.from_grpo_config(self).on_policy
+        return check_moe_settings(self.moe or {}, settings, self.engine or {}, on_policy)
 
     def diagnostics_config(self) -> DiagnosticsConfig:
         """The `diagnostics` dict as a checked DiagnosticsConfig."""

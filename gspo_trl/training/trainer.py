@@ -35,7 +35,7 @@ from trl import GRPOTrainer
 
 import gspo_trl.metric_names as names
 from gspo_trl.config.invariants import algorithm_of, check_ratio_level
-from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig
+from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig, MoeConfig
 from gspo_trl.training.diagnostics import (
     ClipAlarm,
     PolicyPass,
@@ -46,6 +46,7 @@ from gspo_trl.training.diagnostics import (
 from gspo_trl.training.engine.logprobs import EngineOldLogprobs
 from gspo_trl.training.reporting.console import close_consoles
 from gspo_trl.training.reporting.phases import PerfMeter, UpdatePhaseCallback, trainer_model_shape
+from gspo_trl.training.routing import MoeRouting
 from gspo_trl.training.safety.staged_checkpoints import StagedCheckpoints
 
 logger = logging.getLogger(__name__)
@@ -87,6 +88,9 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
         self._gspo_alarm = ClipAlarm(self.diagnostics)
         engine = getattr(self.args, "engine_config", None)
         self.engine_logprobs = EngineOldLogprobs(self, engine() if callable(engine) else EngineConfig())
+        moe = getattr(self.args, "moe_config", None)
+        moe_config = moe() if callable(moe) else MoeConfig()
+        self.routing = MoeRouting(self.model, moe_config, self.diagnostics, self.accelerator)
         if self.use_vllm and self.accelerator.is_main_process:
             logger.info(vllm_correction_summary(self.args))
         self.perf = PerfMeter(
@@ -139,15 +143,26 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
         with self.perf.timer.phase(names.PHASE_CHECKPOINT):
             super()._save_checkpoint(model, trial)
 
+    def training_step(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """TRL's step (loss forward, then backward); the update's routing pass ends after the
+        backward, which reruns the forward under gradient checkpointing (gspo_trl.training.routing)."""
+        try:
+            return super().training_step(*args, **kwargs)
+        finally:
+            self.routing.end_update()
+
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
         if self.model.training:
             self.perf.count_update(inputs)
+            self.routing.begin_update(inputs)
         self._gspo_loss_inputs = dict(inputs)  # a copy: GSPO-token rewrites old log-probs in it
         self._gspo_captured = {}
         try:
             loss = super()._compute_loss(model, self._gspo_loss_inputs)
         finally:
             self._gspo_loss_inputs = None
+        if self.model.training:
+            self.routing.observe_update(inputs, self._minibatch_index())
         if self.diagnostics.enabled and self.model.training and self._gspo_captured:
             self._record_rows(inputs)
         if self.engine_logprobs.active and self.model.training and self._gspo_captured:
@@ -158,8 +173,9 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
     # --- engine log-probs as pi_old (gspo_trl.training.engine.logprobs) -------------------------
     def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
         self.engine_logprobs.begin_rollout(self.model.training)
+        self.routing.begin_rollout(self.model.training)
         try:
-            return super()._generate_and_score_completions(inputs)
+            return self.routing.attach(super()._generate_and_score_completions(inputs))
         finally:
             self.engine_logprobs.end_rollout()
 
@@ -200,12 +216,16 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
 
     def _no_grad_logprobs(self, model: Any, *args: Any, **kwargs: Any):
         """A pass outside the loss (old / reference log-probs): the engine's, or TRL's forward."""
+        width = kwargs.get("logits_to_keep", args[2] if len(args) > 2 else None)
         if self.engine_logprobs.active:
-            width = kwargs.get("logits_to_keep", args[2] if len(args) > 2 else None)
             old = self.engine_logprobs.old_logprobs(model, self.model, width, self.accelerator.device)
             if old is not None:  # TRL's pi_old call, answered by the engine: no forward
+                self.routing.skip_old_forward()
                 return old, None, None
-        return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+        attention_mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
+        completion_mask = attention_mask[:, -width:] if attention_mask is not None and width else None
+        with self.routing.old_forward(completion_mask):  # pi_old's routing: recorded or replayed
+            return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
 
     def _policy_logprobs(self, model: Any, *args: Any, **kwargs: Any):
         """The loss's policy pass: TRL's forward, observed for the diagnostics and GSPO-token."""
@@ -277,6 +297,7 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
                 logs[names.ZERO_VARIANCE_GROUPS] = sum(zero_std) / len(zero_std)
             if self._gspo_rows:
                 logs.update(self.gspo_statistics())
+            logs.update(self.routing.statistics(self.accelerator.is_main_process))
             if "loss" in logs:  # a training log event: one perf window
                 logs.update(self.perf.logs(self.accelerator))
         if "train_runtime" in logs:  # the end-of-training summary: the run's sums

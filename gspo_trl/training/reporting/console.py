@@ -31,9 +31,13 @@ from gspo_trl.training.reporting.metrics_file import MetricsFileCallback
 
 logger = logging.getLogger(__name__)
 
-ALARM_LOGGERS = ("gspo_trl.training.diagnostics", "gspo_trl.training.engine.logprobs")
-"""The ClipAlarm and the engine mismatch guard warn on these; the console shows their
-warnings as `!` lines."""
+ALARM_LOGGERS = (
+    "gspo_trl.training.diagnostics",
+    "gspo_trl.training.engine.logprobs",
+    "gspo_trl.training.routing",
+)
+"""The ClipAlarm, the engine mismatch guard and the MoE routing alarm warn on these; the console
+shows their warnings as `!` lines."""
 HELDOUT_LOGGER = "gspo_trl.training.heldout.scoring"
 """Its INFO lines repeat the held-out score the console already prints; they are held back."""
 ZERO_VARIANCE_STEPS = 3
@@ -41,6 +45,7 @@ ZERO_VARIANCE_STEPS = 3
 
 CLIP_KEY = names.under(names.OFFPOLICY, names.CLIP_REGION)
 SPREAD_KEY = names.under(names.OFFPOLICY, names.log_ratio("std"))
+FLIP_KEY = names.under(names.OFFPOLICY, names.FLIP_RATE)
 ZERO_VARIANCE_KEY = names.ZERO_VARIANCE_GROUPS
 HELDOUT_KEY = names.HELDOUT_SCORE
 
@@ -86,6 +91,9 @@ def step_line(
     spread = _number(logs.get(SPREAD_KEY))
     if spread is not None:
         parts.append(f"log s std {spread:.1e}")
+    flips = _number(logs.get(FLIP_KEY))
+    if flips is not None:
+        parts.append(f"expert flips {flips:.1%}")
     zero = _number(logs.get(ZERO_VARIANCE_KEY))
     if zero is not None:
         parts.append(f"zero-var {zero:.0%}")

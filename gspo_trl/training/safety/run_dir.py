@@ -199,10 +199,18 @@ def data_fingerprint(rows: Any) -> str:
     return digest.hexdigest()[:16]
 
 
+NESTED_SECTIONS = ("model", "data", "heldout", "diagnostics", "engine", "moe")
+"""Recipe sections compared key by key between a run and its resume."""
+
+
 def _flatten(content: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in content.items():
-        if isinstance(value, dict) and value and key in ("model", "data", "heldout", "diagnostics", "engine"):
+        if (
+            isinstance(value, dict)
+            and value
+            and key in ("model", "data", "heldout", "diagnostics", "engine", "moe")
+        ):
             flat.update(_flatten(value, f"{prefix}{key}."))
         else:
             flat[f"{prefix}{key}"] = value
