@@ -8,12 +8,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gspo_trl.diagnose.phase_plot import NOT_LOGGED_NOTE, PHASES_PNG
+from gspo_trl.diagnose import phase_plot, routing_plot
 from gspo_trl.diagnose.report import write_report
 from gspo_trl.errors import UserError
 from gspo_trl.rewards.suggest import ArgumentParser
 
-NOT_WRITTEN = {PHASES_PNG: NOT_LOGGED_NOTE}
+NOT_WRITTEN = {
+    phase_plot.PHASES_PNG: phase_plot.NOT_LOGGED_NOTE,
+    routing_plot.ROUTING_PNG: routing_plot.NOT_LOGGED_NOTE,
+}
 """Why each PNG that `write_report` may skip (value None) was not written."""
 
 

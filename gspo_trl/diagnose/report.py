@@ -14,9 +14,12 @@ Writes, by default to `RUN_DIR/report/`, one 1000 x 560 px PNG per question:
     entropy.png            mean token entropy of the policy
     phases.png             seconds per phase per logging window, trained tokens/s and MFU
                            (gspo_trl.diagnose.phase_plot; 1000 x 800 px)
+    routing.png            MoE models: expert flip rate per update index, worst layer and
+                           response (gspo_trl.diagnose.routing_plot; 1000 x 800 px)
 
 A metric that was never logged gives a PNG that says so, so the file set is predictable; the
-one exception is phases.png, not written for a run without `perf/*` keys (older runs).
+exceptions are phases.png, not written for a run without `perf/*` keys (older runs), and
+routing.png, not written for a dense model.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import matplotlib.pyplot as plt
 
 import gspo_trl.metric_names as names
 from gspo_trl.diagnose.phase_plot import PHASES_PNG, plot_phases
+from gspo_trl.diagnose.routing_plot import ROUTING_PNG, plot_routing
 from gspo_trl.metric_names import METRICS_FILE
 from gspo_trl.model.checkpoints import TRAINER_STATE, latest_checkpoint
 
@@ -237,7 +241,7 @@ def plot_log_ratio(history: list[dict], path: Path) -> bool:
 
 def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> dict[str, bool | None]:
     """Write the PNGs; returns {file name: True if it holds data, False if a 'no data' card,
-    None if not written (phases.png of a run without perf/* keys)}."""
+    None if not written (phases.png of a run without perf/* keys, routing.png of a dense model)}."""
     history = load_log_history(run_dir)
     out = Path(out_dir) if out_dir else Path(run_dir) / "report"
     out.mkdir(parents=True, exist_ok=True)
@@ -286,4 +290,5 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> dict
             lambda k: "entropy",
         ),
         PHASES_PNG: plot_phases(history, out / PHASES_PNG),
+        ROUTING_PNG: plot_routing(history, out / ROUTING_PNG),
     }

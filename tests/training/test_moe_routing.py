@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 import gspo_trl.metric_names as names
+from gspo_trl.diagnose.routing_plot import plot_routing
 from gspo_trl.errors import RecipeError
 from gspo_trl.model.tiny_moe import TinyMoeSpec, save_tiny_moe
 from gspo_trl.training.routing import ROUTED_EXPERTS
@@ -119,6 +122,11 @@ def test_without_replay_routing_moves_and_the_logged_flip_rate_is_what_the_exper
             pairs += end
     assert flips > 0
     assert math.isclose(flip_rate(names.minibatch(4), logged), flips / pairs, rel_tol=1e-6)  # float32
+    # `gspo-trl report` draws it: routing.png, a real plot (a dense run gets none: test_report)
+    png = tmp_path / "routing.png"
+    assert plot_routing(trainer.state.log_history, png) is True
+    with Image.open(png) as image:
+        assert image.size == (1000, 800) and np.asarray(image.convert("L")).std() > 10
 
 
 def test_replay_old_hands_every_update_pi_olds_experts_per_token_and_layer(moe_dir, tmp_path):
