@@ -3,11 +3,12 @@
     python scripts/gpu_smoke.py [--steps 8] [--output-dir runs/gpu-smoke]   # one CUDA GPU
     python scripts/gpu_smoke.py --dry-run                                    # CPU, tiny, 1 step
 
-No hub access: the model is Qwen3-0.6B's decoder shape (28 layers, hidden 1024, 16 / 8 heads of
-128, MLP 3072) built locally at random init with the tiny model's locally trained 512-token
-tokenizer (gspo_trl.model.tiny), 0.44B parameters. The task is the synthetic digit reversal
-(gspo_trl.data.synthetic): a random model never finishes early, so every completion runs to
-max_completion_length and the measured step is the planned worst case.
+No hub access: the model is Qwen3-0.6B's decoder shape (its shipped config in
+gspo_trl/plan/model_configs: 28 layers, hidden 1024, 16 / 8 heads of 128, MLP 3072) built locally
+at random init with the tiny model's locally trained tokenizer and its vocabulary
+(gspo_trl.model.tiny), 0.44B parameters. The task is the synthetic digit reversal
+(gspo_trl.data.synthetic); generation never stops early (scripts/gpu_common.run_overrides), so
+every completion runs to max_completion_length and the measured step is the planned worst case.
 
 Three runs with the same settings (bf16, gradient checkpointing, transformers generate, GSPO's
 4 updates per rollout batch): GSPOTrainer full fine-tuning, GSPOTrainer LoRA (r 16, all linear
@@ -32,15 +33,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-QWEN3_0_6B_DECODER = {
-    "hidden_size": 1024,
-    "intermediate_size": 3072,
-    "num_hidden_layers": 28,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "max_position_embeddings": 2048,
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_common import (  # a sibling module: scripts/ is no package
+    build_model,
+    cuda_missing,
+    decoder_fields,
+    longest_prompt,
+    one_gpu_parser,
+    plan_run,
+    run_overrides,
+    shipped_config,
+)
+
+MODEL = "Qwen/Qwen3-0.6B"
+"""Whose decoder the model has (with the tiny tokenizer's vocabulary, hence 0.44B parameters)."""
 CONTEXT_TERM = "CUDA context"
 
 
@@ -86,48 +92,22 @@ class StepTimer:
             torch.cuda.synchronize()
 
 
-def build_model(output_dir: Path, dry_run: bool) -> Path:
+def local_model(output_dir: Path, dry_run: bool) -> Path:
     """The local model: tiny for --dry-run, else Qwen3-0.6B's decoder with the tiny tokenizer."""
-    from gspo_trl.model.tiny import TinyModelSpec, save_tiny_model
+    from gspo_trl.model.tiny import TinyModelSpec
 
-    spec = TinyModelSpec() if dry_run else TinyModelSpec(**QWEN3_0_6B_DECODER)
-    name = "tiny" if dry_run else "qwen3-0.6b-decoder"
-    path = output_dir / name
-    if not (path / "config.json").is_file():
-        save_tiny_model(path, spec)
-    return path
+    if dry_run:
+        return build_model(output_dir, "tiny", TinyModelSpec(), dry_run)
+    spec = TinyModelSpec(**decoder_fields(shipped_config(MODEL)), max_position_embeddings=2048)
+    return build_model(output_dir, "qwen3-0.6b-decoder", spec, dry_run)
 
 
 def recipe_overrides(model_dir: Path, run: Run, args: argparse.Namespace, output_dir: Path) -> dict[str, Any]:
     """Recipe keys of one run: the same settings for every run, LoRA aside."""
-    model: dict[str, Any] = {
-        "name_or_path": str(model_dir),
-        "dtype": "float32" if args.dry_run else "bfloat16",
-    }
+    overrides = run_overrides(model_dir, args, output_dir / run.name.replace(" ", "-"))
     if run.lora:
-        model["lora"] = dict(LORA)
-    return {
-        "model": model,
-        "data": {
-            "path": "synthetic:reversal",
-            "num_rows": 64 if args.dry_run else 512,
-            "solution_column": "solution",
-        },
-        "rewards": ["gspo_trl.data.synthetic:digit_reversal_reward"],
-        "per_device_train_batch_size": args.batch,
-        "num_generations": 8,
-        "max_completion_length": args.completion,
-        "gradient_checkpointing": True,
-        "bf16": not args.dry_run,
-        "use_cpu": args.dry_run,
-        "max_steps": args.steps,
-        "logging_steps": 1,
-        "save_strategy": "no",
-        "report_to": "none",
-        "learning_rate": 1e-6,
-        "output_dir": str(output_dir / run.name.replace(" ", "-")),
-        "seed": 0,
-    }
+        overrides["model"]["lora"] = dict(LORA)
+    return overrides
 
 
 def make_trainer(recipe: Any, trainer_name: str) -> Any:
@@ -148,30 +128,9 @@ def make_trainer(recipe: Any, trainer_name: str) -> Any:
     )
 
 
-def longest_prompt(trainer: Any) -> int:
-    """Tokens of the longest chat-templated prompt: what the plan takes as max_prompt_length."""
-    tokenizer = trainer.processing_class
-    texts = [
-        tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
-        for p in trainer.train_dataset["prompt"]
-    ]
-    return max(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts)
-
-
 def planned(recipe: Any, model_dir: Path, prompt: int) -> tuple[int, dict[str, int]]:
     """The plan's peak for this run on one GPU, without its CUDA-context estimate, and its terms."""
-    from gspo_trl.plan import plan
-
-    training = {**recipe.training, "max_prompt_length": prompt}
-    result = plan(
-        training,
-        str(model_dir),
-        strategy="ddp",
-        nodes=1,
-        gpus_per_node=1,
-        lora=recipe.model.lora,
-        dtype=recipe.model.dtype,
-    )
+    result = plan_run(recipe, model_dir, prompt)
     terms = {t.name: t.bytes for t in result.terms if not t.name.startswith(CONTEXT_TERM)}
     context = sum(t.bytes for t in result.terms if t.name.startswith(CONTEXT_TERM))
     return result.verdict.peak_bytes - context, terms
@@ -235,26 +194,16 @@ def report(results: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--dry-run", action="store_true", help="tiny model, CPU, 1 step, no CUDA calls")
+    parser = one_gpu_parser(__doc__, "runs/gpu-smoke", "tiny model, CPU, 1 step, no CUDA calls")
     parser.add_argument("--steps", type=int, default=8, help="optimizer steps per run (2 rollout batches)")
-    parser.add_argument("--batch", type=int, default=8, help="per_device_train_batch_size")
-    parser.add_argument("--completion", type=int, default=512, help="max_completion_length")
-    parser.add_argument("--output-dir", default="runs/gpu-smoke")
     args = parser.parse_args(argv)
     if args.dry_run:
         args.steps, args.completion, args.batch = 1, min(args.completion, 8), 2
-    else:
-        import torch
-
-        if not torch.cuda.is_available():
-            print("gpu_smoke: no CUDA GPU here; use --dry-run on CPU", file=sys.stderr)
-            return 2
+    elif cuda_missing("gpu_smoke"):
+        return 2
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    model_dir = build_model(output_dir, args.dry_run)
+    model_dir = local_model(output_dir, args.dry_run)
     results = [one_run(run, model_dir, args, output_dir) for run in RUNS]
     (output_dir / "gpu_smoke.json").write_text(json.dumps(results, indent=2))
     print(report(results))

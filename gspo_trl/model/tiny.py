@@ -39,6 +39,10 @@ class TinyModelSpec:
     head_dim: int = 32
     max_position_embeddings: int = 512
     vocab_size: int = 512
+    """Vocabulary the tokenizer is trained to (at most: the tiny corpus yields fewer merges)."""
+    model_vocab_size: int | None = None
+    """Rows of the embedding and LM head; None: len(tokenizer). A hub checkpoint's vocabulary runs
+    past its tokenizer (Qwen3's config.json does); ids past the tokenizer decode to nothing."""
     seed: int = 0
 
 
@@ -98,9 +102,14 @@ def build_tiny_model(
     """A randomly initialised Qwen3 causal LM sized by `spec`, matched to `tokenizer`."""
     import torch
 
+    rows = spec.model_vocab_size or len(tokenizer)
+    if rows < len(tokenizer):
+        raise ValueError(
+            f"model_vocab_size {rows} < the tokenizer's {len(tokenizer)} ids: give at least as many"
+        )
     torch.manual_seed(spec.seed)
     config = Qwen3Config(
-        vocab_size=len(tokenizer),
+        vocab_size=rows,
         hidden_size=spec.hidden_size,
         intermediate_size=spec.intermediate_size,
         num_hidden_layers=spec.num_hidden_layers,
@@ -120,12 +129,19 @@ def build_tiny_model(
     return model
 
 
-def save_tiny_model(output_dir: str | Path, spec: TinyModelSpec = TinyModelSpec()) -> Path:
-    """Build the tiny tokenizer and model and save both to `output_dir` (from_pretrained-ready)."""
+def save_tiny_model(
+    output_dir: str | Path, spec: TinyModelSpec = TinyModelSpec(), device: str = "cpu"
+) -> Path:
+    """Build the tiny tokenizer and model and save both to `output_dir` (from_pretrained-ready);
+    `device` is where the weights are initialised (a GPU for a full-size spec: the scripts'
+    random Qwen3 models)."""
+    import torch
+
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = train_tokenizer(default_corpus(), spec.vocab_size)
-    model = build_tiny_model(tokenizer, spec)
+    with torch.device(device):
+        model = build_tiny_model(tokenizer, spec)
     model.save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
     return output_dir

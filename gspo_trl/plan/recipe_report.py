@@ -176,10 +176,8 @@ def _whole_run(result: RecipePlan) -> list[str]:
     """Hours and cost of the whole run on the plan's hardware and, when the recipe's `launch:`
     hardware differs, on that hardware too: each figure labelled with the hardware it is for."""
     work = result.plan.throughput
-    generation = work.generation_seconds
-    floor = (work.compute_seconds + (generation or 0.0)) / work.optimizer_steps
-    where = "" if generation is not None else " (generation on the vLLM server not estimated)"
-    lines = [f"  floor per optimizer step: {floor:.1f} s{where}"]
+    where = "" if work.generation_seconds is not None else " (generation on the vLLM server not estimated)"
+    lines = [f"  floor per optimizer step: {work.floor_seconds_per_optimizer_step:.1f} s{where}"]
     if result.run is None:
         return [*lines, "  whole run: not estimated (no max_steps; give --max_steps N)"]
     lines += [

@@ -53,6 +53,12 @@ class Throughput:
     def flops_per_optimizer_step(self) -> float:
         return self.total_flops / self.optimizer_steps
 
+    @property
+    def floor_seconds_per_optimizer_step(self) -> float:
+        """The rollout batch's compute floor plus its generation floor (0 s where not estimated:
+        a vLLM server), shared over its optimizer steps: the plan's floor per step."""
+        return (self.compute_seconds + (self.generation_seconds or 0.0)) / self.optimizer_steps
+
     def seconds_for(self, flops: float, world_size: int) -> float:
         """`flops` spread over `world_size` GPUs at the peak rate."""
         return flops / (world_size * self.peak_tflops * 1e12)
