@@ -11,8 +11,8 @@ pinned here, without touching the loss:
   makes one process build, for minibatch k, exactly the rows the W ranks hold for their
   minibatch k (identity when the real world size is W).
 
-    python tests/_gspo_dist_run.py OUT.json MODEL_DIR --emulate-world 2
-    accelerate launch --multi_gpu --num_processes 2 ... tests/_gspo_dist_run.py OUT.json MODEL_DIR
+    python tests/_gspo_dist_run.py OUT.json MODEL_DIR [--moe-model DIR] --emulate-world 2
+    accelerate launch --multi_gpu --num_processes 2 ... tests/_gspo_dist_run.py OUT.json MODEL_DIR [...]
 """
 
 from __future__ import annotations
@@ -65,25 +65,17 @@ def reward(completions: list[str], **_) -> list[float]:
     return [(sum(map(ord, c)) % 11) / 10.0 for c in completions]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("out")
-    parser.add_argument("model_dir")
-    parser.add_argument("--emulate-world", type=int, default=1)
-    args = parser.parse_args()
-
-    import trl.trainer.grpo_trainer as grpo_module
+def train(model_dir: str, out: Path, world: int, moe: dict | None = None):
+    """One GSPOTrainer run on `model_dir` (in float64, see below); returns the trainer."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from gspo_trl.training.config import GSPOConfig
     from gspo_trl.training.trainer import GSPOTrainer
 
-    world = int(os.environ.get("WORLD_SIZE", "1"))  # PartialState() is not set up before the config
-    grpo_module.shuffle_sequence_dict = interleave(args.emulate_world, STEPS_PER_GENERATION)
     config = GSPOConfig(
         diagnostics={"length_buckets": [6]},
-        output_dir=str(Path(args.out).parent / f"run-w{world}"),
+        output_dir=str(out.parent / f"run-w{world}-{Path(model_dir).name}"),
         use_cpu=True,
         report_to="none",
         per_device_train_batch_size=GLOBAL_BATCH // world,
@@ -99,12 +91,15 @@ def main() -> int:
         seed=0,
         max_completion_length=12,
         dataloader_num_workers=0,
+        moe=moe,
     )
+    experts = {"experts_implementation": "eager"} if moe else {}
     trainer = GSPOTrainer(
         # float64: the policy gradient sums terms of both advantage signs that nearly cancel, so
         # float32 summation order (8 rows vs 4 + 4 all-reduced) alone moves the update by ~0.2%
-        model=AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.float64),
-        processing_class=AutoTokenizer.from_pretrained(args.model_dir),
+        # (MoE: transformers' default grouped_mm experts refuse float64; the eager loop takes it)
+        model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float64, **experts),
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
         reward_funcs=[reward],
         args=config,
         train_dataset=Dataset.from_list([{"prompt": f"add {i} and {i + 3}"} for i in range(64)]),
@@ -112,10 +107,33 @@ def main() -> int:
     )
     trainer.gspo_row_sink = []
     trainer.train()
+    return trainer
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("model_dir")
+    parser.add_argument("--moe-model", help="also train this mixture-of-experts model (routing metrics)")
+    parser.add_argument("--emulate-world", type=int, default=1)
+    args = parser.parse_args()
+
+    import trl.trainer.grpo_trainer as grpo_module
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))  # PartialState() is not set up before the config
+    grpo_module.shuffle_sequence_dict = interleave(args.emulate_world, STEPS_PER_GENERATION)
+    out = Path(args.out)
+    trainer = train(args.model_dir, out, world)
+    result = {
+        "world": world,
+        "logs": [e for e in trainer.state.log_history if "loss" in e],
+        "rows": [(mb, r.tolist()) for mb, r in trainer.gspo_row_sink],
+    }
+    if args.moe_model:  # in the same launch: a second launch would cost more than the run
+        moe = train(args.moe_model, out, world, moe={"routing_replay": "old"})
+        result["moe_logs"] = [e for e in moe.state.log_history if "loss" in e]
     if trainer.accelerator.is_main_process:
-        logs = [e for e in trainer.state.log_history if "loss" in e]
-        rows = [(mb, r.tolist()) for mb, r in trainer.gspo_row_sink]
-        Path(args.out).write_text(json.dumps({"world": world, "logs": logs, "rows": rows}))
+        out.write_text(json.dumps(result))
     trainer.accelerator.wait_for_everyone()
     from gspo_trl.train import release_process_group
 

@@ -5,7 +5,9 @@ identical global minibatches (same rows, same order after the gather), in float6
 that the two layouts follow the same trajectory (in float32 the near-cancelling policy
 gradient differs by ~0.2% between 8-row and 4+4-row all-reduced sums, and the runs drift).
 Counts and clip fractions must then match exactly, log s_i statistics to 1e-4 nats (the
-largest gap seen over 8 steps is ~1e-5) and entropy to 1e-5 relative.
+largest gap seen over 8 steps is ~1e-5) and entropy to 1e-5 relative. The same launches also
+train a tiny Qwen3-MoE with routing replay: its routing flip rates (summed and gathered across
+ranks, gspo_trl.training.routing) must match exactly too.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from gspo_trl.model.tiny_moe import TinyMoeSpec, save_tiny_moe
 from tests._gspo_helpers import tiny_model_dir
 from tests._paths import ROOT
 
@@ -43,8 +46,9 @@ def run(cmd: list[str], cwd: Path) -> None:
 def two_layouts(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("dist")
     model = tiny_model_dir(tmp)
-    run([*ACCELERATE, str(SCRIPT), str(tmp / "w2.json"), str(model)], ROOT)
-    run([sys.executable, str(SCRIPT), str(tmp / "w1.json"), str(model), "--emulate-world", "2"], ROOT)
+    moe = ["--moe-model", str(save_tiny_moe(tmp / "moe", TinyMoeSpec(num_hidden_layers=2, hidden_size=64)))]
+    run([*ACCELERATE, str(SCRIPT), str(tmp / "w2.json"), str(model), *moe], ROOT)
+    run([sys.executable, str(SCRIPT), str(tmp / "w1.json"), str(model), *moe, "--emulate-world", "2"], ROOT)
     return json.loads((tmp / "w1.json").read_text()), json.loads((tmp / "w2.json").read_text())
 
 
@@ -80,3 +84,20 @@ def test_logged_statistics_match(two_layouts):
             checked += 1
     assert checked > 200
     assert any(e.get("gspo/offpolicy/clip/region", 0) > 0 for e in one["logs"])
+
+
+def test_moe_routing_flip_rates_match(two_layouts):
+    """Exact over the first rollout batch. Later, the layouts' float64 trajectories have drifted
+    by ~1e-4 nats (as for the dense model), and a top-k choice is discontinuous: a near-tie may
+    fall either way, so a pair or two of the ~250 (response token, layer) pairs may differ."""
+    one, two = two_layouts
+    assert len(one["moe_logs"]) == len(two["moe_logs"]) == 8
+    offpolicy_rates = []
+    for e1, e2 in zip(one["moe_logs"], two["moe_logs"], strict=True):
+        keys = {k for k in e1 if "/routing/" in k}
+        assert keys == {k for k in e2 if "/routing/" in k} and keys, e1["step"]
+        for key in keys:
+            tolerance = 1e-6 if e1["step"] <= 4 else 0.05  # one pair of a 24-pair response: 0.042
+            assert e1[key] == pytest.approx(e2[key], abs=tolerance), (e1["step"], key)
+        offpolicy_rates += [e1[k] for k in keys if k == "gspo/offpolicy/routing/flip_rate"]
+    assert max(offpolicy_rates) > 0  # routing moved, so the match is not of zeros
