@@ -5,9 +5,10 @@ prints instead, on the main process only:
 
     a start banner     model (and LoRA), data rows, rewards, GSPO settings, world size, output dir
     one line per log   step/max, train reward, held-out score (when measured), off-policy clip
-                       fraction, spread of log s_i, zero-variance groups, seconds/step, ETA
-    `!` lines          alarms: the ClipAlarm (everything / nothing clipped) and "every group
-                       has zero variance" for several logging steps (no learning signal)
+                       fraction, spread of log s_i, MoE expert flips, zero-variance groups,
+                       seconds/step, ETA
+    `!` lines          alarms: the ClipAlarm (everything / nothing clipped), the MoE routing
+                       alarm, and "every group has zero variance" for several logging steps
 
 Every key of every log event still goes to the trackers in `report_to` (the Trainer's own
 integrations) and, always, to OUTPUT_DIR/metrics.jsonl (one JSON object per event, with its
