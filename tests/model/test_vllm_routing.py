@@ -7,6 +7,7 @@ every real column of TRL's `torch.cat([prompt_ids, completion_ids], dim=1)` (bui
 
 from __future__ import annotations
 
+from importlib.util import find_spec
 from types import SimpleNamespace
 
 import numpy as np
@@ -18,6 +19,7 @@ from gspo_trl.model.vllm_routing import (
     ROUTING_DTYPE,
     SAMPLED_ROUTING_ATTR,
     completion_routing,
+    engine_routing_unavailable_reason,
     routing_batch,
     take_sampled_routing,
     unknown_experts,
@@ -116,3 +118,18 @@ def test_routing_wider_than_the_padded_batch_is_refused():
     routing = completion_routing(engine_array([1, 2, 3, 4]), 2, 2)
     with pytest.raises(ValueError, match="do not fit the padded widths P=2, C=1"):
         routing_batch([routing], [2], 2, 1)
+
+
+def test_server_mode_is_refused_naming_the_key_and_why():
+    reason = engine_routing_unavailable_reason("server")
+    assert reason.startswith("moe.routing_replay: engine needs"), reason
+    assert "vllm_mode: colocate" in reason or "needs vLLM (pip install" in reason, reason
+
+
+@pytest.mark.skipif(find_spec("vllm") is None, reason="vLLM is not installed")
+def test_colocated_vllm_cpu_returns_routing():
+    from gspo_trl.model.vllm_cpu import vllm_runs_on_cpu
+
+    if not vllm_runs_on_cpu():
+        pytest.skip("vLLM runs on a GPU here: its own routing output, checked by the engine itself")
+    assert engine_routing_unavailable_reason("colocate") is None
