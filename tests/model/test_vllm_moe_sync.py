@@ -35,26 +35,37 @@ STALE_MIN = 100 * TOKEN_TOLERANCE
 """Least |log pi_trainer - log pi_engine| the expert perturbation must cause before the sync,
 or an engine that never received the experts would pass."""
 
-MOE_DRIVER = """
+TINY_MOE = """
+import torch
+from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+from gspo_trl.model.tiny import default_corpus, train_tokenizer
+
+def save_tiny_moe(directory):  # a 2-layer Qwen3-MoE (4 experts, top-2) and its tokenizer
+    tokenizer = train_tokenizer(default_corpus(), 512)
+    torch.manual_seed(0)
+    config = Qwen3MoeConfig(  # head_dim 32: vLLM-CPU attention; 64 = 2 x 32: its MoE kernel's alignment
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, moe_intermediate_size=64,
+        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=32, num_experts=4,
+        num_experts_per_tok=2, norm_topk_prob=True, max_position_embeddings=512, tie_word_embeddings=True,
+        bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    Qwen3MoeForCausalLM(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+"""
+"""Python source defining `save_tiny_moe(directory)`, for drivers run with `python -c`: the one tiny
+MoE the vLLM tests build (also tests/model/test_vllm_engine_routing.py)."""
+
+MOE_DRIVER = (
+    TINY_MOE
+    + """
 import json, sys
 from pathlib import Path
 import torch
-from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 from gspo_trl.diagnose import check_logprobs as cl
-from gspo_trl.model.tiny import default_corpus, train_tokenizer
 from gspo_trl.model.vllm_cpu import patch_trl_for_vllm_cpu
 
 out = Path(sys.argv[1])
-tokenizer = train_tokenizer(default_corpus(), 512)
-torch.manual_seed(0)
-config = Qwen3MoeConfig(  # head_dim 32: vLLM-CPU attention; 64 = 2 x 32: its MoE kernel's alignment
-    vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, moe_intermediate_size=64,
-    num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=32, num_experts=4,
-    num_experts_per_tok=2, norm_topk_prob=True, max_position_embeddings=512, tie_word_embeddings=True,
-    bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-)
-Qwen3MoeForCausalLM(config).save_pretrained(out / "model")
-tokenizer.save_pretrained(out / "model")
+save_tiny_moe(out / "model")
 
 facts = {"shim": patch_trl_for_vllm_cpu()}
 settings = cl.CheckLogprobsSettings(model=str(out / "model"), output_dir=out / "trainer", num_prompts=4)
@@ -76,6 +87,7 @@ facts["experts_changed_not_synced"] = cl.agreement_report(stale, *eps)["token"]
 facts["experts_changed_synced"] = cl.run_check(trainer, prompts, 4)["token"]
 print("FACTS=" + json.dumps(facts))
 """
+)
 
 
 @pytest.fixture(scope="module")
