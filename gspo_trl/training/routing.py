@@ -17,7 +17,9 @@ routers gspo_trl.model.routing knows (free for a dense model: nothing is attache
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +31,12 @@ from gspo_trl.config.sections import DiagnosticsConfig, MoeConfig
 from gspo_trl.errors import RecipeError
 from gspo_trl.model.routing.families import find_routers, supported_routers
 from gspo_trl.model.routing.hooks import RoutingHooks
+from gspo_trl.model.vllm_routing import (
+    engine_routing_unavailable_reason,
+    returning_engine_routing,
+    routing_batch,
+    take_sampled_routing,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -67,12 +75,16 @@ class FlipCounts:
 def flip_counts(
     flips: torch.Tensor, completion_mask: torch.Tensor
 ) -> tuple[torch.Tensor, float, torch.Tensor]:
-    """Flips of one pass over its response tokens: per layer (layers,), the token count, and each
-    response's rate (B,) (NaN for a response without tokens). `flips` is (B, layers, P + C), the
-    mask (B, C): the completion is the last C positions (TRL's `torch.cat([prompt_ids,
-    completion_ids], dim=1)`, grpo_trainer.py:3024)."""
+    """Flips of one pass at the positions that score a response token: per layer (layers,), the
+    token count, and each response's rate (B,) (NaN for a response without tokens).
+
+    `flips` is (B, layers, P + C) over TRL's `torch.cat([prompt_ids, completion_ids], dim=1)`
+    (grpo_trainer.py:3024), the mask (B, C). Response token j's log-prob is read at position
+    P - 1 + j (the last prompt token for j = 0), so those positions count, and the last response
+    token's own position, which scores nothing (and has no engine routing), does not."""
     mask = completion_mask.float()
-    flipped = flips[:, :, -mask.shape[1] :].float() * mask[:, None, :]
+    width = mask.shape[1]
+    flipped = flips[:, :, -width - 1 : -1].float() * mask[:, None, :]
     tokens = mask.sum(dim=1)
     layers = flips.shape[1]
     rates = flipped.sum(dim=(1, 2)) / (tokens * layers)
@@ -138,8 +150,9 @@ class MoeRouting:
         self.alarm = RoutingAlarm(diagnostics)
         self.counts: dict[int, FlipCounts] = {}
         self.engine_counts = FlipCounts()
-        self.engine_routing: torch.Tensor | None = None
-        """The routing vLLM used for this rollout batch (routing_replay: engine), set by the trainer."""
+        self.engine_routings: list[torch.Tensor] | None = None
+        """routing_replay: engine: the experts vLLM used for each completion of this rollout batch,
+        (layers, P_i + C_i, k) each (gspo_trl.model.vllm_routing), taken after TRL's `_generate`."""
         self._old_forward_pending = False
         self._rollout_routing: torch.Tensor | None = None
 
@@ -154,18 +167,43 @@ class MoeRouting:
         self._old_forward_pending = self.enabled and training
         self._rollout_routing = None
 
-    def skip_old_forward(self) -> None:
-        """pi_old came without a forward (engine log-probs): nothing to record."""
-        self._old_forward_pending = False
+    def skip_old_forward(self, attention_mask: torch.Tensor | None, width: int | None) -> None:
+        """pi_old came without a forward (engine log-probs): nothing to record; with
+        routing_replay: engine, the updates still replay the engine's routing."""
+        pending, self._old_forward_pending = self._old_forward_pending, False
+        if pending and self.config.routing_replay == "engine":
+            self._rollout_routing = self._engine_batch(attention_mask, width)
+
+    def take_engine_routing(self, trainer: Any, prompt_ids: Sequence, completion_ids: Sequence) -> None:
+        """After TRL's `_generate` (training): keep the engine's routing of what it just sampled."""
+        if self.enabled and self.config.routing_replay == "engine":
+            self.engine_routings = take_sampled_routing(trainer.vllm_generation, prompt_ids, completion_ids)
+
+    def _engine_batch(self, attention_mask: torch.Tensor, width: int) -> torch.Tensor:
+        """This rollout batch's engine routing laid out as pi_old's input: (B, layers, P + C, k)."""
+        routings, self.engine_routings = self.engine_routings, None
+        if routings is None:
+            raise RuntimeError(
+                "moe.routing_replay: engine: the engine returned no routing for this rollout batch "
+                "(was it sampled by TRL's colocated vLLM?)"
+            )
+        prompt_width = attention_mask.shape[1] - width
+        prompt_lengths = attention_mask[:, :prompt_width].sum(dim=1).tolist()
+        batch = routing_batch(routings, prompt_lengths, prompt_width, width)
+        return batch.to(attention_mask.device)
 
     @contextmanager
-    def old_forward(self, completion_mask: torch.Tensor | None):
-        """Around a no-grad forward: records (or, in engine mode, replays) when it is pi_old's."""
+    def old_forward(self, attention_mask: torch.Tensor | None, width: int | None):
+        """Around a no-grad forward: records (or, in engine mode, replays) when it is pi_old's.
+        `attention_mask` is the forward's (B, P + C), `width` its completion width C."""
         if not self._old_forward_pending:
             yield
             return
         self._old_forward_pending = False
-        engine = self.engine_routing if self.config.routing_replay == "engine" else None
+        completion_mask = attention_mask[:, -width:] if attention_mask is not None and width else None
+        engine = None
+        if self.config.routing_replay == "engine":
+            engine = self._engine_batch(attention_mask, width)
         self.hooks.begin(record=engine is None, reference=engine, replay=engine is not None)
         try:
             yield
@@ -180,7 +218,7 @@ class MoeRouting:
 
     def attach(self, rollout: dict[str, Any]) -> dict[str, Any]:
         """Put this rollout batch's routing into TRL's rollout dict (it must have its rows)."""
-        routing, self._rollout_routing, self.engine_routing = self._rollout_routing, None, None
+        routing, self._rollout_routing, self.engine_routings = self._rollout_routing, None, None
         if routing is not None:
             if routing.shape[0] != rollout["completion_ids"].shape[0]:
                 raise RuntimeError(
@@ -241,3 +279,16 @@ class MoeRouting:
         if is_main_process and not self.config.replays and pooled:
             self.alarm.update(pooled.get(names.FLIP_RATE))
         return out
+
+
+def engine_routing_returned(args: Any) -> contextlib.AbstractContextManager[None]:
+    """Around GRPOTrainer's construction: with `moe.routing_replay: engine`, TRL's colocated vLLM
+    is built to return the experts it routes to (gspo_trl.model.vllm_routing), or a one-line
+    refusal says why it cannot; otherwise nothing."""
+    moe = getattr(args, "moe_config", None)
+    if not callable(moe) or moe().routing_replay != "engine":
+        return contextlib.nullcontext()
+    reason = engine_routing_unavailable_reason()
+    if reason is not None:
+        raise RecipeError(reason)
+    return returning_engine_routing()

@@ -46,7 +46,7 @@ from gspo_trl.training.diagnostics import (
 from gspo_trl.training.engine.logprobs import EngineOldLogprobs
 from gspo_trl.training.reporting.console import close_consoles
 from gspo_trl.training.reporting.phases import PerfMeter, UpdatePhaseCallback, trainer_model_shape
-from gspo_trl.training.routing import MoeRouting
+from gspo_trl.training.routing import MoeRouting, engine_routing_returned
 from gspo_trl.training.safety.staged_checkpoints import StagedCheckpoints
 
 logger = logging.getLogger(__name__)
@@ -81,7 +81,9 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
         self._gspo_rows: dict[int, list[torch.Tensor]] = defaultdict(list)
         self.gspo_row_sink: list[tuple[int, torch.Tensor]] | None = None
         """Set to a list to also keep every gathered (minibatch index, rows) pair (calibrate)."""
-        super().__init__(*args, **kwargs)
+        trainer_args = kwargs.get("args", args[2] if len(args) > 2 else None)
+        with engine_routing_returned(trainer_args):  # routing_replay: engine builds TRL's vLLM for it
+            super().__init__(*args, **kwargs)
         self.gspo_token = bool(getattr(self.args, "gspo_token", False))
         config = getattr(self.args, "diagnostics_config", None)
         self.diagnostics = config() if callable(config) else DiagnosticsConfig()
@@ -186,6 +188,7 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
             result = super()._generate(prompts)
         if self.model.training:
             self.perf.count_generated(result[1])  # the completion ids, one list per completion
+            self.routing.take_engine_routing(self, result[0], result[1])
         self.engine_logprobs.capture(result[4])  # the sampled tokens' log-probs
         return result
 
@@ -217,14 +220,13 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
     def _no_grad_logprobs(self, model: Any, *args: Any, **kwargs: Any):
         """A pass outside the loss (old / reference log-probs): the engine's, or TRL's forward."""
         width = kwargs.get("logits_to_keep", args[2] if len(args) > 2 else None)
+        attention_mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
         if self.engine_logprobs.active:
             old = self.engine_logprobs.old_logprobs(model, self.model, width, self.accelerator.device)
             if old is not None:  # TRL's pi_old call, answered by the engine: no forward
-                self.routing.skip_old_forward()
+                self.routing.skip_old_forward(attention_mask, width)
                 return old, None, None
-        attention_mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
-        completion_mask = attention_mask[:, -width:] if attention_mask is not None and width else None
-        with self.routing.old_forward(completion_mask):  # pi_old's routing: recorded or replayed
+        with self.routing.old_forward(attention_mask, width):  # pi_old's routing: recorded or replayed
             return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
 
     def _policy_logprobs(self, model: Any, *args: Any, **kwargs: Any):

@@ -21,6 +21,10 @@ REFUSED = [
         r"every update is on-policy",
     ),
     ({"moe": {"routing_replay": "engine"}}, r"set use_vllm: true"),
+    (
+        {"moe": {"routing_replay": "engine"}, "use_vllm": True, "vllm_mode": "server"},
+        r"needs vllm_mode: colocate",
+    ),
     ({"moe": {"routing_replay": "old"}, "model": {"name_or_path": "tiny"}}, r"dense model"),
 ]
 

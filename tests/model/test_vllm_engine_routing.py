@@ -10,6 +10,8 @@ layer, the engine's expert set must be the trainer's. Then the routers are pertu
 trainer only: the sets must now differ (the comparison can fail), and after TRL's
 `sync_weights` a fresh sample must agree again (the engine routes with the synced weights), as
 must n=3 samples of one request (vLLM's child requests; the held-out pass@k samples so).
+Last, the same trainer trains 4 GSPO steps with `moe.routing_replay: engine`: pi_old's forward
+and the updates replay the engine's routing (gspo_trl.training.routing).
 
 One subprocess, one engine.
 """
@@ -141,6 +143,16 @@ facts["n3"] = compare(*laid_out(
     [p for p, _, _ in pairs], [c for _, c, _ in pairs],
     [completion_routing(r, len(p), len(c)) for p, c, r in pairs],
 ))
+# GSPO training with routing_replay: engine (R3): TRL's own steps, 2 rollout batches of 2 updates
+from gspo_trl.config.sections import MoeConfig
+from gspo_trl.training.routing import MoeRouting
+trainer.args.moe, trainer.args.max_steps = {"routing_replay": "engine"}, 4
+trainer.routing = MoeRouting(trainer.model, MoeConfig("engine"), trainer.diagnostics, trainer.accelerator)
+trainer.train()
+facts["trained"] = [
+    {k: v for k, v in e.items() if k.startswith("gspo/") and ("routing" in k or "log_ratio/m" in k)}
+    for e in trainer.state.log_history if "loss" in e
+]
 import vllm
 try:  # vLLM's own routing output: refused while the config is checked, before an engine starts
     vllm.LLM(model=str(out / "model"), dtype=torch.float32, enable_return_routed_experts=True)
@@ -176,7 +188,7 @@ def test_engine_routing_is_the_trainers_per_token_and_layer(routing, when):
 
 def test_vllm_cpu_refuses_its_own_routing_output(routing):
     """Why gspo_trl.model.vllm_cpu_routing exists: vLLM's key needs Model Runner V2, which needs a
-    Triton CPU backend (docs/moe-engine-routing-notes.md). When this fails, vLLM-CPU accepts the
+    Triton CPU backend (docs/moe-engine-routing.md). When this fails, vLLM-CPU accepts the
     key: check its routed_experts against this test's and drop the recorder."""
     assert "AuxOutput Connector requires Model Runner V2" in routing["vllm_own_key"], routing["vllm_own_key"]
 
@@ -184,3 +196,17 @@ def test_vllm_cpu_refuses_its_own_routing_output(routing):
 def test_routers_changed_in_the_trainer_only_route_differently(routing):
     counts = routing["routers_changed_not_synced"]
     assert counts["pairs"] > 0 and counts["same"] < MAX_STALE_MATCH * counts["pairs"], counts
+
+
+def test_gspo_with_engine_routing_replay_trains_on_the_engines_experts(routing):
+    """Engine and trainer in fp32 with synced weights: the trainer's router, at pi_old's weights,
+    chooses the engine's experts (gspo/engine_routing/flip_rate 0 on both rollout batches), and
+    the on-policy update, replaying that routing with the same weights, has log s_i exactly 0."""
+    steps = routing["trained"]
+    assert len(steps) == 4
+    engine_rates = [e["gspo/engine_routing/flip_rate"] for e in steps if "gspo/engine_routing/flip_rate" in e]
+    assert len(engine_rates) == 2 and max(engine_rates) == 0.0, engine_rates
+    on_policy = [e for e in steps if "gspo/mb1/log_ratio/max" in e]
+    assert len(on_policy) == 2
+    assert all(e["gspo/mb1/log_ratio/max"] == 0.0 == e["gspo/mb1/log_ratio/min"] for e in on_policy)
+    assert any("gspo/mb2/routing/flip_rate" in e for e in steps)  # the off-policy update was compared

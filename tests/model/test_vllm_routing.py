@@ -120,16 +120,10 @@ def test_routing_wider_than_the_padded_batch_is_refused():
         routing_batch([routing], [2], 2, 1)
 
 
-def test_server_mode_is_refused_naming_the_key_and_why():
-    reason = engine_routing_unavailable_reason("server")
-    assert reason.startswith("moe.routing_replay: engine needs"), reason
-    assert "vllm_mode: colocate" in reason or "needs vLLM (pip install" in reason, reason
-
-
 @pytest.mark.skipif(find_spec("vllm") is None, reason="vLLM is not installed")
 def test_colocated_vllm_cpu_returns_routing():
     from gspo_trl.model.vllm_cpu import vllm_runs_on_cpu
 
     if not vllm_runs_on_cpu():
         pytest.skip("vLLM runs on a GPU here: its own routing output, checked by the engine itself")
-    assert engine_routing_unavailable_reason("colocate") is None
+    assert engine_routing_unavailable_reason() is None

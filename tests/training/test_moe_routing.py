@@ -115,9 +115,9 @@ def test_without_replay_routing_moves_and_the_logged_flip_rate_is_what_the_exper
         before = old[tuple(ids.tolist())]
         eos = (ids[-width:] == trainer.processing_class.eos_token_id).nonzero()
         end = int(eos[0]) + 1 if eos.numel() else width  # TRL's completion mask: up to the first EOS
-        for layer in range(SPEC.num_hidden_layers):
-            now = last["experts"][layer][row, -width:][:end].sort(-1).values
-            then = before[layer, -width:][:end].sort(-1).values
+        for layer in range(SPEC.num_hidden_layers):  # the positions that score response tokens 0..end-1
+            now = last["experts"][layer][row, -width - 1 : -1][:end].sort(-1).values
+            then = before[layer, -width - 1 : -1][:end].sort(-1).values
             flips += int((now != then).any(-1).sum())
             pairs += end
     assert flips > 0
