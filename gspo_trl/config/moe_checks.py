@@ -23,19 +23,19 @@ def check_moe_settings(
     sees the current policy, gspo_trl.config.batch.RolloutBatch.on_policy)."""
     config = build_dataclass(MoeConfig, dict(moe), "moe")
     mode = config.routing_replay
-    if mode == "old":
-        if build_dataclass(EngineConfig, dict(engine), "engine").from_engine:
-            raise RecipeError(
-                "moe.routing_replay: old records the experts in the trainer's pi_old forward, which "
-                "engine.old_logprobs: engine skips; use routing_replay: engine (the experts vLLM chose) "
-                "or old_logprobs: trainer"
-            )
-        if on_policy:
-            raise RecipeError(
-                "moe.routing_replay: old: every update is on-policy, so TRL runs no pi_old forward to "
-                "record and each update's own routing already is pi_old's; use several minibatch updates "
-                "per rollout batch (steps_per_generation: 4) or routing_replay: off"
-            )
+    if mode == "old" and build_dataclass(EngineConfig, dict(engine), "engine").from_engine:
+        raise RecipeError(
+            "moe.routing_replay: old records the experts in the trainer's pi_old forward, which "
+            "engine.old_logprobs: engine skips; use routing_replay: engine (the experts vLLM chose) "
+            "or old_logprobs: trainer"
+        )
+
+    if config.replays and on_policy:
+        raise RecipeError(
+            f"moe.routing_replay: {mode}: every update is on-policy, so TRL runs no pi_old forward to "
+            "record or replay in and each update's own routing already is pi_old's; use several minibatch "
+            "updates per rollout batch (steps_per_generation: 4) or routing_replay: off"
+        )
     if mode == "engine" and not training.get("use_vllm"):
         raise RecipeError(
             "moe.routing_replay: engine replays the experts vLLM chose while sampling; set use_vllm: true "

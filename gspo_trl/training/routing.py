@@ -133,8 +133,15 @@ class MoeRouting:
     """The trainer's routing record/replay and flip statistics; inert for a dense model."""
 
     def __init__(
-        self, model: torch.nn.Module, config: MoeConfig, diagnostics: DiagnosticsConfig, accelerator: Any
+        self,
+        model: torch.nn.Module,
+        config: MoeConfig,
+        diagnostics: DiagnosticsConfig,
+        accelerator: Any,
+        on_policy: bool = False,
     ) -> None:
+        """`on_policy`: every update sees the current policy (gspo_trl.config.batch.RolloutBatch):
+        TRL then runs no pi_old forward and there is nothing to compare (replay is refused)."""
         self.config = config
         self.accelerator = accelerator
         sites = find_routers(model)
@@ -145,7 +152,7 @@ class MoeRouting:
                 "model has no routing to replay; remove the moe: section (or add the family: "
                 "gspo_trl/model/routing/)"
             )
-        measure = diagnostics.enabled or config.replays
+        measure = (diagnostics.enabled and not on_policy) or config.replays
         self.hooks = RoutingHooks(model, sites) if sites and measure else None
         self.alarm = RoutingAlarm(diagnostics)
         self.counts: dict[int, FlipCounts] = {}

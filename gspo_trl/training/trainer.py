@@ -34,6 +34,7 @@ import torch
 from trl import GRPOTrainer
 
 import gspo_trl.metric_names as names
+from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.config.invariants import algorithm_of, check_ratio_level
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig, MoeConfig
 from gspo_trl.training.diagnostics import (
@@ -92,7 +93,8 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
         self.engine_logprobs = EngineOldLogprobs(self, engine() if callable(engine) else EngineConfig())
         moe = getattr(self.args, "moe_config", None)
         moe_config = moe() if callable(moe) else MoeConfig()
-        self.routing = MoeRouting(self.model, moe_config, self.diagnostics, self.accelerator)
+        on_policy = RolloutBatch.from_grpo_config(self.args).on_policy
+        self.routing = MoeRouting(self.model, moe_config, self.diagnostics, self.accelerator, on_policy)
         if self.use_vllm and self.accelerator.is_main_process:
             logger.info(vllm_correction_summary(self.args))
         self.perf = PerfMeter(
