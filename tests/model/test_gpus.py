@@ -45,3 +45,16 @@ def test_every_priced_gpu_has_the_rates_of_its_row() -> None:
             rates.memory_gb,
         )
     assert len({row.name for row in GPU_RATES}) == len(GPU_RATES)
+
+
+def test_measuring_the_cpu_peak_leaves_the_global_rng_alone():
+    """The MFU's CPU peak is measured when the first trainer of a process logs; drawing its matrices
+    from the global RNG made that trainer sample differently from later ones with the same seed."""
+    import torch
+
+    from gspo_trl.model.flops import measured_cpu_peak_tflops
+
+    torch.manual_seed(0)
+    state = torch.get_rng_state()
+    assert measured_cpu_peak_tflops.__wrapped__(1, seconds=0.01) > 0
+    assert torch.equal(torch.get_rng_state(), state)
