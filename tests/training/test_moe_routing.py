@@ -9,7 +9,9 @@ routing that lost its rows in TRL's shuffle and split would show as a mismatch.
 
 from __future__ import annotations
 
+import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -172,3 +174,15 @@ def test_a_dense_model_refuses_routing_replay(tmp_path):
         make_trainer(
             tiny_model_dir(tmp_path), tmp_path / "dense", trainer_kwargs={"moe": {"routing_replay": "old"}}
         )
+
+
+def test_a_moe_saved_by_trls_sft_with_router_logits_on_trains_and_keeps_its_aux_loss(moe_dir, tmp_path):
+    """TRL's SFTTrainer saves `output_router_logits: true` (a warm-started MoE has it); HF generate
+    then failed on its first rollout (load-balancing loss of one token against the whole mask)."""
+    sft_saved = tmp_path / "sft-saved"
+    shutil.copytree(moe_dir, sft_saved)
+    config = json.loads((sft_saved / "config.json").read_text())
+    (sft_saved / "config.json").write_text(json.dumps({**config, "output_router_logits": True}))
+    trainer = make_trainer(sft_saved, tmp_path / "out", max_steps=2)
+    trainer.train()
+    assert any("aux_loss" in event for event in trainer.state.log_history)
