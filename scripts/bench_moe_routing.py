@@ -40,6 +40,7 @@ from typing import Any
 from unittest import mock
 
 import torch
+from trl import GRPOTrainer
 
 import gspo_trl.training.trainer as trainer_module
 from gspo_trl.config.defaults import ALGORITHMS
@@ -51,6 +52,7 @@ from gspo_trl.demo.warm_start import warm_start
 from gspo_trl.model.tiny_moe import TinyMoeSpec, save_tiny_moe
 from gspo_trl.training.build import train_recipe
 from gspo_trl.training.heldout.scoring import HeldoutCallback
+from gspo_trl.training.routing import ROUTED_EXPERTS
 from gspo_trl.training.trainer import GSPOTrainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the summary and the overhead clock live beside it
@@ -79,31 +81,78 @@ class Arm:
 
 
 class ObservedTrainer(GSPOTrainer):
-    """GSPOTrainer that also keeps, per off-policy update, the spread of the *token* log-ratios
-    logp_new - logp_old over response tokens (the diagnostics log only the sequence-level one).
-    TRL's `_compute_loss` makes one `_get_per_token_logps_and_entropies` call, the policy pass
-    (trl/trainer/grpo_trainer.py:3030), and reads `inputs["old_per_token_logps"]` (:3067)."""
+    """GSPOTrainer that also measures, on each off-policy update, what the logs do not:
+
+    - `token_log_ratio_std`: the std of logp_new - logp_old over the response tokens (the
+      diagnostics log only the sequence-level log s_i). TRL's `_compute_loss` makes one
+      `_get_per_token_logps_and_entropies` call, the policy pass (trl/trainer/grpo_trainer.py:3030),
+      and reads `inputs["old_per_token_logps"]` (:3065).
+    - `routing_token_std` / `routing_seq_std`: the part of the ratio that routing alone makes, the
+      std over response tokens (and over responses, of the per-response mean) of logp with the
+      routers' own choice minus logp with pi_old's routing replayed, both at the current weights.
+      The arm's own policy pass gives one of the two; one extra no-grad forward before it gives the
+      other (replay forced through the trainer's RoutingHooks in an arm without replay, hooks idle
+      in an arm with it). A forward consumes no randomness, so the run's trajectory is unchanged.
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.token_log_ratio_std: list[float] = []
+        self.routing_token_std: list[float] = []
+        self.routing_seq_std: list[float] = []
         self._bench_inputs: dict[str, Any] | None = None
+        self._bench_other: torch.Tensor | None = None
         super().__init__(*args, **kwargs)
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
-        self._bench_inputs = inputs if self.model.training and self._minibatch_index() >= 2 else None
+        observe = self.model.training and self._minibatch_index() >= 2
+        if observe and inputs.get("old_per_token_logps") is not None:
+            self._bench_inputs = inputs
+            self._bench_other = self._other_routing_logps(model, inputs)
         try:
             return super()._compute_loss(model, inputs)
         finally:
-            self._bench_inputs = None
+            self._bench_inputs, self._bench_other = None, None
+
+    def _other_routing_logps(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor | None:
+        """Response-token log-probs at the current weights under the routing the arm does not use."""
+        hooks, routing = self.routing.hooks, inputs.get(ROUTED_EXPERTS)
+        if hooks is None or routing is None:
+            return None
+        force_replay = not self.routing.config.replays
+        input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        if force_replay:
+            hooks.begin(reference=routing, replay=True)
+        try:
+            with torch.no_grad():  # TRL's own forward, past GSPOTrainer's bookkeeping of passes
+                logps, _, _ = GRPOTrainer._get_per_token_logps_and_entropies(
+                    self, model, input_ids, attention_mask, inputs["completion_ids"].size(1)
+                )
+        finally:
+            if force_replay:
+                hooks.end()
+        return logps
 
     def _get_per_token_logps_and_entropies(self, model: Any, *args: Any, **kwargs: Any):
         out = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
         inputs, self._bench_inputs = self._bench_inputs, None
-        if inputs is not None and inputs.get("old_per_token_logps") is not None:
-            mask = inputs["completion_mask"].bool()
-            ratio = (out[0].detach() - inputs["old_per_token_logps"])[mask]
-            self.token_log_ratio_std.append(float(ratio.float().std()) if ratio.numel() > 1 else math.nan)
+        if inputs is None:
+            return out
+        mask = inputs["completion_mask"].bool()
+        new = out[0].detach()
+        self.token_log_ratio_std.append(_std((new - inputs["old_per_token_logps"])[mask]))
+        if self._bench_other is not None:
+            own, replayed = (
+                (self._bench_other, new) if self.routing.config.replays else (new, self._bench_other)
+            )
+            gap = (own - replayed).masked_fill(~mask, 0.0)
+            self.routing_token_std.append(_std(gap[mask]))
+            self.routing_seq_std.append(_std(gap.sum(-1) / mask.sum(-1).clamp(min=1)))
         return out
+
+
+def _std(values: torch.Tensor) -> float:
+    return float(values.float().std()) if values.numel() > 1 else math.nan
 
 
 # --- model ------------------------------------------------------------------------------------------
@@ -178,6 +227,8 @@ def run_one(warm: Path, output_dir: Path, arm: Arm, seed: int, steps: int, smoke
         "seconds": round(time.time() - started, 1),
         "heldout": heldout.history,
         "token_log_ratio_std": trainer.token_log_ratio_std,
+        "routing_token_std": trainer.routing_token_std,
+        "routing_seq_std": trainer.routing_seq_std,
         "history": [{k: e[k] for k in summary.KEPT_KEYS if k in e} for e in steps_logged],
     }
     for weights in run_dir.glob("*.safetensors"):  # keep the logs, not 14 MB of weights a run

@@ -14,6 +14,9 @@ Definitions (per run; "off-policy" = the updates 2..K of each rollout batch):
               TRL's clip_ratio/region_mean (tokens), GSPO gspo/offpolicy/clip/region (responses)
     seq std   gspo/offpolicy/log_ratio/std: spread of the sequence log-ratios log s_i, mean
     tok std   std of logp_new - logp_old over the response tokens of one off-policy update, mean
+    route tok / route seq   the part routing alone makes: std over response tokens (over responses,
+              of the per-response mean) of logp under the routers' own choice minus logp under
+              pi_old's replayed routing, both at the update's weights; mean over off-policy updates
     spikes    steps whose grad_norm (TRL's, before clipping) exceeds SPIKE_FACTOR x the median of
               the run's first 20% of steps. Not the whole run's median: once the task saturates
               most minibatches hold only all-correct groups, zero advantage and a ~0 gradient, and
@@ -109,6 +112,8 @@ def summarize(record: dict[str, Any]) -> dict[str, Any]:
         "seq_log_ratio_std": _mean(_values(offpolicy, OFF_SEQ_STD)),
         "token_log_ratio_std": _mean(token_std),
         "token_log_ratio_std_max": max(token_std, default=math.nan),
+        "routing_token_std": _mean(record.get("routing_token_std", [])),
+        "routing_seq_std": _mean(record.get("routing_seq_std", [])),
         "grad_norm_early_median": baseline,
         "grad_spikes": sum(1 for g in finite if g > SPIKE_FACTOR * baseline),
         "grad_spike_max_x": max(finite, default=math.nan) / baseline if finite else math.nan,
@@ -127,6 +132,8 @@ COLUMNS = (  # (header, row key, format)
     ("clip", "clip_offpolicy", "{:.3f}"),
     ("seq std", "seq_log_ratio_std", "{:.4f}"),
     ("tok std", "token_log_ratio_std", "{:.4f}"),
+    ("route tok", "routing_token_std", "{:.4f}"),
+    ("route seq", "routing_seq_std", "{:.4f}"),
     ("spikes", "grad_spikes", "{:.1f}"),
     ("spike x", "grad_spike_max_x", "{:.1f}"),
     ("before", "heldout_before", "{:.3f}"),
