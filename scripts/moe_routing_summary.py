@@ -4,7 +4,7 @@ A run's record (OUTPUT_DIR/results/RUN.json) keeps the per-step series the train
 (`KEPT_KEYS`, logging_steps 1), the held-out history and the token log-ratio spreads; every
 number below is derived from it here, so a definition can change without training again:
 
-    .venv/bin/python scripts/moe_routing_summary.py OUTPUT_DIR [--name run]   # re-print the tables
+    .venv/bin/python scripts/moe_routing_summary.py OUTPUT_DIR   # re-print the tables
 
 Definitions (per run; "off-policy" = the updates 2..K of each rollout batch):
 
@@ -23,7 +23,12 @@ Definitions (per run; "off-policy" = the updates 2..K of each rollout batch):
               the median falls with them. spike x = the run's largest grad_norm / that median.
     held-out  greedy exact match on the held-out rows, before -> after
     collapse  any of: a non-finite loss or grad_norm; held-out after < before - HELDOUT_DROP; the
-              mean reward of the last 20% of steps < REWARD_FRACTION x the best 20%-window's
+              mean reward of the last 20% of rollout batches < REWARD_FRACTION x the best 20%-window's
+    regressed the mean reward of the last 20% of rollout batches < the first rollout batch's (the
+              warm start's own samples): training left the policy worse on its own reward than it
+              began (the held-out criterion above cannot fire when the warm start's greedy exact
+              match is ~0). TRL logs `reward` once per rollout batch, so "steps" in the reward
+              criteria are rollout batches.
 """
 
 from __future__ import annotations
@@ -120,8 +125,9 @@ def summarize(record: dict[str, Any]) -> dict[str, Any]:
         "heldout_before": before,
         "heldout_after": after,
         "heldout_gain": after - before,
-        "reward_first_20pct": _mean(rewards[:fifth]),
+        "reward_start": rewards[0] if rewards else math.nan,
         "reward_last_20pct": _mean(rewards[-fifth:]),
+        "regressed": bool(rewards and _mean(rewards[-fifth:]) < rewards[0]),
         "collapse": collapse_reasons(_values(history, "loss"), grad_norms, rewards, before, after),
     }
 
@@ -139,6 +145,7 @@ COLUMNS = (  # (header, row key, format)
     ("before", "heldout_before", "{:.3f}"),
     ("after", "heldout_after", "{:.3f}"),
     ("gain", "heldout_gain", "{:+.3f}"),
+    ("reward start", "reward_start", "{:.3f}"),
     ("reward end", "reward_last_20pct", "{:.3f}"),
 )
 
@@ -159,7 +166,14 @@ def table(rows: list[dict[str, Any]], per_seed: bool) -> str:
     for row in rows:
         label = arm_label(row["algorithm"], row["replay"], row["spg"], row["learning_rate"])
         groups.setdefault(label + (f" s{row['seed']}" if per_seed else ""), []).append(row)
-    header = ["run" if per_seed else "arm", "n", *(h for h, _, _ in COLUMNS), "collapses", "s/run"]
+    header = [
+        "run" if per_seed else "arm",
+        "n",
+        *(h for h, _, _ in COLUMNS),
+        "regressed",
+        "collapses",
+        "s/run",
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for label, group in groups.items():
         cells = [_cell(fmt, [float(r[key]) for r in group]) for _, key, fmt in COLUMNS]
@@ -167,17 +181,46 @@ def table(rows: list[dict[str, Any]], per_seed: bool) -> str:
         why = "; ".join(sorted({c for r in group for c in r["collapse"]}))
         seconds = statistics.fmean(r["seconds"] for r in group)
         lines.append(
-            f"| {label} | {len(group)} | " + " | ".join(cells) + f" | {collapsed}/{len(group)}"
+            f"| {label} | {len(group)} | "
+            + " | ".join(cells)
+            + f" | {sum(1 for r in group if r['regressed'])}/{len(group)} | {collapsed}/{len(group)}"
             f"{' (' + why + ')' if why else ''} | {seconds:.0f} |"
         )
     return "\n".join(lines)
 
 
+CURVE = ("flip", "flip max", "clip", "tok std", "route tok", "spikes", "after", "reward start", "reward end")
+
+
+def curve(rows: list[dict[str, Any]]) -> str:
+    """Instability against the measured flip rate: the per-arm lines, a few columns, ordered by
+    algorithm, replay, then mean flip rate."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["algorithm"], row["replay"], row["spg"], row["learning_rate"]), []).append(row)
+    order = sorted(groups, key=lambda k: (k[0], k[1], _mean([r["flip_mean"] for r in groups[k]])))
+    columns = [c for c in COLUMNS if c[0] in CURVE]
+    header = ["algorithm", "replay", "spg", "lr", "n", *(h for h, _, _ in columns), "regressed", "collapses"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for key in order:
+        group = groups[key]
+        cells = [_cell(fmt, [float(r[k]) for r in group]) for _, k, fmt in columns]
+        regressed = sum(1 for r in group if r["regressed"])
+        collapsed = sum(1 for r in group if r["collapse"])
+        lines.append(
+            f"| {key[0]} | {key[1]} | {key[2]} | {key[3]:g} | {len(group)} | "
+            + " | ".join(cells)
+            + f" | {regressed}/{len(group)} | {collapsed}/{len(group)} |"
+        )
+    return "\n".join(lines)
+
+
 def tables(records: list[dict[str, Any]], heading: str) -> tuple[str, list[dict[str, Any]]]:
-    """The report's text (per arm, then per run) and its rows."""
+    """The report's text (per arm, the flip-rate curve, per run) and its rows."""
     rows = [summarize(r) for r in records]
     text = (
         f"{heading}\n\nPer arm, mean ±std over seeds:\n\n{table(rows, per_seed=False)}\n\n"
+        f"Instability against the flip rate (per arm, ordered by flip rate):\n\n{curve(rows)}\n\n"
         f"Per run:\n\n{table(rows, per_seed=True)}\n"
     )
     return text, rows
