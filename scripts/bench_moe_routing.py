@@ -178,7 +178,7 @@ def _load(path: Path) -> torch.nn.Module:
 
 
 # --- one run ------------------------------------------------------------------------------------------
-def recipe_for(warm: Path, run_dir: Path, arm: Arm, seed: int, steps: int, smoke: bool, **extra: Any):
+def recipe_for(warm: Path, run_dir: Path, arm: Arm, seed: int, steps: int, smoke: bool) -> Any:
     """The demo recipe with this arm's algorithm, replay, steps_per_generation, seed and budget.
     GRPO takes its own clip range (gspo_trl.config.defaults.ALGORITHMS); GSPO keeps the recipe's."""
     overrides: dict[str, Any] = {
@@ -199,7 +199,6 @@ def recipe_for(warm: Path, run_dir: Path, arm: Arm, seed: int, steps: int, smoke
         "logging_steps": 1,  # every optimizer step's grad_norm and routing
         "heldout.every_steps": 0,  # before and after only
         "heldout.k": [],
-        **extra,
     }
     if arm.algorithm == "grpo":
         overrides.update({k: ALGORITHMS["grpo"][k] for k in ("epsilon", "epsilon_high")})
