@@ -4,7 +4,7 @@ A run's record (OUTPUT_DIR/results/RUN.json) keeps the per-step series the train
 (`KEPT_KEYS`, logging_steps 1), the held-out history and the token log-ratio spreads; every
 number below is derived from it here, so a definition can change without training again:
 
-    .venv/bin/python scripts/moe_routing_summary.py OUTPUT_DIR   # re-print the tables
+    .venv/bin/python scripts/moe_routing_summary.py OUTPUT_DIR [--match 'spg4-lr0.0003'] [--write PREFIX]
 
 Definitions (per run; "off-policy" = the updates 2..K of each rollout batch):
 
@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -230,16 +231,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("output_dir", type=Path)
+    parser.add_argument("output_dir", type=Path, help="bench_moe_routing.py's --output-dir")
+    parser.add_argument("--match", default="", help="only the runs whose id matches this regex")
+    parser.add_argument("--write", type=Path, help="also write PREFIX_table.md and PREFIX_rows.jsonl")
+    parser.add_argument("--heading", default="", help="the tables' first line")
     args = parser.parse_args(argv)
     paths = sorted((args.output_dir / "results").glob("*.json"))
-    if not paths:
-        raise SystemExit(
-            f"{args.output_dir / 'results'}: no run records (bench_moe_routing.py run writes them)"
-        )
     records = [json.loads(p.read_text()) for p in paths]
+    records = [r for r in records if re.search(args.match, r["run"])]
+    if not records:
+        raise SystemExit(f"{args.output_dir / 'results'}: no run record matches {args.match!r}")
     records.sort(key=lambda r: (r["learning_rate"], r["spg"], r["algorithm"], r["replay"], r["seed"]))
-    print(tables(records, f"## {len(records)} runs in {args.output_dir}")[0])
+    text, rows = tables(records, args.heading or f"## {len(records)} runs in {args.output_dir}")
+    print(text)
+    if args.write:
+        args.write.parent.mkdir(parents=True, exist_ok=True)
+        Path(f"{args.write}_table.md").write_text(text)
+        Path(f"{args.write}_rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return 0
 
 
