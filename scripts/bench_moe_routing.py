@@ -32,7 +32,6 @@ import dataclasses
 import json
 import math
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -56,8 +55,8 @@ from gspo_trl.training.routing import ROUTED_EXPERTS
 from gspo_trl.training.trainer import GSPOTrainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the summary and the overhead clock live beside it
+import moe_replay_overhead as replay_overhead
 import moe_routing_summary as summary
-from bench_diagnostics_overhead import StepClock
 
 RECIPE = RECIPES_DIR / "tiny" / "reversal.yaml"
 BENCH_SPEC = TinyMoeSpec(num_experts=16)
@@ -281,52 +280,13 @@ def parse_arms(text: str, learning_rates: list[float]) -> list[Arm]:
 
 
 def overhead(args: argparse.Namespace) -> None:
-    """Seconds per optimizer step, routing_replay off vs old, alternating in one process."""
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
-    from gspo_trl.training.build import build_trainer
-
+    """Replay's cost per step, side by side with routing_replay off (scripts/moe_replay_overhead.py)."""
     output_dir = Path(args.output_dir)
     warm = prepare_model(output_dir, args.smoke)
-    times: dict[tuple[str, str], list[float]] = {(m, c): [] for m in REPLAYS for c in ("wall", "cpu")}
-    loads = []
-
-    def one_run(replay: str) -> StepClock:
-        arm = Arm("gspo", replay, 4, args.lrs[0])
-        recipe = recipe_for(warm, output_dir / "overhead" / replay, arm, 0, args.steps, args.smoke)
-        trainer = build_trainer(dataclasses.replace(recipe, heldout=None))
-        for callback in (PrinterCallback, ProgressCallback):
-            trainer.remove_callback(callback)
-        clock = StepClock()
-        trainer.add_callback(clock)
-        trainer.train()
-        return clock
-
-    one_run("off")  # warm-up: imports, first-call costs
-    for r in range(args.rounds):
-        for replay in REPLAYS if r % 2 == 0 else REPLAYS[::-1]:
-            clock = one_run(replay)
-            times[replay, "wall"] += clock.durations(skip=2, clock=0)
-            times[replay, "cpu"] += clock.durations(skip=2, clock=1)
-        loads.append(Path("/proc/loadavg").read_text().split()[0])
-    lines = [
-        f"## overhead: GSPO, spg 4, {args.rounds} x 2 alternating runs of {args.steps} steps (first 2 "
-        f"of each dropped), 1 warm-up run; {torch.get_num_threads()} torch thread(s); "
-        f"load (1 min) after each round: {' '.join(loads)}",
-        "",
-        "| routing_replay | steps | wall median s | wall mean s | CPU median s | CPU mean s |",
-        "|---|---|---|---|---|---|",
-    ]
-    for replay in REPLAYS:
-        wall, cpu = times[replay, "wall"], times[replay, "cpu"]
-        lines.append(
-            f"| {replay} | {len(wall)} | {statistics.median(wall):.4f} | {statistics.fmean(wall):.4f} | "
-            f"{statistics.median(cpu):.4f} | {statistics.fmean(cpu):.4f} |"
-        )
-    for clock in ("wall", "cpu"):
-        ratio = statistics.median(times["old", clock]) / statistics.median(times["off", clock])
-        lines.append(f"\nratio old / off ({clock}, medians): {ratio:.3f}")
-    text = "\n".join(lines) + "\n"
+    arm = Arm("gspo", "off", 4, args.lrs[0])
+    recipe = recipe_for(warm, output_dir / "overhead", arm, 0, args.steps, args.smoke)
+    passes = 5 if args.smoke else 60
+    text = replay_overhead.measure(replay_overhead.trainer_run(recipe), warm, args.rounds, args.steps, passes)
     print(text, flush=True)
     (output_dir / "overhead_table.md").write_text(text)
 
@@ -343,12 +303,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--lrs", type=float, nargs="+", help=f"learning rates (run: the recipe's, sweep: {SWEEP_LRS})"
     )
-    parser.add_argument("--rounds", type=int, default=6, help="overhead: pairs of runs")
+    parser.add_argument("--rounds", type=int, default=6, help="overhead: pairs of runs (smoke: 1)")
     parser.add_argument("--smoke", action="store_true", help="tiny model, few steps: seconds, no meaning")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # one thread: least noise on shared cores (gspo_trl.cpu_threads)
     if args.steps is None:
         args.steps = {"overhead": 12}.get(args.command, 200) if not args.smoke else 4
+    if args.smoke and args.command == "overhead":
+        args.rounds = 1
     base_lr = float(load_recipe(RECIPE).training["learning_rate"])
     args.lrs = args.lrs or ([base_lr] if args.command != "sweep" else [base_lr * f for f in SWEEP_LRS])
     if args.command == "overhead":
