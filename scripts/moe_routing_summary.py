@@ -227,6 +227,44 @@ def tables(records: list[dict[str, Any]], heading: str) -> tuple[str, list[dict[
     return text, rows
 
 
+RECIPE_LR = 3e-4
+"""recipes/tiny/reversal.yaml's learning rate, the sweep's 1x."""
+DOCS_POINTS = ((1, 4), (1, 8), (1, 16), (3, 8), (10, 4), (10, 8))
+"""(learning-rate multiple, minibatches per rollout batch): docs/moe.md's rows."""
+
+
+def docs_table(rows: list[dict[str, Any]]) -> str:
+    """docs/moe.md's summary table, from the summary rows (rows.jsonl); tests/test_docs_moe.py
+    checks that the page holds exactly this."""
+    lines = [
+        "| learning rate, updates per rollout | off-policy flip rate (arm means) "
+        "| GRPO held-out after (off / R2) | GSPO held-out after (off / R2) "
+        "| collapses of 3 (GRPO off / R2, GSPO off / R2) |",
+        "|---|---|---|---|---|",
+    ]
+    for multiple, spg in DOCS_POINTS:
+        point = [
+            r for r in rows if r["spg"] == spg and math.isclose(r["learning_rate"], multiple * RECIPE_LR)
+        ]
+        arm = {
+            (a, replay): [r for r in point if r["algorithm"] == a and r["replay"] == replay]
+            for a in ("grpo", "gspo")
+            for replay in ("off", "old")
+        }
+        flips = [statistics.mean(r["flip_mean"] for r in runs) for runs in arm.values()]
+        after = {k: statistics.mean(r["heldout_after"] for r in runs) for k, runs in arm.items()}
+        collapses = {k: sum(bool(r["collapse"]) for r in runs) for k, runs in arm.items()}
+        lr = "recipe's 3e-4" if multiple == 1 else f"{multiple}x"
+        lines.append(
+            f"| {lr}, {spg} | {min(flips):.1%}-{max(flips):.1%} "
+            f"| {after['grpo', 'off']:.2f} / {after['grpo', 'old']:.2f} "
+            f"| {after['gspo', 'off']:.2f} / {after['gspo', 'old']:.2f} "
+            f"| {collapses['grpo', 'off']} / {collapses['grpo', 'old']}, "
+            f"{collapses['gspo', 'off']} / {collapses['gspo', 'old']} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
