@@ -23,8 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from tests._demo_run import DEMO_TIMEOUT_S
 from tests._paths import ROOT
 
+COMMAND_TIMEOUT_S = 900
 BIN = Path(sys.executable).parent
 FAST_TRAIN = [
     "--max_steps",
@@ -128,7 +130,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory, demo_run: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # the first one includes the session's demo run (demo_run fixture)
+@pytest.mark.timeout(DEMO_TIMEOUT_S + COMMAND_TIMEOUT_S + 60)  # may include the session's demo run
 @pytest.mark.parametrize("command", [c for c in COMMANDS if kind(c) == "run"])
 def test_readme_command_runs(command: str, workdir: Path) -> None:
     words = shlex.split(command)
@@ -146,7 +148,9 @@ def test_readme_command_runs(command: str, workdir: Path) -> None:
         "TOKENIZERS_PARALLELISM": "false",
         "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
     }
-    result = subprocess.run(words, cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        words, cwd=workdir, env=env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S
+    )
     assert result.returncode == 0, f"{command}\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
 
 
