@@ -3,10 +3,10 @@
 Commands run as written, from a scratch directory that holds the repository's recipes,
 configs and scripts and the demo's output (`runs/demo`, from the `demo_run` fixture), with
 these documented adjustments so that the suite stays within CI's time on 2 cores:
-commands that sample or measure get FAST overrides appended (fewer rows and samples; `eval` on
-HF, its vLLM path being test_evaluate's), and a command another test runs as written is checked
-to be run there (OWNED_ELSEWHERE) instead of twice: `train`, `accelerate launch` and
-`check-logprobs`.
+commands that sample or measure get FAST overrides appended (fewer rows, batches and samples;
+`eval` and `filter` on HF, vLLM's sampling being test_evaluate's), and a command another test
+runs as written is checked to be run there (OWNED_ELSEWHERE) instead of twice: `train`,
+`accelerate launch` and `check-logprobs`.
 Commands that need GPUs or slurm are checked to be exercised elsewhere: the accelerate
 configs by tests/training/test_distributed.py (on 2 CPU processes), the recipes by
 tests/data/test_recipe_fixtures.py (2 steps each on the tiny model, on rows of the dataset's real
@@ -31,10 +31,14 @@ from tests._readme import readme_commands
 COMMAND_TIMEOUT_S = 900
 BIN = Path(sys.executable).parent
 FAST_BY_SUBCOMMAND = {
-    "calibrate": ["--data.num_rows", "64", "--data.eval_size", "8"],
-    "filter": ["--num-samples", "4", "--data.num_rows", "24", "--data.eval_size", "4"],
-    # vLLM's eval path is tests/eval/test_evaluate.py::test_eval_with_vllm_engine; here, HF's
-    "eval": ["--engine", "hf"],
+    "calibrate": [
+        *("--data.num_rows", "64", "--data.eval_size", "8", "--batches", "2"),
+        *("--per_device_train_batch_size", "8", "--num_generations", "4"),
+    ],
+    # vLLM's sampling (Sampler.generate: n samples at T > 0, as filter and eval's pass@k draw
+    # them) is tests/eval/test_evaluate.py::test_eval_with_vllm_engine's; here, HF's
+    "filter": ["--num-samples", "4", "--data.num_rows", "24", "--data.eval_size", "4", "--engine", "hf"],
+    "eval": ["--engine", "hf", "--max-rows", "16"],
 }
 
 
