@@ -4,41 +4,22 @@ from __future__ import annotations
 
 import logging
 import os
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests._paths import ROOT
+from tests._demo_run import run_demo
+from tests._shared_fixtures import pytest_fixture_setup  # noqa: F401 - the hook: a failed shared fixture once
 
 # The tiny model's runs (in-process and in subprocesses) take one torch thread: on 2 cores a
 # second only spin-waits when another test process is busy. gspo_trl.cpu_threads reads this.
 os.environ.setdefault("GSPO_TRL_CPU_THREADS", "1")
 
 
-def demo_command() -> list[str]:
-    """The Makefile's `demo` recipe line, with the venv's console script."""
-    makefile = (ROOT / "Makefile").read_text()
-    line = re.search(r"^demo:.*\n\t(.+)$", makefile, re.MULTILINE).group(1)
-    words = line.replace("$(VENV)/bin/", "").split()
-    assert words[:2] == ["gspo-trl", "demo"], line
-    return [str(Path(sys.executable).parent / "gspo-trl"), *words[1:]]
-
-
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Run the demo exactly as `make demo` does, in a scratch working directory."""
-    workdir = tmp_path_factory.mktemp("demo")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    result = subprocess.run(
-        demo_command(), cwd=workdir, env=env, capture_output=True, text=True, timeout=1500
-    )
-    (workdir / "demo.log").write_text(result.stdout + result.stderr)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "held-out exact-match accuracy after GSPO" in result.stdout
-    return workdir / "runs" / "demo"
+    """Run the demo exactly as `make demo` does, once, in a scratch working directory."""
+    return run_demo(tmp_path_factory.mktemp("demo"))
 
 
 @pytest.fixture

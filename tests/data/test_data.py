@@ -136,7 +136,16 @@ def test_empty_dataset(tmp_path: Path) -> None:
 
 
 def test_hub_dataset_offline_is_a_clear_error_not_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Offline as `HF_HUB_OFFLINE=1 gspo-trl ...` is: huggingface_hub and datasets read that
+    switch once, when imported (huggingface_hub/constants.py, datasets/config.py), so the
+    environment alone came too late here and the lookup went to the network (23 s on a machine
+    without one before failing, instead of at once)."""
+    import datasets
+    import huggingface_hub
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     with pytest.raises(DataError, match="open-r1/no-such-dataset-here"):
         load_data(DataConfig(path="open-r1/no-such-dataset-here"))

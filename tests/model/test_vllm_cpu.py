@@ -101,7 +101,9 @@ def check_logprobs(model_dir: Path, out: Path, env: dict[str, str], train_steps:
 def test_colocate_gspo_steps_then_engine_logprobs_match_trainer(model_dir, tmp_path):
     """4 GSPO steps with vLLM colocated (TRL syncs weights before each generation), then the
     engine's log-probs of fresh samples equal the trainer's, token- and sequence-level.
-    Fails without the shim: run with GSPO_TRL_DISABLE_VLLM_CPU_SHIM=1 to see it."""
+    Fails without the shim: run with GSPO_TRL_DISABLE_VLLM_CPU_SHIM=1 to see it.
+    The command runs the library's `gspo_trl.check_logprobs` (test_check_logprobs.py pins that):
+    this is also the check of `check_logprobs(CheckLogprobsSettings(model=...))` in Python."""
     env = vllm_env()
     if os.environ.get(DISABLE_ENV):  # the demonstration that this test needs the shim
         env[DISABLE_ENV] = os.environ[DISABLE_ENV]
@@ -110,6 +112,7 @@ def test_colocate_gspo_steps_then_engine_logprobs_match_trainer(model_dir, tmp_p
     assert report["global_step"] == 4
     assert report["policy_change"]["token_abs_mean"] > MIN_POLICY_CHANGE
     for when in (report["before_update"], report):
+        assert when["sequence"]["n"] == 4 * 4  # 4 prompts x 4: the diagnostic trainer's G
         assert when["token"]["n"] > 0
         assert when["token"]["abs_max"] < TOKEN_TOLERANCE, when["token"]
         assert when["sequence"]["abs_max"] < SEQUENCE_TOLERANCE, when["sequence"]

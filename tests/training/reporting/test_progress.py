@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -163,24 +162,3 @@ def test_check_logprobs_rescoring_shows_a_bar(
     assert len(logps) == 6 and all(x.numel() == 2 for x in logps)
     err = capsys.readouterr().err
     assert "trainer log-probs" in err and "6/6" in err
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "command",
-    [["train", str(REPO / "recipes/tiny/reversal.yaml"), "--max_steps", "2", "--output_dir"], ["tiny-model"]],
-    ids=["train", "tiny-model"],
-)
-def test_a_logged_command_holds_no_library_bars(command: list[str], tmp_path: Path) -> None:
-    """`gspo-trl train` / `tiny-model` into a log file: no bar of transformers (weights loaded
-    and saved) or datasets (map) in it, only the command's own lines. tiny-model's module
-    imports transformers before the command runs: the switches must be set before that."""
-    import subprocess
-
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_DISABLE_PROGRESS_BARS")}
-    argv = [sys.executable, "-m", "gspo_trl.cli.main", *command, str(tmp_path / "out")]
-    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (tmp_path / "out" / "config.json").exists() or "step 2/2" in proc.stdout
-    for bar in ("Loading weights", "Writing model shards", "Map:", "\r"):
-        assert bar not in proc.stderr, proc.stderr[-3000:]

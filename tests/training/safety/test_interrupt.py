@@ -24,6 +24,7 @@ from tests._gspo_helpers import tiny_model_dir
 from tests.training.safety.test_resume import RUN_TIMEOUT_S
 from tests.training.test_distributed import (
     ACCELERATE,
+    deepspeed_ready,  # noqa: F401 - session fixture: DeepSpeed's CPU comm op built once, before launches
     free_port,
     kill_group,
     kill_leftover_launches,  # noqa: F401 - autouse fixture: kills launches a failed test left
@@ -70,11 +71,14 @@ def test_a_signal_saves_a_checkpoint_and_exits_130(sig: signal.Signals, tmp_path
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3 * RUN_TIMEOUT_S)
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_two_ranks_stop_at_one_step_save_and_resume(sig: signal.Signals, tmp_path: Path) -> None:
-    """The launcher alone is signalled (its ranks run in sessions of their own). Before SIGTERM
-    was handled, that signal killed both ranks with nothing saved since the last checkpoint.
+@pytest.mark.timeout(4 * RUN_TIMEOUT_S)
+@pytest.mark.usefixtures("deepspeed_ready")
+def test_two_ranks_stop_at_one_step_save_and_resume(tmp_path: Path) -> None:
+    """The launcher alone is signalled (its ranks run in sessions of their own): SIGINT, then
+    SIGTERM to the run resumed from that checkpoint; each time both ranks stop at one step and
+    save it, and `--resume` continues from the newest. Before SIGTERM was handled, that signal
+    killed both ranks with nothing saved since the last checkpoint. (Both signals in one chain:
+    3 ZeRO-2 launches instead of 2 for each signal.)
 
     ZeRO-2 (DeepSpeed saves and loads the optimizer itself): on CPU a plain DDP launch with
     --multi_gpu gives each rank the device `cpu:N`, which transformers passes to torch.load as
@@ -91,19 +95,27 @@ def test_two_ranks_stop_at_one_step_save_and_resume(sig: signal.Signals, tmp_pat
         command += ["-m", "gspo_trl.train", "--config", str(recipe), "--output_dir", str(out)]
         return start([*command, "--save_strategy", "no", *overrides], log)
 
-    log = tmp_path / "train.log"
-    process = launch(log, "--max_steps", "200")
-    wait_for_text(process, log, "step   1/200 |", RUN_TIMEOUT_S)
-    os.killpg(process.pid, sig)  # the launcher's group only, as a terminal or scancel does
-    wait_or_kill(process, log, RUN_TIMEOUT_S)  # the launcher's own status is torch's (1)
-    text = log.read_text(errors="replace")
-    stopped = re.findall(r"Interrupted at step (\d+)", text)
-    assert len(stopped) == 2 and len(set(stopped)) == 1, f"ranks did not stop together:\n{tail(log)}"
-    step = int(stopped[0])
-    assert latest_checkpoint(out) == out / f"checkpoint-{step}", tail(log)
+    def stop_both_ranks(sig: signal.Signals, log: Path, after_step: int, *overrides: str) -> int:
+        """Launch, signal the launcher's group once step `after_step` + 1 is logged; the step saved."""
+        process = launch(log, "--max_steps", "200", *overrides)
+        wait_for_text(process, log, f"step {after_step + 1:>3}/200 |", RUN_TIMEOUT_S)
+        os.killpg(process.pid, sig)  # the launcher's group only, as a terminal or scancel does
+        wait_or_kill(process, log, RUN_TIMEOUT_S)  # the launcher's own status is torch's (1)
+        stopped = re.findall(r"Interrupted at step (\d+)", log.read_text(errors="replace"))
+        assert len(stopped) == 2 and len(set(stopped)) == 1, (
+            f"{sig.name}: ranks did not stop together:\n{tail(log)}"
+        )
+        step = int(stopped[0])
+        assert step > after_step and latest_checkpoint(out) == out / f"checkpoint-{step}", tail(log)
+        return step
 
-    resumed_log = tmp_path / "resume.log"
-    resumed = launch(resumed_log, "--max_steps", str(step + 2), "--resume")
-    assert wait_or_kill(resumed, resumed_log, RUN_TIMEOUT_S) == 0, tail(resumed_log)
-    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == step + 2
-    assert f"resuming from {out / f'checkpoint-{step}'}" in resumed_log.read_text(errors="replace")
+    first = stop_both_ranks(signal.SIGINT, tmp_path / "train.log", 0)
+    resumed_log = tmp_path / "resume-sigterm.log"
+    second = stop_both_ranks(signal.SIGTERM, resumed_log, first, "--resume")
+    assert f"resuming from {out / f'checkpoint-{first}'}" in resumed_log.read_text(errors="replace")
+
+    final_log = tmp_path / "resume.log"
+    final = launch(final_log, "--max_steps", str(second + 2), "--resume")
+    assert wait_or_kill(final, final_log, RUN_TIMEOUT_S) == 0, tail(final_log)
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == second + 2
+    assert f"resuming from {out / f'checkpoint-{second}'}" in final_log.read_text(errors="replace")
