@@ -138,11 +138,14 @@ print("RESULT=" + json.dumps({"before": history[0][1], "after": history[-1][1],
 
 def parity(seeds: list[int], max_steps: int, sft_steps: int, output_dir: Path) -> list[dict]:
     from gspo_trl.data.synthetic import ReversalTask
-    from gspo_trl.demo.warm_start import warm_start
+    from gspo_trl.demo.warm_start import WarmStartSettings, warm_start
     from gspo_trl.model.tiny import save_tiny_model
 
     warm = warm_start(
-        save_tiny_model(output_dir / "tiny"), output_dir / "warm", ReversalTask(), steps=sft_steps
+        save_tiny_model(output_dir / "tiny"),
+        output_dir / "warm",
+        ReversalTask(),
+        WarmStartSettings(steps=sft_steps),
     )
     env = {**os.environ, **VLLM_ENV, "PYTHONPATH": str(ROOT)}
     results = []

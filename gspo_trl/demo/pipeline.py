@@ -14,6 +14,7 @@ import json
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +22,14 @@ from gspo_trl.config.recipe import load_recipe, parse_overrides
 from gspo_trl.config.shipped import RECIPES_DIR
 from gspo_trl.cpu_threads import size_torch_threads
 from gspo_trl.data.synthetic import ReversalTask
-from gspo_trl.demo.warm_start import warm_start
+from gspo_trl.demo.warm_start import WarmStartSettings, warm_start
 from gspo_trl.metric_names import heldout_pass_at
 from gspo_trl.model.tiny import save_tiny_model
 from gspo_trl.training.build import train_recipe
 from gspo_trl.training.heldout.scoring import HeldoutCallback
 
 DEFAULT_RECIPE = RECIPES_DIR / "tiny" / "reversal.yaml"
-DEFAULT_SFT_STEPS = 1000
+DEFAULT_SFT_STEPS = WarmStartSettings().steps
 logger = logging.getLogger(__name__)
 
 
@@ -54,7 +55,7 @@ def run_demo(
     print(size_torch_threads(), flush=True)
     base = save_tiny_model(output_dir / "tiny-model")
     stage(2, f"warm start: {sft_steps} steps of SFT on imperfect answers (cached between runs)")
-    warm = warm_start(base, output_dir / "warm-start", task, steps=sft_steps)
+    warm = warm_start(base, output_dir / "warm-start", task, replace(WarmStartSettings(), steps=sft_steps))
     warm_seconds = time.time() - started
 
     recipe = load_recipe(

@@ -39,6 +39,7 @@ class TinyModelSpec:
     head_dim: int = 32
     max_position_embeddings: int = 512
     vocab_size: int = 512
+    initializer_range: float = 0.02
     seed: int = 0
 
 
@@ -108,6 +109,7 @@ def build_tiny_model(
         num_key_value_heads=spec.num_key_value_heads,
         head_dim=spec.head_dim,
         max_position_embeddings=spec.max_position_embeddings,
+        initializer_range=spec.initializer_range,
         tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,
