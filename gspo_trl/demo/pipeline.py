@@ -24,11 +24,17 @@ from gspo_trl.cpu_threads import size_torch_threads
 from gspo_trl.data.synthetic import ReversalTask
 from gspo_trl.demo.warm_start import WarmStartSettings, warm_start
 from gspo_trl.metric_names import heldout_pass_at
-from gspo_trl.model.tiny import save_tiny_model
+from gspo_trl.model.tiny import TinyModelSpec, save_tiny_model
 from gspo_trl.training.build import train_recipe
 from gspo_trl.training.heldout.scoring import HeldoutCallback
 
 DEFAULT_RECIPE = RECIPES_DIR / "tiny" / "reversal.yaml"
+DEMO_MODEL = TinyModelSpec(num_hidden_layers=2, intermediate_size=192, initializer_range=0.03)
+"""The demo's tiny model: TinyModelSpec's default with 2 layers instead of 3, an MLP of 192
+instead of 384, and weights drawn at std 0.03 instead of Qwen3's 0.02 (at 0.006 the warm start
+never left a loss of 1.7; at 0.05 it learnt faster than at 0.02). An SFT step costs ~0.055 s of
+CPU against ~0.087 s for the default shape (2 alternating pairs, 1 thread, load 2.5-3), and it
+learns this task at least as fast per step (300-step warm starts: loss 0.14 against 0.17)."""
 DEFAULT_SFT_STEPS = WarmStartSettings().steps
 logger = logging.getLogger(__name__)
 
@@ -53,7 +59,7 @@ def run_demo(
     task = ReversalTask()
     stage(1, f"model: the tiny Qwen3 (built locally, no hub) in {output_dir / 'tiny-model'}")
     print(size_torch_threads(), flush=True)
-    base = save_tiny_model(output_dir / "tiny-model")
+    base = save_tiny_model(output_dir / "tiny-model", DEMO_MODEL)
     stage(2, f"warm start: {sft_steps} steps of SFT on imperfect answers (cached between runs)")
     warm = warm_start(base, output_dir / "warm-start", task, replace(WarmStartSettings(), steps=sft_steps))
     warm_seconds = time.time() - started
