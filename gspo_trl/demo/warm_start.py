@@ -100,6 +100,7 @@ class WarmStartSettings:
     learning_rate: float = 3e-3
     lr_scheduler_type: str = "cosine"
     warmup_steps: int = 20
+    """Linear warmup; at most a tenth of `steps` (a 5-step smoke run gets none)."""
     seed: int = 0
 
 
