@@ -1,6 +1,6 @@
 """`gspo-trl demo` (what `make demo` runs): GSPO that visibly learns, on 2 CPU cores, no hub.
 
-1. build the tiny Qwen3 model and tokenizer locally (gspo_trl.model.tiny);
+1. build a tiny Qwen3 model (DEMO_MODEL, below) and tokenizer locally (gspo_trl.model.tiny);
 2. warm-start it with a short SFT on imperfect data (gspo_trl.demo.warm_start), reused
    from OUTPUT_DIR/warm-start when a previous run made it from the same inputs;
 3. train it with GSPO through the same path as `gspo-trl train recipes/tiny/reversal.yaml`,
