@@ -138,11 +138,16 @@ print("RESULT=" + json.dumps({"before": history[0][1], "after": history[-1][1],
 
 def parity(seeds: list[int], max_steps: int, sft_steps: int, output_dir: Path) -> list[dict]:
     from gspo_trl.data.synthetic import ReversalTask
-    from gspo_trl.demo.warm_start import warm_start
+    from gspo_trl.demo.warm_start import WarmStartSettings, warm_start
     from gspo_trl.model.tiny import save_tiny_model
 
+    # The model, warm start and schedule docs/engine-logprobs.md measured with (the demo's of
+    # the time): the default tiny shape, lr 3e-3, a constant GSPO rate.
     warm = warm_start(
-        save_tiny_model(output_dir / "tiny"), output_dir / "warm", ReversalTask(), steps=sft_steps
+        save_tiny_model(output_dir / "tiny"),
+        output_dir / "warm",
+        ReversalTask(),
+        WarmStartSettings(steps=sft_steps, learning_rate=3e-3),
     )
     env = {**os.environ, **VLLM_ENV, "PYTHONPATH": str(ROOT)}
     results = []
@@ -154,6 +159,7 @@ def parity(seeds: list[int], max_steps: int, sft_steps: int, output_dir: Path) -
                 "engine.old_logprobs": mode,
                 "seed": str(seed),
                 "max_steps": str(max_steps),
+                "lr_scheduler_type": "constant",
                 "heldout.every_steps": "0",
                 "heldout.k": "[]",
                 "output_dir": str(output_dir / f"{mode}-{seed}"),

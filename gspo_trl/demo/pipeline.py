@@ -1,6 +1,6 @@
 """`gspo-trl demo` (what `make demo` runs): GSPO that visibly learns, on 2 CPU cores, no hub.
 
-1. build the tiny Qwen3 model and tokenizer locally (gspo_trl.model.tiny);
+1. build a tiny Qwen3 model (DEMO_MODEL, below) and tokenizer locally (gspo_trl.model.tiny);
 2. warm-start it with a short SFT on imperfect data (gspo_trl.demo.warm_start), reused
    from OUTPUT_DIR/warm-start when a previous run made it from the same inputs;
 3. train it with GSPO through the same path as `gspo-trl train recipes/tiny/reversal.yaml`,
@@ -14,6 +14,7 @@ import json
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +22,20 @@ from gspo_trl.config.recipe import load_recipe, parse_overrides
 from gspo_trl.config.shipped import RECIPES_DIR
 from gspo_trl.cpu_threads import size_torch_threads
 from gspo_trl.data.synthetic import ReversalTask
-from gspo_trl.demo.warm_start import warm_start
+from gspo_trl.demo.warm_start import WarmStartSettings, warm_start
 from gspo_trl.metric_names import heldout_pass_at
-from gspo_trl.model.tiny import save_tiny_model
+from gspo_trl.model.tiny import TinyModelSpec, save_tiny_model
 from gspo_trl.training.build import train_recipe
 from gspo_trl.training.heldout.scoring import HeldoutCallback
 
 DEFAULT_RECIPE = RECIPES_DIR / "tiny" / "reversal.yaml"
-DEFAULT_SFT_STEPS = 1000
+DEMO_MODEL = TinyModelSpec(num_hidden_layers=2, intermediate_size=192, initializer_range=0.03)
+"""The demo's tiny model: TinyModelSpec's default with 2 layers instead of 3, an MLP of 192
+instead of 384, and weights drawn at std 0.03 instead of Qwen3's 0.02 (at 0.006 the warm start
+never left a loss of 1.7; at 0.05 it learnt faster than at 0.02). An SFT step costs ~0.055 s of
+CPU against ~0.087 s for the default shape (2 alternating pairs, 1 thread, load 2.5-3), and it
+learns this task at least as fast per step (300-step warm starts: loss 0.14 against 0.17)."""
+DEFAULT_SFT_STEPS = WarmStartSettings().steps
 logger = logging.getLogger(__name__)
 
 
@@ -52,9 +59,9 @@ def run_demo(
     task = ReversalTask()
     stage(1, f"model: the tiny Qwen3 (built locally, no hub) in {output_dir / 'tiny-model'}")
     print(size_torch_threads(), flush=True)
-    base = save_tiny_model(output_dir / "tiny-model")
+    base = save_tiny_model(output_dir / "tiny-model", DEMO_MODEL)
     stage(2, f"warm start: {sft_steps} steps of SFT on imperfect answers (cached between runs)")
-    warm = warm_start(base, output_dir / "warm-start", task, steps=sft_steps)
+    warm = warm_start(base, output_dir / "warm-start", task, replace(WarmStartSettings(), steps=sft_steps))
     warm_seconds = time.time() - started
 
     recipe = load_recipe(

@@ -43,6 +43,7 @@ class TinyModelSpec:
     model_vocab_size: int | None = None
     """Rows of the embedding and LM head; None: len(tokenizer). A hub checkpoint's vocabulary runs
     past its tokenizer (Qwen3's config.json does); ids past the tokenizer decode to nothing."""
+    initializer_range: float = 0.02
     seed: int = 0
 
 
@@ -117,6 +118,7 @@ def build_tiny_model(
         num_key_value_heads=spec.num_key_value_heads,
         head_dim=spec.head_dim,
         max_position_embeddings=spec.max_position_embeddings,
+        initializer_range=spec.initializer_range,
         tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,

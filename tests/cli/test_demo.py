@@ -13,7 +13,9 @@ import pytest
 
 from tests._demo_run import DEMO_TIMEOUT_S
 
-MIN_GAIN = 0.25
+MIN_GAIN = 0.5
+"""GSPO lifts the demo's greedy held-out exact match by at least this much (its default warm start,
+seeds 0-4: +0.84 to +0.935; docs in gspo_trl.demo.warm_start.WarmStartSettings)."""
 
 
 @pytest.mark.slow
