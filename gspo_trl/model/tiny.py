@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
@@ -119,13 +120,26 @@ def build_tiny_model(
         head_dim=spec.head_dim,
         max_position_embeddings=spec.max_position_embeddings,
         initializer_range=spec.initializer_range,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        torch_dtype="float32",
+        **tokenizer_bound_config(tokenizer),
     )
-    model = Qwen3ForCausalLM(config)
+    return with_tokenizer_generation(Qwen3ForCausalLM(config), tokenizer)
+
+
+def tokenizer_bound_config(tokenizer: PreTrainedTokenizerFast) -> dict[str, Any]:
+    """The config keys every tiny model (dense or MoE) takes from its tokenizer: its end and pad
+    ids, no BOS (the ChatML template has none), tied embeddings, float32 weights."""
+    return {
+        "tie_word_embeddings": True,
+        "bos_token_id": None,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+        "torch_dtype": "float32",
+    }
+
+
+def with_tokenizer_generation(model: Any, tokenizer: PreTrainedTokenizerFast) -> Any:
+    """`model` with its generation config stopping and padding on `tokenizer`'s ids (a config
+    built from scratch carries none, and generate would run to max_new_tokens)."""
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model

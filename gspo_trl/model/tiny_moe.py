@@ -14,7 +14,12 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerFast, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-from gspo_trl.model.tiny import default_corpus, train_tokenizer
+from gspo_trl.model.tiny import (
+    default_corpus,
+    tokenizer_bound_config,
+    train_tokenizer,
+    with_tokenizer_generation,
+)
 
 
 @dataclass(frozen=True)
@@ -56,16 +61,9 @@ def build_tiny_moe(
         norm_topk_prob=True,
         router_aux_loss_coef=spec.router_aux_loss_coef,
         max_position_embeddings=spec.max_position_embeddings,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        torch_dtype="float32",
+        **tokenizer_bound_config(tokenizer),
     )
-    model = Qwen3MoeForCausalLM(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model
+    return with_tokenizer_generation(Qwen3MoeForCausalLM(config), tokenizer)
 
 
 def save_tiny_moe(output_dir: str | Path, spec: TinyMoeSpec = TinyMoeSpec()) -> Path:
