@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from tests._paths import ROOT
-from tests.test_gpu_smoke import CUDA_CALLS, load_script
+from tests._scripts import load_script
+from tests.test_gpu_smoke import CUDA_CALLS
 
 GUARD = f"""
 import sys
@@ -68,7 +69,7 @@ def test_bench_models_are_the_shipped_architectures_in_full():
     from gspo_trl.model.tiny import build_tiny_model, default_corpus, train_tokenizer
     from gspo_trl.plan import load_model_shape
 
-    bench = load_script(ROOT / "scripts" / "gpu_bench.py")
+    bench = load_script("gpu_bench")
     tokenizer = train_tokenizer(default_corpus())
     for model in bench.MODELS:
         with torch.device("meta"):
@@ -80,14 +81,14 @@ def test_bench_models_are_the_shipped_architectures_in_full():
 
 def test_without_cuda_and_without_dry_run_it_refuses_in_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    bench = load_script(ROOT / "scripts" / "gpu_bench.py")
+    bench = load_script("gpu_bench")
     assert bench.main(["--output-dir", str(tmp_path / "bench")]) == 2
     assert capsys.readouterr().err == "gpu_bench: no CUDA GPU here; use --dry-run on CPU\n"
     assert not (tmp_path / "bench").exists()
 
 
 def test_a_window_with_a_short_completion_or_a_missing_window_refuses_the_table():
-    bench = load_script(ROOT / "scripts" / "gpu_bench.py")
+    bench = load_script("gpu_bench")
     full = {"completions/min_length": 8.0, "completions/max_length": 8.0}
     bench.check_windows([{"step": 4, **full}, {"step": 8, **full}], 2, 4, 8)
     short = {"step": 8, "completions/min_length": 7.5, "completions/max_length": 8.0}

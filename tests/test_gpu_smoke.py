@@ -3,14 +3,13 @@ one step each, and must never touch CUDA (the smoke test itself needs a GPU; see
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 
 import pytest
 import torch
 
 from tests._paths import ROOT
+from tests._scripts import load_script
 
 SCRIPT = ROOT / "scripts" / "gpu_smoke.py"
 CUDA_CALLS = (
@@ -23,15 +22,6 @@ CUDA_CALLS = (
 """torch.cuda's calls the GPU scripts make (tests/test_gpu_bench.py refuses them too)."""
 
 
-def load_script(path=SCRIPT):
-    """The script at `path` as a module (scripts/ is no package)."""
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.slow
 def test_dry_run_trains_each_run_once_without_cuda(tmp_path, monkeypatch, capsys):
     def refuse(*args, **kwargs):
@@ -39,7 +29,7 @@ def test_dry_run_trains_each_run_once_without_cuda(tmp_path, monkeypatch, capsys
 
     for name in CUDA_CALLS:
         monkeypatch.setattr(torch.cuda, name, refuse)
-    smoke = load_script()
+    smoke = load_script("gpu_smoke")
     assert smoke.main(["--dry-run", "--output-dir", str(tmp_path)]) == 0
     results = json.loads((tmp_path / "gpu_smoke.json").read_text())
     assert [r["run"] for r in results] == [run.name for run in smoke.RUNS]

@@ -147,13 +147,9 @@ def _shape(line: str) -> str:
 def test_the_readmes_demo_figures_are_time_demos_own_line() -> None:
     """The README quotes scripts/time_demo.sh's summary as printed (a measurement, with its
     machine and load), not a figure typed in by hand; the recipe header points to it."""
-    import importlib.util
+    from tests._scripts import load_script
 
-    spec = importlib.util.spec_from_file_location(
-        "time_demo_summary", ROOT / "scripts" / "time_demo_summary.py"
-    )
-    summary = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(summary)
+    summary = load_script("time_demo_summary")
     runs = [["first", "91.0", "0.055", "0.845"], ["first", "95.5", "0.05", "0.85"]]
     printed = summary.summary_line(
         runs, [["repeat", "30.1", "0.055", "0.845"]], 2, "Intel(R) Xeon(R) CPU @ 2.20GHz", 1.5, True

@@ -12,22 +12,15 @@ the full suite; the child's own VmHWM, reset before the step, does not.
 
 from __future__ import annotations
 
-import importlib.util
 import resource
 
 import pytest
 
 from tests._paths import ROOT
+from tests._scripts import load_script
 
 SCRIPT = ROOT / "scripts" / "bench_plan_memory.py"
 BALLAST = 1 << 30
-
-
-def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_plan_memory", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.slow
@@ -35,7 +28,7 @@ def load_bench():
 def test_tiny_model_step_memory_is_within_15_percent_of_the_plan(tmp_path, checkpointing):
     from gspo_trl.model.tiny import save_tiny_model
 
-    bench = load_bench()
+    bench = load_script("bench_plan_memory")
     model_dir = str(save_tiny_model(tmp_path / "tiny"))
     ballast = bytearray(BALLAST)
     ballast[:: resource.getpagesize()] = b"\1" * (BALLAST // resource.getpagesize())  # resident

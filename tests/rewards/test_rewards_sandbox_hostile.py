@@ -8,7 +8,6 @@ small so the battery is safe for the machine: 256 MiB of address space, 16 MiB p
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
 import sys
@@ -21,6 +20,7 @@ from gspo_trl import rewards
 from gspo_trl.rewards.execution import sandbox
 from gspo_trl.rewards.execution.identity import MARKER
 from tests._paths import ROOT
+from tests._scripts import load_script
 
 WALL_S = 2.0
 MARGIN_S = 2.0
@@ -363,7 +363,6 @@ def test_a_completion_has_a_total_time_budget(mode):
 
 def test_stale_sandbox_dirs_are_removed(tmp_path):
     import subprocess
-    import sys
     import tempfile
 
     from gspo_trl.rewards.execution import jail
@@ -385,7 +384,6 @@ def test_servers_die_with_a_killed_trainer():
         pytest.skip("bubblewrap is not usable on this machine")
     import signal
     import subprocess
-    import sys
 
     script = (
         "import sys, threading\nfrom gspo_trl.rewards.execution import sandbox\n"
@@ -420,16 +418,7 @@ def _marked(needle: bytes) -> list[int]:
     return found
 
 
-def _battery():
-    path = ROOT / "scripts" / "sandbox_battery.py"
-    spec = importlib.util.spec_from_file_location("sandbox_battery", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-BATTERY = _battery()
+BATTERY = load_script("sandbox_battery")
 
 
 @pytest.mark.parametrize("case", BATTERY.CASES, ids=[c.name for c in BATTERY.CASES])

@@ -4,29 +4,20 @@ experiment itself is run by hand (its table: docs/measurements/moe_routing/)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 
 import pytest
 
 from tests._paths import ROOT
+from tests._scripts import load_script
 
 SCRIPT = ROOT / "scripts" / "bench_moe_routing.py"
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("bench_moe_routing", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.slow
 def test_smoke_run_writes_a_row_per_run_and_resumes_without_training(tmp_path, monkeypatch, capsys):
-    bench = load_script()
+    bench = load_script("bench_moe_routing")
     argv = ["run", "--smoke", "--seeds", "1", "--arms", "grpo-off-4,gspo-old-4", "--output-dir"]
     argv.append(str(tmp_path))
     assert bench.main(argv) == 0

@@ -8,9 +8,7 @@ LoRA (fp32 adapters over a frozen base), or the recipe opts in with model.allow_
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ from gspo_trl.errors import RecipeError
 from gspo_trl.training.build import gspo_config
 from tests._gspo_helpers import single_torch_thread  # noqa: F401 (autouse fixture)
 from tests._paths import ROOT
+from tests._scripts import load_script
 
 LORA = {"r": 4, "lora_alpha": 8, "target_modules": "all-linear"}
 
@@ -80,19 +79,9 @@ def test_allow_pure_bf16_without_bfloat16_weights_is_refused() -> None:
         validate(recipe, processes=1)
 
 
-def _bench() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "bench_bf16_updates", ROOT / "scripts" / "bench_bf16_updates.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_pure_bf16_weights_lose_most_updates_and_fp32_weights_keep_them() -> None:
     """scripts/bench_bf16_updates.py on 2 steps: AdamW at lr 1e-6 moves few bf16 weights."""
-    bench = _bench()
+    bench = load_script("bench_bf16_updates")
     tokenizer = bench.train_tokenizer(bench.default_corpus())
     pure, upcast = (bench.measure(setting, steps=2, tokenizer=tokenizer) for setting in bench.MODES)
     assert pure.setting.startswith("pure bf16") and upcast.setting.startswith("fp32 weights")

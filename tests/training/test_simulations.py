@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import pytest
 
 from tests._gspo_helpers import single_torch_thread  # noqa: F401
 from tests._paths import ROOT
+from tests._scripts import load_script
 
 SCRIPTS = ROOT / "scripts"
-
-
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_concentration_matches_the_notes():
