@@ -17,6 +17,7 @@ from pathlib import Path
 
 SAMPLE_SECONDS = 0.3
 OVERRIDE = "GSPO_TRL_CPU_THREADS"
+_sized_to: int | None = None  # the thread count this process's last sizing chose
 
 
 def usable_cores() -> int:
@@ -63,6 +64,24 @@ def threads_for(free: float, local_processes: int = 1) -> int:
 
 def size_torch_threads(local_processes: int = 1) -> str:
     """Set torch's intra-op threads for a CPU run; returns a short line saying what and why."""
+    global _sized_to
+    line = _size(local_processes)
+    import torch
+
+    _sized_to = torch.get_num_threads()
+    return line
+
+
+def resize_torch_threads(local_processes: int = 1) -> str | None:
+    """Size the threads again for a later stage of the same process (the load may have changed);
+    the line only when the count differs from the earlier sizing's, else None. The demo sizes
+    before its warm start, and its GSPO stage would otherwise print the same line a second time."""
+    before = _sized_to
+    line = size_torch_threads(local_processes)
+    return None if before == _sized_to else line
+
+
+def _size(local_processes: int) -> str:
     import torch
 
     for variable in (OVERRIDE, "OMP_NUM_THREADS"):

@@ -67,3 +67,17 @@ def test_without_a_choice_the_line_says_how_many_and_why(monkeypatch) -> None:
     line = size_torch_threads(local_processes=2)
     assert line.startswith(f"CPU threads: {torch.get_num_threads()} (") and "shared by 2 processes" in line
     assert OVERRIDE in line
+
+
+@pytest.mark.usefixtures("torch_threads_restored")
+def test_a_later_stage_says_the_count_only_when_it_changed(monkeypatch) -> None:
+    """The demo sizes before its warm start and again before GSPO: one line, not the same twice."""
+    from gspo_trl.cpu_threads import resize_torch_threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv(OVERRIDE, "1")
+    assert size_torch_threads() == f"CPU threads: 1 ({OVERRIDE}=1)"
+    assert resize_torch_threads() is None
+    monkeypatch.setenv(OVERRIDE, "2")
+    assert resize_torch_threads() == f"CPU threads: 2 ({OVERRIDE}=2)"
+    assert torch.get_num_threads() == 2

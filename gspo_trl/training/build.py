@@ -18,7 +18,7 @@ from typing import Any
 import gspo_trl.rewards as rewards
 from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.config.recipe import Recipe, recipe_as_yaml
-from gspo_trl.cpu_threads import size_torch_threads
+from gspo_trl.cpu_threads import resize_torch_threads
 from gspo_trl.model.checkpoints import latest_checkpoint
 from gspo_trl.model.hub import hub_model_errors
 from gspo_trl.model.loading import load_tokenizer, lora_config, model_init_kwargs, resolve_model_path
@@ -173,7 +173,9 @@ def _runs_on_cpu(recipe: Recipe) -> bool:
 def train_claimed(recipe: Recipe, data: PreparedData, checkpoint: Path | None) -> Any:
     """`run` past the checks: build, train (from `checkpoint` when given) and save."""
     if _runs_on_cpu(recipe):
-        logger.info(size_torch_threads(int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
+        line = resize_torch_threads(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        if line:
+            logger.info(line)
     trainer = build_trainer(recipe, data)
     if trainer.accelerator.is_main_process:
         Path(trainer.args.output_dir).mkdir(parents=True, exist_ok=True)
