@@ -4,8 +4,9 @@ Loading (gspo_trl.config.recipe) and validation (gspo_trl.config.validation) rec
 problem here instead of stopping at the first, and raise them together at the end: one
 problem as itself (its own type and message, as before), several as one `RecipeProblems`
 whose lines each name the file and the key. A key whose value could not be read keeps its
-default and is marked unreadable; checks that read it are skipped, so a typo does not
-cascade into follow-on errors about a value the user never wrote.
+default and is marked unreadable (a section's key by its full name, `data.num_rows`); checks
+that read it are skipped, so a typo does not cascade into follow-on errors about a value the
+user never wrote.
 """
 
 from __future__ import annotations
@@ -38,12 +39,21 @@ class Problems:
         if key is not None:
             self.unreadable.add(key)
 
+    def cannot_read(self, keys: Iterable[str]) -> bool:
+        """Whether a key of `keys` could not be read: the key itself, its section (`launch` for
+        `launch.nodes`) or, for a section, any key in it (`launch.nodes` for `launch`)."""
+        return any(
+            bad == key or key.startswith(f"{bad}.") or bad.startswith(f"{key}.")
+            for key in keys
+            for bad in self.unreadable
+        )
+
     def run(
         self, check: Callable[..., Any], *args: Any, reads: Iterable[str] = (), marks: Iterable[str] = ()
     ) -> Any:
         """`check(*args)`'s result, or None when it refused (recorded) or reads an unreadable key;
         a refusal marks the keys `marks` unreadable, so later checks reading them are skipped."""
-        if self.unreadable.intersection(reads):
+        if self.cannot_read(reads):
             return None
         try:
             return check(*args)

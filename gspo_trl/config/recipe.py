@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 
 from gspo_trl.config.defaults import ALGORITHMS
-from gspo_trl.config.fields import build_dataclass, coerce
+from gspo_trl.config.fields import coerce, read_section
 from gspo_trl.config.overrides import SECTIONS, apply_overrides, parse_overrides
 from gspo_trl.config.problems import Problems
 from gspo_trl.config.recipe_file import read_yaml
@@ -145,10 +145,11 @@ def _read(problems: Problems, key: str, read: Any, *args: Any) -> Any:
 
 
 def _build_section(content: dict[str, Any], cls: type, name: str, problems: Problems) -> Any:
-    """Section `name` as dataclass `cls`, or None when it is absent or cannot be read."""
+    """Section `name` as dataclass `cls` (each bad key recorded, at its default), or None when it
+    is absent or cannot be built."""
     if name not in content:
         return None
-    return _read(problems, name, build_dataclass, cls, _section(content, name, problems), name)
+    return read_section(problems, cls, _section(content, name, problems), name)
 
 
 def _typed_params(entry: RewardEntry) -> dict[str, Any]:

@@ -28,7 +28,7 @@ def imports_hint(spec: str, flag: str = "imports: [{}]") -> str:
 def check_rewards(recipe: Recipe, problems: Problems) -> None:
     """Record every reward that cannot work; skipped when `rewards:` or `imports:` could not be read
     (an unread `imports:` would make every custom reward look unknown)."""
-    if problems.unreadable.intersection(("rewards", "imports")):
+    if problems.cannot_read(("rewards", "imports")):
         return
     if "reward_weights" in recipe.explicit_keys:
         fix = "give each reward its weight in `rewards:` ({name: ..., weight: ...})"

@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gspo_trl.config.batch import BATCH_KEYS, RolloutBatch, is_server_mode, rollout_batch, training_nodes
 from gspo_trl.config.engine_checks import check_engine_settings, check_vllm_for_moe
-from gspo_trl.config.fields import build_dataclass
+from gspo_trl.config.fields import read_section
 from gspo_trl.config.invariants import check_off_policy, check_training_invariants
+from gspo_trl.config.launch_checks import LAUNCH_CHECKS, LAUNCH_SIZE_KEYS, check_launch_counts
 from gspo_trl.config.moe_checks import check_moe_model, check_moe_settings
 from gspo_trl.config.problems import Problems
 from gspo_trl.config.recipe import Recipe
 from gspo_trl.config.reward_checks import check_reward_construction, check_rewards
-from gspo_trl.config.sections import DiagnosticsConfig
-from gspo_trl.config.shipped import find_accelerate_config
+from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig, HeldoutConfig, MoeConfig
 from gspo_trl.errors import RecipeError
 
 __all__ = ["check_gspo_settings", "check_precision", "check_reward_construction", "validate", "world_size"]
@@ -74,58 +74,6 @@ def _check_batch_sizes(recipe: Recipe, processes: int) -> RolloutBatch:
     return batch
 
 
-def _check_launch(recipe: Recipe) -> None:
-    """The `launch:` section is what `gspo-trl plan` plans: refuse values it cannot use."""
-    launch = recipe.launch
-    if launch is None:
-        return
-    if launch.nodes < 1 or launch.gpus_per_node < 0:
-        raise RecipeError(
-            f"launch.nodes: {launch.nodes} / launch.gpus_per_node: {launch.gpus_per_node}; "
-            "expected nodes >= 1 and gpus_per_node >= 0 (0: a CPU run)"
-        )
-    memory = launch.gpu_memory_gb
-    if memory is not None and not (math.isfinite(memory) and memory > 0):
-        raise RecipeError(f"launch.gpu_memory_gb: {memory} must be a positive number of GB, e.g. 80")
-    seconds = launch.seconds_per_step
-    if len(seconds) > 2 or not all(math.isfinite(s) and s > 0 for s in seconds) or seconds != sorted(seconds):
-        raise RecipeError(
-            f"launch.seconds_per_step: {seconds}; expected [typical] or [low, high] positive seconds"
-        )
-    _check_server_layout(recipe)
-    config = launch.accelerate_config
-    if config is None:
-        return
-    if find_accelerate_config(config) is None:
-        raise RecipeError(
-            f"launch.accelerate_config: {config!r} is neither a file nor a shipped accelerate config "
-            "(configs/ddp.yaml, configs/zero2.yaml, configs/zero3.yaml, ...)"
-        )
-    if launch.command and config not in launch.command:
-        raise RecipeError(
-            f"launch.command does not pass launch.accelerate_config ({config}): the plan would size "
-            "another launch than the one the command starts"
-        )
-
-
-def _check_server_layout(recipe: Recipe) -> None:
-    launch = recipe.launch
-    tp, dp = launch.server_tensor_parallel_size, launch.server_data_parallel_size
-    if (tp is None and dp is None) or not is_server_mode(recipe.training):
-        return  # no server to lay out (e.g. `--use_vllm false` for a CPU check of a server recipe)
-    tp, dp = tp or 1, dp or 1
-    if tp < 1 or dp < 1 or tp * dp != launch.gpus_per_node:
-        raise RecipeError(
-            f"launch.server_tensor_parallel_size {tp} x server_data_parallel_size {dp} must use the "
-            f"server node's launch.gpus_per_node ({launch.gpus_per_node}) GPUs"
-        )
-    command = launch.command or ""
-    if "--vllm-tp" in command and not (f"--vllm-tp {tp}" in command and f"--vllm-dp {dp}" in command):
-        raise RecipeError(
-            f"launch.command does not pass --vllm-tp {tp} --vllm-dp {dp}, the layout launch states"
-        )
-
-
 FINITE_FIELDS = ("max_steps", "num_train_epochs", "warmup_steps", "weight_decay", "max_grad_norm")
 
 
@@ -152,20 +100,35 @@ def check_gspo_settings(algorithm: str, training: Mapping[str, Any], level_expli
     check_training_invariants(algorithm, training, level_explicit)
 
 
-def _check_heldout(recipe: Recipe) -> None:
-    heldout = recipe.heldout
-    if heldout is None:
-        return
+def _check_heldout_k(heldout: HeldoutConfig) -> None:
     if any(k < 1 for k in heldout.k):
         raise RecipeError(f"heldout.k: {heldout.k}; every k must be >= 1")
+
+
+def _check_heldout_samples(heldout: HeldoutConfig) -> None:
     if heldout.num_samples is not None and heldout.k and heldout.num_samples < max(heldout.k):
         raise RecipeError(
             f"heldout.num_samples: {heldout.num_samples} is fewer than the largest k ({max(heldout.k)})"
         )
+
+
+def _check_heldout_rows(heldout: HeldoutConfig) -> None:
     if heldout.max_rows < 1 or heldout.every_steps < 0:
         raise RecipeError("heldout.max_rows must be >= 1 and heldout.every_steps >= 0")
+
+
+def _check_heldout_temperatures(heldout: HeldoutConfig) -> None:
     if (heldout.temperature is not None and heldout.temperature < 0) or heldout.sample_temperature <= 0:
         raise RecipeError("heldout.temperature must be >= 0 (0 = greedy) and heldout.sample_temperature > 0")
+
+
+HELDOUT_CHECKS: tuple[tuple[Callable[[HeldoutConfig], None], tuple[str, ...]], ...] = (
+    (_check_heldout_k, ("heldout.k",)),
+    (_check_heldout_samples, ("heldout.num_samples", "heldout.k")),
+    (_check_heldout_rows, ("heldout.max_rows", "heldout.every_steps")),
+    (_check_heldout_temperatures, ("heldout.temperature", "heldout.sample_temperature")),
+)
+"""Each check of the `heldout:` values, with the keys it reads (gspo_trl.config.problems.Problems.run)."""
 
 
 MODEL_DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
@@ -185,10 +148,6 @@ def check_precision(recipe: Recipe) -> None:
             f"model.allow_pure_bf16: true keeps bfloat16 weights, but model.dtype is {recipe.model.dtype!r}. "
             "Set model.dtype: bfloat16, or remove model.allow_pure_bf16."
         )
-
-
-def _check_diagnostics(recipe: Recipe) -> None:
-    build_dataclass(DiagnosticsConfig, recipe.diagnostics, "diagnostics")
 
 
 TRACKER_PACKAGES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -243,20 +202,25 @@ def validate(recipe: Recipe, processes: int | None = None) -> None:
         run(_check_field_range, recipe.training, key, marks=(key,))
     invariants = (recipe.algorithm, recipe.training, level_explicit)
     run(check_training_invariants, *invariants, reads=TRAINING_INVARIANT_KEYS)
-    run(_check_launch, recipe)
-    batch = run(_check_batch_sizes, recipe, processes, reads=ROLLOUT_KEYS)
+    if recipe.launch is not None:
+        run(check_launch_counts, recipe.launch, reads=LAUNCH_SIZE_KEYS, marks=LAUNCH_SIZE_KEYS)
+        for check, reads in LAUNCH_CHECKS:
+            run(check, recipe.launch, recipe, reads=reads)
+    for name, section in (("diagnostics", DiagnosticsConfig), ("engine", EngineConfig), ("moe", MoeConfig)):
+        read_section(problems, section, getattr(recipe, name), name)  # each bad key, once
+    batch = run(_check_batch_sizes, recipe, processes, reads=(*ROLLOUT_KEYS, *LAUNCH_SIZE_KEYS))
     if batch is not None:
         off_policy = (recipe.algorithm, batch.on_policy, recipe.allow_on_policy)
         run(check_off_policy, *off_policy, reads=("algorithm", "allow_on_policy"))
         moe = (recipe.moe, recipe.training, recipe.engine, batch.on_policy)
         run(check_moe_settings, *moe, reads=("engine", "moe"), marks=("moe",))
     check_rewards(recipe, problems)
-    run(_check_heldout, recipe)
+    for check, reads in HELDOUT_CHECKS if recipe.heldout is not None else ():
+        run(check, recipe.heldout, reads=reads)
     run(_check_model, recipe)
-    run(check_precision, recipe)
-    run(_check_diagnostics, recipe)
-    run(check_engine_settings, recipe.engine, recipe.training)
-    run(check_vllm_for_moe, recipe.model.name_or_path, recipe.training, reads=("model",))
-    run(check_moe_model, recipe.model.name_or_path, recipe.moe, reads=("model", "moe"))
+    run(check_precision, recipe, reads=("model.dtype", "model.allow_pure_bf16"))
+    run(check_engine_settings, recipe.engine, recipe.training, reads=("engine",))
+    run(check_vllm_for_moe, recipe.model.name_or_path, recipe.training, reads=("model.name_or_path",))
+    run(check_moe_model, recipe.model.name_or_path, recipe.moe, reads=("model.name_or_path", "moe"))
     run(_check_trackers, recipe, reads=("report_to",))
     problems.raise_if_any()

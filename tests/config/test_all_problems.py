@@ -60,6 +60,65 @@ def test_a_recipe_with_several_mistakes_reports_all_of_them_in_one_run(tmp_path,
     assert not (tmp_path / "out").exists()
 
 
+SECTION_MISTAKES: list[tuple[str, str, list[list[str]]]] = [
+    # (section, its recipe line with three mistakes, the words of each mistake's one line)
+    (
+        "heldout",
+        "heldout: {reward: gspo_trl.data.synthetic:exact_match, evry_steps: 5, max_rows: lots, k: [0]}",
+        [
+            ["heldout.evry_steps", "did you mean 'every_steps'?"],
+            ["heldout.max_rows", "got 'lots'"],
+            ["heldout.k", "every k must be >= 1"],
+        ],
+    ),
+    (
+        "launch",
+        "launch: {nodes: 1, gpus_per_nod: 8, gpu_memory_gb: big, seconds_per_step: [-1]}",
+        [
+            ["launch.gpus_per_nod", "did you mean 'gpus_per_node'?"],
+            ["launch.gpu_memory_gb", "got 'big'"],
+            ["launch.seconds_per_step", "positive seconds"],
+        ],
+    ),
+    (
+        "diagnostics",
+        "diagnostics: {length_bucket: [64], warn_after_steps: soon, warn_clip_fraction: 2}",
+        [
+            ["diagnostics.length_bucket", "did you mean 'length_buckets'?"],
+            ["diagnostics.warn_after_steps", "got 'soon'"],
+            ["diagnostics.warn_clip_fraction", "(0, 1]"],
+        ],
+    ),
+    (
+        "data",
+        "data: {path: synthetic:reversal, num_rows: many, solution_colum: solution, eval_size: 16}",
+        [["data.num_rows", "got 'many'"], ["data.solution_colum", "did you mean 'solution_column'?"]],
+    ),
+    (  # an unreadable gpus_per_node: its default 0 must not be refused against the server layout
+        "launch, no follow-on",
+        "launch: {nodes: 2, gpus_per_node: eight, server_tensor_parallel_size: 4, "
+        "server_data_parallel_size: 2}",
+        [["launch.gpus_per_node", "got 'eight'"]],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("section", "line", "expected"), SECTION_MISTAKES, ids=[section for section, _, _ in SECTION_MISTAKES]
+)
+def test_every_mistake_in_one_section_is_its_own_line(tmp_path, capsys, section, line, expected) -> None:
+    """Fails on main: a section stopped at its first bad key (one line), whatever else it held."""
+    path = _recipe(tmp_path, [line, "use_vllm: true", "vllm_mode: server"])
+    for command in ("validate", "train"):
+        lines, err = _errors([command, str(path)], capsys)
+        assert len(lines) == len(expected), (section, err)
+        for words in expected:
+            matching = [found for found in lines if all(word in found for word in words)]
+            assert len(matching) == 1, (words, err)
+            assert matching[0].startswith(f"error: {path}: ") or (len(lines) == 1 and str(path) in lines[0])
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize(("case", "line", "words"), MISTAKES, ids=[case for case, _, _ in MISTAKES])
 def test_each_mistake_alone_is_one_line(tmp_path, capsys, case, line, words) -> None:
     lines, err = _errors(["validate", str(_recipe(tmp_path, [line]))], capsys)
