@@ -5,9 +5,10 @@ packed copies, so TRL's `load_weights` sync either fails (`weight_loader` gone) 
 buffers the forward never reads; and its `dtype="auto"` turns an fp32 checkpoint into bf16.
 `patch_trl_for_vllm_cpu()` (call it before the trainer builds its engine) keeps every weight live
 and unpacked, computes the textbook forward over it, and builds the engine in the trainer's
-compute dtype; `vllm_metadata_alias` lets `trl vllm-serve` start on CPU. Nothing is patched on
-GPUs; `GSPO_TRL_DISABLE_VLLM_CPU_SHIM=1` turns it off. docs/vllm.md ("The CPU shim") has what
-vLLM-CPU does, what each patch changes, why it is correct, what it costs, and the measurements.
+compute dtype and eager (no torch.compile warm-up); `vllm_metadata_alias` lets `trl vllm-serve`
+start on CPU. Nothing is patched on GPUs; `GSPO_TRL_DISABLE_VLLM_CPU_SHIM=1` turns it off.
+docs/vllm.md ("The CPU shim") has what vLLM-CPU does, what each patch changes, why it is
+correct, what it costs, and the measurements.
 """
 
 from __future__ import annotations
@@ -174,21 +175,24 @@ def trainer_compute_dtype(model: torch.nn.Module, accelerator: Any) -> torch.dty
 
 
 def _make_init_in_trainer_dtype(original: Callable[[Any], None]) -> Callable[[Any], None]:
-    """Wrap `VLLMGeneration._init_vllm` so a colocated engine uses the trainer model's dtype.
+    """Wrap `VLLMGeneration._init_vllm` so a colocated engine uses the trainer model's dtype
+    and runs eager.
 
-    TRL calls `LLM(...)` from `trl.generation.vllm_generation` without a dtype; for the
-    duration of the call that module's `LLM` is bound to `LLM` with `dtype=<model dtype>`.
+    TRL calls `LLM(...)` from `trl.generation.vllm_generation` without a dtype and without
+    `enforce_eager`; for the duration of the call that module's `LLM` is bound to `LLM` with
+    `dtype=<model dtype>` (when known) and `enforce_eager=True`. Eager skips vLLM-CPU's
+    torch.compile warm-up, ~30 s of every engine start on 2 cores (docs/vllm.md, "The CPU shim").
     """
 
     @functools.wraps(original)
     def init_vllm_in_trainer_dtype(self: Any) -> None:
-        dtype = trainer_compute_dtype(self.model, self.accelerator)
-        if self.mode != "colocate" or dtype is None:
+        if self.mode != "colocate":
             original(self)
             return
+        dtype = trainer_compute_dtype(self.model, self.accelerator)
         module = sys.modules[type(self).__module__]
         llm_class = module.LLM
-        module.LLM = functools.partial(llm_class, dtype=dtype)
+        module.LLM = functools.partial(llm_class, enforce_eager=True, **({"dtype": dtype} if dtype else {}))
         try:
             original(self)
         finally:
@@ -238,6 +242,6 @@ def patch_trl_for_vllm_cpu() -> bool:
         VLLMGeneration._init_vllm = _make_init_in_trainer_dtype(VLLMGeneration._init_vllm)
     logger.info(
         "vLLM runs on CPU: weight-sync shim applied "
-        "(live unpacked linear and MoE expert weights, trainer dtype)"
+        "(live unpacked linear and MoE expert weights, trainer dtype, eager)"
     )
     return True

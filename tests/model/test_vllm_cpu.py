@@ -129,9 +129,10 @@ from gspo_trl.model.vllm_cpu import patch_trl_for_vllm_cpu
 
 facts = {"patch_when_disabled": patch_trl_for_vllm_cpu()}
 facts["untouched_when_disabled"] = not hasattr(layer_utils.dispatch_cpu_unquantized_gemm, "__gspo_trl_shim__")
-# The engine is put in fp32 by hand so that what is measured is the weight packing, not the
+# The engine is put in fp32 and eager by hand (as the shim would) so that what is measured is the
+# weight packing, not the
 # bf16 downcast (the shim's other half).
-vg.LLM = functools.partial(vg.LLM, dtype=torch.float32)
+vg.LLM = functools.partial(vg.LLM, dtype=torch.float32, enforce_eager=True)
 settings = cl.CheckLogprobsSettings(model=sys.argv[1], output_dir=sys.argv[2], train_steps=2, num_prompts=4)
 prompts = cl._read_prompts(None, 4)
 trainer = cl._trainer_from_model(settings, prompts)
