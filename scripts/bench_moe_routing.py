@@ -306,12 +306,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--lrs", type=float, nargs="+", help=f"learning rates (run: the recipe's, sweep: {SWEEP_LRS})"
     )
-    parser.add_argument("--rounds", type=int, default=6, help="overhead: pairs of runs (smoke: 1)")
+    parser.add_argument("--rounds", type=int, default=8, help="overhead: pairs of runs (smoke: 1)")
     parser.add_argument("--smoke", action="store_true", help="tiny model, few steps: seconds, no meaning")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # one thread: least noise on shared cores (gspo_trl.cpu_threads)
     if args.steps is None:
-        args.steps = {"overhead": 12}.get(args.command, 200) if not args.smoke else 4
+        args.steps = {"overhead": 40}.get(args.command, 200) if not args.smoke else 4
     if args.smoke and args.command == "overhead":
         args.rounds = 1
     base_lr = float(load_recipe(RECIPE).training["learning_rate"])
