@@ -42,6 +42,9 @@ def main() -> None:
     rank = trainer.accelerator.process_index
     record = {"world": trainer.accelerator.num_processes, "seen": seen, "logs": logs}
     (out / f"rank{rank}.json").write_text(json.dumps(record))
+    from gspo_trl.train import release_process_group
+
+    release_process_group()  # left to interpreter exit, gloo aborted a finished 2-rank run in CI
 
 
 if __name__ == "__main__":
