@@ -14,7 +14,6 @@ import json
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +60,7 @@ def run_demo(
     print(size_torch_threads(), flush=True)
     base = save_tiny_model(output_dir / "tiny-model", DEMO_MODEL)
     stage(2, f"warm start: {sft_steps} steps of SFT on imperfect answers (cached between runs)")
-    warm = warm_start(base, output_dir / "warm-start", task, replace(WarmStartSettings(), steps=sft_steps))
+    warm = warm_start(base, output_dir / "warm-start", task, WarmStartSettings(steps=sft_steps))
     warm_seconds = time.time() - started
 
     recipe = load_recipe(

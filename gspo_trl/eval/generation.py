@@ -178,19 +178,18 @@ class Sampler:
         if self.engine == "vllm":
             from vllm import LLM
 
-            from gspo_trl.model.vllm_cpu import vllm_runs_on_cpu
+            from gspo_trl.model.vllm_cpu import CPU_ENGINE_KWARGS, vllm_runs_on_cpu
 
             # On the CPU backend this fraction is of host RAM (vLLM reserves it up front, and
-            # refuses to start if it is not free): take a modest share, not the GPU's 0.9. Eager
-            # skips vLLM-CPU's torch.compile warm-up (~30 s of each start on 2 cores, docs/vllm.md).
-            on_cpu = {"gpu_memory_utilization": CPU_MEMORY_FRACTION, "enforce_eager": True}
-            memory = on_cpu if vllm_runs_on_cpu() else {}
+            # refuses to start if it is not free): take a modest share, not the GPU's 0.9.
+            on_cpu = {**CPU_ENGINE_KWARGS, "gpu_memory_utilization": CPU_MEMORY_FRACTION}
+            cpu_only = on_cpu if vllm_runs_on_cpu() else {}
             return LLM(
                 model=self.path,
                 revision=config.revision,
                 trust_remote_code=config.trust_remote_code,
                 dtype=config.dtype or _checkpoint_dtype(self.path),
-                **memory,
+                **cpu_only,
             )
         from transformers import AutoModelForCausalLM
 

@@ -29,6 +29,10 @@ import torch
 logger = logging.getLogger(__name__)
 
 DISABLE_ENV = "GSPO_TRL_DISABLE_VLLM_CPU_SHIM"
+CPU_ENGINE_KWARGS: dict[str, Any] = {"enforce_eager": True}
+"""What every engine gspo-trl builds on vLLM-CPU passes (the shim's colocated one, `eval`'s):
+eager skips vLLM-CPU's torch.compile warm-up, ~30 s of each engine start on 2 cores, and decodes
+~10-35% slower on the tiny model (measured: docs/vllm.md, "The CPU shim")."""
 """Environment variable that turns the shim off when set to a non-empty value other than 0."""
 
 
@@ -180,8 +184,7 @@ def _make_init_in_trainer_dtype(original: Callable[[Any], None]) -> Callable[[An
 
     TRL calls `LLM(...)` from `trl.generation.vllm_generation` without a dtype and without
     `enforce_eager`; for the duration of the call that module's `LLM` is bound to `LLM` with
-    `dtype=<model dtype>` (when known) and `enforce_eager=True`. Eager skips vLLM-CPU's
-    torch.compile warm-up, ~30 s of every engine start on 2 cores (docs/vllm.md, "The CPU shim").
+    `dtype=<model dtype>` (when known) and `CPU_ENGINE_KWARGS`.
     """
 
     @functools.wraps(original)
@@ -192,7 +195,7 @@ def _make_init_in_trainer_dtype(original: Callable[[Any], None]) -> Callable[[An
         dtype = trainer_compute_dtype(self.model, self.accelerator)
         module = sys.modules[type(self).__module__]
         llm_class = module.LLM
-        module.LLM = functools.partial(llm_class, enforce_eager=True, **({"dtype": dtype} if dtype else {}))
+        module.LLM = functools.partial(llm_class, **CPU_ENGINE_KWARGS, **({"dtype": dtype} if dtype else {}))
         try:
             original(self)
         finally:
