@@ -92,7 +92,9 @@ class WarmStartSettings:
     and GSPO seeded together), was +0.84 to +0.935 after 800 steps, +0.68 to +0.885 after 600,
     and +0.41 to +0.805 after 400 (seeds 0-2). At lr 2e-3 the mean gain was +0.73 against +0.79
     at 3e-3 (600 steps, seeds 0-2). Fewer steps at a larger batch learnt less per row (default
-    shape, 150 steps at 64: SFT loss 0.51; 300 at 32: 0.17-0.28).
+    shape, 150 steps at 64: SFT loss 0.51; 300 at 32: 0.17-0.28). These were one-off runs made
+    while choosing the defaults, with the seeds changed by hand: no shipped command repeats them.
+    scripts/time_demo.sh measures the demo as shipped (seed 0).
     """
 
     steps: int = 800
