@@ -1,0 +1,141 @@
+"""ProbeChain: hands each trainer event to the probes, in list order.
+
+Notifications go to every probe in order; `around_*` events nest, the first probe outermost
+(it sees the call first and its result last), TRL's own call innermost; `answer_no_grad_pass`
+stops at the first answer; `on_rollout_end` threads the batch through each probe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
+from typing import Any, TypeVar
+
+import torch
+
+from gspo_trl.training.probes.base import (
+    CheckpointSave,
+    Generation,
+    LogprobOutput,
+    LossCall,
+    NoGradPass,
+    PolicyPass,
+    Probe,
+    ProbeCallbacks,
+)
+
+T = TypeVar("T")
+
+
+class ProbeChain(Sequence[Probe]):
+    """The trainer's probes, in event order."""
+
+    def __init__(self, probes: Sequence[Probe]) -> None:
+        self.probes = list(probes)
+
+    def __getitem__(self, index: int) -> Probe:  # type: ignore[override]
+        return self.probes[index]
+
+    def __len__(self) -> int:
+        return len(self.probes)
+
+    def __iter__(self) -> Iterator[Probe]:
+        return iter(self.probes)
+
+    def find(self, kind: type[T]) -> T | None:
+        """The first probe of `kind`, or None."""
+        return next((p for p in self.probes if isinstance(p, kind)), None)
+
+    def _around(self, method: str, trainer: Any, args: tuple, innermost: Callable[[], Any]) -> Any:
+        call = innermost
+        for probe in reversed(self.probes):
+            call = partial(getattr(probe, method), trainer, *args, call)
+        return call()
+
+    # --- setup and lifecycle --------------------------------------------------------------
+    def callbacks(self) -> ProbeCallbacks:
+        merged = ProbeCallbacks()
+        for probe in self.probes:
+            own = probe.callbacks()
+            merged.before_reporting += own.before_reporting
+            merged.after_reporting += own.after_reporting
+        return merged
+
+    def attach(self, trainer: Any) -> None:
+        for probe in self.probes:
+            probe.attach(trainer)
+
+    def train_begin(self, trainer: Any) -> None:
+        for probe in self.probes:
+            probe.on_train_begin(trainer)
+
+    def train_end(self, trainer: Any) -> None:
+        for probe in self.probes:
+            probe.on_train_end(trainer)
+
+    # --- rollout --------------------------------------------------------------------------
+    def rollout(self, trainer: Any, training: bool, generate_and_score: Callable[[], dict[str, Any]]) -> dict:
+        def scored() -> dict[str, Any]:
+            for probe in self.probes:
+                probe.on_rollout_begin(trainer, training)
+            batch = generate_and_score()
+            for probe in self.probes:
+                batch = probe.on_rollout_end(trainer, batch)
+            return batch
+
+        return self._around("around_rollout", trainer, (), scored)
+
+    def generation(self, trainer: Any, generate: Callable[[], tuple]) -> tuple:
+        return self._around("around_generation", trainer, (), generate)
+
+    def generated(self, trainer: Any, generation: Generation) -> None:
+        for probe in self.probes:
+            probe.on_generation(trainer, generation)
+
+    def weight_sync(self, trainer: Any, sync: Callable[[], Any]) -> Any:
+        return self._around("around_weight_sync", trainer, (), sync)
+
+    def no_grad_pass(
+        self, trainer: Any, call: NoGradPass, forward: Callable[[], LogprobOutput]
+    ) -> LogprobOutput:
+        for probe in self.probes:
+            call.answer = probe.answer_no_grad_pass(trainer, call)
+            if call.answer is not None:
+                break
+        answer = call.answer
+        return self._around(
+            "around_no_grad_pass", trainer, (call,), forward if answer is None else lambda: answer
+        )
+
+    def rewards(self, trainer: Any, calculate: Callable[[], torch.Tensor]) -> torch.Tensor:
+        return self._around("around_rewards", trainer, (), calculate)
+
+    # --- updates ----------------------------------------------------------------------------
+    def loss_inputs(self, trainer: Any, loss: LossCall) -> None:
+        for probe in self.probes:
+            probe.on_loss_inputs(trainer, loss)
+
+    def policy_pass(self, trainer: Any, policy: PolicyPass) -> None:
+        for probe in self.probes:
+            probe.on_policy_pass(trainer, policy)
+
+    def loss(self, trainer: Any, loss: LossCall, value: torch.Tensor) -> None:
+        for probe in self.probes:
+            probe.on_loss(trainer, loss, value)
+
+    def training_step_end(self, trainer: Any) -> None:
+        for probe in self.probes:
+            probe.on_training_step_end(trainer)
+
+    # --- evaluation, checkpoints, logs ---------------------------------------------------------
+    def evaluate(self, trainer: Any, evaluate: Callable[[], T]) -> T:
+        return self._around("around_evaluate", trainer, (), evaluate)
+
+    def checkpoint_save(self, trainer: Any, save: CheckpointSave, write: Callable[[], None]) -> None:
+        self._around("around_checkpoint_save", trainer, (save,), write)
+
+    def log(self, trainer: Any, logs: Mapping[str, Any]) -> dict[str, float]:
+        added: dict[str, float] = {}
+        for probe in self.probes:
+            added.update(probe.on_log(trainer, {**logs, **added}))
+        return added
