@@ -288,12 +288,11 @@ class MoeRouting:
         return out
 
 
-def engine_routing_returned(args: Any) -> contextlib.AbstractContextManager[None]:
+def engine_routing_returned(config: MoeConfig) -> contextlib.AbstractContextManager[None]:
     """Around GRPOTrainer's construction: with `moe.routing_replay: engine`, TRL's colocated vLLM
     is built to return the experts it routes to (gspo_trl.model.vllm_routing), or a one-line
     refusal says why it cannot; otherwise nothing."""
-    moe = getattr(args, "moe_config", None)
-    if not callable(moe) or moe().routing_replay != "engine":
+    if config.routing_replay != "engine":
         return contextlib.nullcontext()
     reason = engine_routing_unavailable_reason()
     if reason is not None:

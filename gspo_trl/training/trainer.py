@@ -1,54 +1,52 @@
-"""GSPOTrainer: TRL's GRPOTrainer with GSPO diagnostics and GSPO-token; the loss stays TRL's.
+"""GSPOTrainer: TRL's GRPOTrainer that hands each TRL event to an ordered list of probes; the loss
+stays TRL's.
 
 GSPO itself is TRL configuration (`importance_sampling_level="sequence"`, `loss_type="grpo"`,
-beta 0, eps 3e-4/4e-4, 4 updates per rollout batch). This subclass adds four things and
-never re-implements the loss:
+beta 0, eps 3e-4/4e-4, 4 updates per rollout batch). What GSPO-trl adds lives in probes
+(gspo_trl.training.probes; the event list is in probes/base.py), in this order, which is also
+the order of their events and of their callbacks:
 
-- Diagnostics (see `gspo_trl.training.diagnostics` for the metric keys). TRL computes the policy
-  log-probs inside `_compute_loss`; we observe them on their way out of
-  `_get_per_token_logps_and_entropies`, derive log s_i from the same tensors TRL uses, and
-  gather one small row per response across ranks. No extra forward pass, no recomputed
-  entropy.
-- Checkpoints written whole or not at all (gspo_trl.training.safety.staged_checkpoints).
-- Phase timings, tokens/s, MFU (`perf/*`, gspo_trl.training.reporting.phases), at the TRL calls quoted below.
-- GSPO-token (`GSPOConfig(gspo_token=True)`, with `importance_sampling_level="token"`). TRL reads
-  `inputs["old_per_token_logps"]` after computing `per_token_logps`; we set it to
-  `per_token_logps.detach() - sg[log s_i]`, so TRL's own token ratio becomes
-  exp(sg[log s_i] + logp_it - sg[logp_it]): every token carries the value (and clip
-  decision) of s_i, while the gradient flows through each token's log-prob with its own
-  advantage A_it. The rewrite happens on a copy of the minibatch, so reused buffers
-  (num_iterations > 1) keep the true old log-probs.
+    GspoTokenProbe        GSPO-token (`GSPOConfig(gspo_token=True)`): pi_old rewritten per token
+    DiagnosticsProbe      gspo/* from the loss's own policy pass (no extra forward)
+    EngineLogprobsProbe   `engine: {old_logprobs: engine}`: pi_old from vLLM, and its guard
+    RoutingProbe          `moe:` routing record/replay and flip rates (inert for a dense model)
+    PerfProbe             perf/* phase timings, tokens/s, MFU
+    StagedCheckpointsProbe  checkpoints written whole or not at all
+    ... then the probes given as `GSPOTrainer(..., probes=[...])` (the console, held-out scoring,
+    or your own: docs/probes.md).
 
-With `engine={"old_logprobs": "engine"}` (recipe `engine:` section), pi_old is vLLM's sampling
-log-probs instead of TRL's recompute forward, and the on-policy minibatch's log s_i is judged
-as the engine mismatch on every rollout batch (gspo_trl.training.engine.logprobs, .mismatch).
+This module is the one place of the package that names TRL's and transformers' private Trainer
+methods (tests/training/test_probes.py checks it): each override quotes the TRL line it relies
+on, so a TRL upgrade that moves one breaks here and nowhere else.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from trl import GRPOTrainer
 
-import gspo_trl.metric_names as names
-from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.config.invariants import algorithm_of, check_ratio_level
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig, MoeConfig
-from gspo_trl.training.diagnostics import (
-    ClipAlarm,
-    PolicyPass,
-    response_rows,
-    sequence_log_ratio,
-    summarize_rows,
+from gspo_trl.training.probes.base import (
+    CheckpointSave,
+    Generation,
+    LossCall,
+    NoGradPass,
+    PolicyForward,
+    Probe,
 )
-from gspo_trl.training.engine.logprobs import EngineOldLogprobs
+from gspo_trl.training.probes.chain import ProbeChain
+from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
+from gspo_trl.training.probes.engine import EngineLogprobsProbe
+from gspo_trl.training.probes.gspo_token import GspoTokenProbe
+from gspo_trl.training.probes.perf import PerfProbe
+from gspo_trl.training.probes.routing import RoutingProbe
 from gspo_trl.training.reporting.console import close_consoles
-from gspo_trl.training.reporting.phases import PerfMeter, UpdatePhaseCallback, trainer_model_shape
-from gspo_trl.training.routing import MoeRouting, engine_routing_returned
-from gspo_trl.training.safety.staged_checkpoints import StagedCheckpoints
+from gspo_trl.training.safety.staged_checkpoints import StagedCheckpointsProbe
 
 logger = logging.getLogger(__name__)
 
@@ -83,244 +81,244 @@ def stop_router_logits_in_generate(model: Any) -> None:
         text_config.output_router_logits = False
 
 
-class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
-    """GRPOTrainer plus GSPO diagnostics and GSPO-token; every argument is TRL's.
+def _section(args: Any, name: str, kind: type) -> Any:
+    """A GSPOConfig's checked section (`diagnostics`, `engine`, `moe`), or the defaults for a
+    plain GRPOConfig."""
+    built = getattr(args, f"{name}_config", None)
+    return built() if callable(built) else kind()
 
-    Give it a `GSPOConfig` (gspo_trl.training.config): its `gspo_token` and `diagnostics`
-    fields switch GSPO-token and configure the diagnostics. A plain `GRPOConfig` works too
-    (no GSPO-token, default diagnostics), but carries TRL's defaults, not GSPO's.
+
+def builtin_probes(args: Any) -> list[Probe]:
+    """GSPO-trl's own probes for a run with these arguments, in event order."""
+    diagnostics = _section(args, "diagnostics", DiagnosticsConfig)
+    probes: list[Probe] = [GspoTokenProbe()] if getattr(args, "gspo_token", False) else []
+    return [
+        *probes,
+        DiagnosticsProbe(diagnostics),
+        EngineLogprobsProbe(_section(args, "engine", EngineConfig)),
+        RoutingProbe(_section(args, "moe", MoeConfig), diagnostics),
+        PerfProbe(),
+        StagedCheckpointsProbe(),
+    ]
+
+
+class GSPOTrainer(GRPOTrainer):
+    """GRPOTrainer plus GSPO diagnostics and GSPO-token; every argument is TRL's, and `probes`.
+
+    Give it a `GSPOConfig` (gspo_trl.training.config): its `gspo_token`, `diagnostics`, `engine`
+    and `moe` fields configure the built-in probes. A plain `GRPOConfig` works too (no GSPO-token,
+    default diagnostics), but carries TRL's defaults, not GSPO's. `probes` are added after the
+    built-in ones (gspo_trl.training.probes.base, docs/probes.md).
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._gspo_loss_inputs: dict[str, Any] | None = None
-        self._gspo_captured: dict[str, torch.Tensor] = {}
-        self._gspo_rows: dict[int, list[torch.Tensor]] = defaultdict(list)
-        self.gspo_row_sink: list[tuple[int, torch.Tensor]] | None = None
-        """Set to a list to also keep every gathered (minibatch index, rows) pair (calibrate)."""
+    def __init__(self, *args: Any, probes: Sequence[Probe] = (), **kwargs: Any) -> None:
+        self._loss_call: LossCall | None = None
         trainer_args = kwargs.get("args", args[2] if len(args) > 2 else None)
-        with engine_routing_returned(trainer_args):  # routing_replay: engine builds TRL's vLLM for it
+        self.probes = ProbeChain([*builtin_probes(trainer_args), *probes])
+        with self.probes.trainer_init():  # routing_replay: engine builds TRL's vLLM for it
             super().__init__(*args, **kwargs)
         stop_router_logits_in_generate(self.model)
         self.gspo_token = bool(getattr(self.args, "gspo_token", False))
-        config = getattr(self.args, "diagnostics_config", None)
-        self.diagnostics = config() if callable(config) else DiagnosticsConfig()
-        self._gspo_alarm = ClipAlarm(self.diagnostics)
-        engine = getattr(self.args, "engine_config", None)
-        self.engine_logprobs = EngineOldLogprobs(self, engine() if callable(engine) else EngineConfig())
-        moe = getattr(self.args, "moe_config", None)
-        moe_config = moe() if callable(moe) else MoeConfig()
-        on_policy = RolloutBatch.from_grpo_config(self.args).on_policy
-        self.routing = MoeRouting(self.model, moe_config, self.diagnostics, self.accelerator, on_policy)
+        self.probes.attach(self)
         if self.use_vllm and self.accelerator.is_main_process:
             logger.info(vllm_correction_summary(self.args))
-        self.perf = PerfMeter(
-            self.accelerator.device, trainer_model_shape(self.model), bool(self.args.gradient_checkpointing)
-        )
-        self.add_callback(UpdatePhaseCallback(self.perf.timer))
+        callbacks = self.probes.callbacks()
+        handler = self.callback_handler.callbacks  # transformers' defaults and the trackers
+        handler[:0] = callbacks.before_reporting
+        for callback in callbacks.after_reporting:
+            self.add_callback(callback)
         if self.use_vllm:
-            self._time_weight_sync()
+            self._probe_weight_sync()
         # a GSPOConfig checked this when built; again here for one changed since (the same check)
         level = self.importance_sampling_level
         check_ratio_level(algorithm_of(level, self.gspo_token), level)
 
-    # --- loss path -------------------------------------------------------------------------
+    # --- the built-in probes' state, as before the probes existed ---------------------------------
+    @property
+    def diagnostics(self) -> DiagnosticsConfig:
+        return self.probes.find(DiagnosticsProbe).config
+
+    @property
+    def perf(self) -> Any:
+        return self.probes.find(PerfProbe).meter
+
+    @property
+    def routing(self) -> Any:
+        return self.probes.find(RoutingProbe).routing
+
+    @routing.setter
+    def routing(self, value: Any) -> None:
+        self.probes.find(RoutingProbe).routing = value
+
+    @property
+    def engine_logprobs(self) -> Any:
+        return self.probes.find(EngineLogprobsProbe).engine
+
+    @engine_logprobs.setter
+    def engine_logprobs(self, value: Any) -> None:
+        self.probes.find(EngineLogprobsProbe).engine = value
+
+    @property
+    def gspo_row_sink(self) -> list[tuple[int, torch.Tensor]] | None:
+        """Set to a list to also keep every gathered (minibatch index, rows) pair (calibrate)."""
+        return self.probes.find(DiagnosticsProbe).row_sink
+
+    @gspo_row_sink.setter
+    def gspo_row_sink(self, value: list[tuple[int, torch.Tensor]] | None) -> None:
+        self.probes.find(DiagnosticsProbe).row_sink = value
+
+    def gspo_statistics(self) -> dict[str, float]:
+        """Turn the rows recorded since the last log into `gspo/*` metrics and clear them."""
+        return self.probes.find(DiagnosticsProbe).statistics(self)
+
+    # --- TRL's metric buffer, for probes ----------------------------------------------------------
+    def logged_values(self, key: str) -> list[float]:
+        """The training values TRL buffered under `key` since the last log (`self._metrics[mode]
+        [key].append(...)`, averaged and cleared by `log`, grpo_trainer.py:3302-3321)."""
+        return list(self._metrics["train"].get(key, []))
+
+    def record_metric(self, key: str, value: float) -> None:
+        """Add a training value to TRL's buffer: averaged into the next log like TRL's own."""
+        self._metrics["train"][key].append(value)
+
+    # --- lifecycle ----------------------------------------------------------------------------------
     def train(self, *args: Any, **kwargs: Any) -> Any:
-        """TRL's train; the console lets go of the alarm loggers even when training raises
-        (transformers calls on_train_end only on success), so a later run in the same process
-        (a notebook, a sweep) gets its own alarms."""
-        self.perf.timer.reset()
-        self.perf.timer.start(names.PHASE_SETUP)  # until on_train_begin (UpdatePhaseCallback)
+        """TRL's train, told to the probes; the console lets go of the alarm loggers even when
+        training raises (transformers calls on_train_end only on success)."""
+        self.probes.train_begin(self)
         try:
             return super().train(*args, **kwargs)
         finally:
             close_consoles(self)
+            self.probes.train_end(self)
 
-    # --- phase timings (gspo_trl.training.reporting.phases) --------------------------------------
-    def _time_weight_sync(self) -> None:
-        """`weight_sync`: TRL's `_generate`/`_generate_single_turn` run `if self.state.global_step !=
-        self._last_loaded_step: ... self.vllm_generation.sync_weights()`, inside `generation`."""
+    def _probe_weight_sync(self) -> None:
+        """TRL's `_generate` syncs through `self.vllm_generation.sync_weights()` when
+        `self.state.global_step != self._last_loaded_step` (grpo_trainer.py:2202-2205, and :1769-1772
+        in `_generate_single_turn`); the probes wrap (or skip) it."""
         generation = self.vllm_generation
 
-        def timed_sync(*args: Any, **kwargs: Any) -> Any:
+        def sync(*args: Any, **kwargs: Any) -> Any:
             # The class's method, looked up at each call: a sync patched onto the class after
-            # the trainer was built (gspo_trl.model.vllm_cpu's shim, a user's) is the one timed.
-            with self.perf.timer.phase(names.PHASE_WEIGHT_SYNC):
-                return type(generation).sync_weights(generation, *args, **kwargs)
+            # the trainer was built (gspo_trl.model.vllm_cpu's shim, a user's) is the one called.
+            return self.probes.weight_sync(
+                self, lambda: type(generation).sync_weights(generation, *args, **kwargs)
+            )
 
-        generation.sync_weights = timed_sync
+        generation.sync_weights = sync
+
+    # --- rollout ---------------------------------------------------------------------------------
+    def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+        """`generation_batch = self._generate_and_score_completions(generation_batch)`
+        (grpo_trainer.py:1541, in `_prepare_inputs`, once per rollout batch)."""
+        parent = super()._generate_and_score_completions
+        return self.probes.rollout(self, self.model.training, lambda: parent(inputs))
+
+    def _generate(self, prompts: list) -> tuple:
+        """`(prompt_ids_list, completion_ids_list, tool_mask_list, completions,
+        sampling_per_token_logps_list, ...) = self._generate(prompts)` (grpo_trainer.py:2426-2436)."""
+        parent = super()._generate
+        result = self.probes.generation(self, lambda: parent(prompts))
+        generation = Generation(result[0], result[1], result[4], self.model.training, result)
+        self.probes.generated(self, generation)
+        return result
 
     def _calculate_rewards(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        """`rewards`: `rewards_per_func = self._calculate_rewards(inputs, prompts, completions, ...)`."""
-        with self.perf.timer.phase(names.PHASE_REWARDS):
-            return super()._calculate_rewards(*args, **kwargs)
+        """`rewards_per_func = self._calculate_rewards(inputs, prompts, completions,
+        completion_ids_list)` (grpo_trainer.py:2753)."""
+        parent = super()._calculate_rewards
+        return self.probes.rewards(self, lambda: parent(*args, **kwargs))
 
-    def _evaluate(self, *args: Any, **kwargs: Any) -> Any:
-        """`heldout`: the Trainer's eval pass (the held-out callback times its own)."""
-        with self.perf.timer.phase(names.PHASE_HELDOUT):
-            return super()._evaluate(*args, **kwargs)
+    def _get_per_token_logps_and_entropies(self, model: Any, *args: Any, **kwargs: Any):
+        """Two kinds of call: the no-grad ones in `_generate_and_score_completions`
+        (`old_per_token_logps, _, _ = self._get_per_token_logps_and_entropies(self.model, ...)`,
+        grpo_trainer.py:2646, and the reference model's at beta > 0, :2712), and the loss's policy
+        pass (`per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(`,
+        :3030, the first call inside `_compute_loss`). Positional order: (model, input_ids,
+        attention_mask, logits_to_keep, ...), :1419-1424."""
+        parent = super()._get_per_token_logps_and_entropies
+        loss, self._loss_call = self._loss_call, None  # only the first call inside _compute_loss
+        if loss is not None:
+            return self._policy_forward(loss, parent(model, *args, **kwargs))
+        call = NoGradPass(
+            model=model,
+            is_policy=model is self.model,
+            attention_mask=kwargs.get("attention_mask", args[1] if len(args) > 1 else None),
+            logits_to_keep=kwargs.get("logits_to_keep", args[2] if len(args) > 2 else None),
+            training=self.model.training,
+        )
+        return self.probes.no_grad_pass(self, call, lambda: parent(model, *args, **kwargs))
 
-    def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        with self.perf.timer.phase(names.PHASE_CHECKPOINT):
-            super()._save_checkpoint(model, trial)
+    def _policy_forward(self, loss: LossCall, output: tuple) -> tuple:
+        """The loss's forward, told to the probes before TRL reads `inputs["old_per_token_logps"]`
+        (`old_per_token_logps = inputs.get("old_per_token_logps")`, grpo_trainer.py:3065)."""
+        logps, entropies, _ = output
+        inputs = loss.inputs
+        mask = inputs["completion_mask"]  # TRL's own: `completion_mask * inputs["tool_mask"]`, :3027
+        if "tool_mask" in inputs:
+            mask = mask * inputs["tool_mask"]
+        forward = PolicyForward(logps.detach(), entropies, inputs.get("old_per_token_logps"), mask, loss)
+        self.probes.policy_forward(self, forward)
+        return output
+
+    # --- updates ---------------------------------------------------------------------------------
+    def _minibatch_position(self) -> tuple[int, bool]:
+        """(1-based minibatch index within the rollout batch, last micro-batch of it?), from TRL's
+        micro-step counter (`self._step % generate_every`, grpo_trainer.py:1538-1539)."""
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        accumulation = self.args.gradient_accumulation_steps
+        micro = self._step % generate_every
+        return micro // accumulation + 1, micro % accumulation == accumulation - 1
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        """`return self._compute_loss(model, inputs)` (grpo_trainer.py:2942, in `compute_loss`)."""
+        minibatch, last = self._minibatch_position()
+        loss = LossCall(dict(inputs), inputs, self.model.training, minibatch, last)
+        self.probes.loss_inputs(self, loss)
+        self._loss_call = loss
+        try:
+            value = super()._compute_loss(model, loss.inputs)
+        finally:
+            self._loss_call = None
+        self.probes.loss(self, loss, value)
+        return value
 
     def training_step(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        """TRL's step (loss forward, then backward); the update's routing pass ends after the
-        backward, which reruns the forward under gradient checkpointing (gspo_trl.training.routing)."""
+        """TRL's step (loss forward, then backward), grpo_trainer.py:1510."""
         try:
             return super().training_step(*args, **kwargs)
         finally:
-            self.routing.end_update()
+            self.probes.training_step_end(self)
 
-    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
-        if self.model.training:
-            self.perf.count_update(inputs)
-            self.routing.begin_update(inputs)
-        self._gspo_loss_inputs = dict(inputs)  # a copy: GSPO-token rewrites old log-probs in it
-        self._gspo_captured = {}
-        try:
-            loss = super()._compute_loss(model, self._gspo_loss_inputs)
-        finally:
-            self._gspo_loss_inputs = None
-        if self.model.training:
-            self.routing.observe_update(inputs, self._minibatch_index())
-        if self.diagnostics.enabled and self.model.training and self._gspo_captured:
-            self._record_rows(inputs)
-        if self.engine_logprobs.active and self.model.training and self._gspo_captured:
-            self._judge_engine_mismatch()
-        self._gspo_captured = {}
-        return loss
+    # --- evaluation, checkpoints, logs -------------------------------------------------------------
+    def _evaluate(self, *args: Any, **kwargs: Any) -> Any:
+        """`metrics = self._evaluate(trial, ignore_keys_for_eval)` (transformers/trainer.py:2196)."""
+        parent = super()._evaluate
+        return self.probes.evaluate(self, lambda: parent(*args, **kwargs))
 
-    # --- engine log-probs as pi_old (gspo_trl.training.engine.logprobs) -------------------------
-    def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
-        self.engine_logprobs.begin_rollout(self.model.training)
-        self.routing.begin_rollout(self.model.training)
-        try:
-            return self.routing.attach(super()._generate_and_score_completions(inputs))
-        finally:
-            self.engine_logprobs.end_rollout()
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """`self._save_checkpoint(model, trial)` (transformers/trainer.py:2203), which writes under
+        `run_dir = self._get_output_dir(trial=trial)` (:3227): a probe may point that elsewhere for
+        the save (`CheckpointSave.write_dir`)."""
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-    def _generate(self, prompts: list) -> tuple:
-        """`generation`: `prompt_ids, completion_ids, ... = self._generate(prompts)` in TRL's
-        `_generate_and_score_completions`; the completion ids are counted as generated tokens."""
-        with self.perf.timer.phase(names.PHASE_GENERATION):
-            result = super()._generate(prompts)
-        if self.model.training:
-            self.perf.count_generated(result[1])  # the completion ids, one list per completion
-            self.routing.take_engine_routing(self, result[0], result[1])
-        self.engine_logprobs.capture(result[4])  # the sampled tokens' log-probs
-        return result
+        run_dir = self._get_output_dir(trial=trial)
+        save = CheckpointSave(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}", run_dir)
+        parent = super()._save_checkpoint
 
-    def _judge_engine_mismatch(self) -> None:
-        """On the on-policy minibatch, log s_i is trainer minus engine: feed it to the guard."""
-        if self._minibatch_index() != 1:
-            return
-        log_s = self._gspo_captured["log_s"].float()
-        if self.accelerator.num_processes > 1:
-            log_s = self.accelerator.gather(
-                self.accelerator.pad_across_processes(log_s, dim=0, pad_index=float("nan"))
-            )
-        self.engine_logprobs.observe_on_policy(log_s)
-        generate_every = self.args.steps_per_generation * self.num_iterations
-        if self._step % generate_every == self.args.gradient_accumulation_steps - 1:
-            self.engine_logprobs.finish_on_policy(self)
+        def write() -> None:
+            redirected = save.write_dir != run_dir
+            if redirected:
+                self._get_output_dir = lambda trial=None: save.write_dir  # every writer asks this
+            try:
+                parent(model, trial)
+            finally:
+                if redirected:
+                    del self._get_output_dir
 
-    def _get_per_token_logps_and_entropies(self, model: Any, *args: Any, **kwargs: Any):
-        """`old_logprobs`: the no-grad calls in `_generate_and_score_completions` (`old_per_token_logps,
-        _, _ = self._get_per_token_logps_and_entropies(...)`, and the reference model's at beta > 0);
-        0 s in engine mode. The loss's call (inside `update`) is the policy pass."""
-        if self._gspo_loss_inputs is not None:
-            return self._policy_logprobs(model, *args, **kwargs)
-        if not self.model.training:
-            return self._no_grad_logprobs(model, *args, **kwargs)
-        with self.perf.timer.phase(names.PHASE_OLD_LOGPROBS):  # pi_old (and the reference model)
-            return self._no_grad_logprobs(model, *args, **kwargs)
-
-    def _no_grad_logprobs(self, model: Any, *args: Any, **kwargs: Any):
-        """A pass outside the loss (old / reference log-probs): the engine's, or TRL's forward."""
-        width = kwargs.get("logits_to_keep", args[2] if len(args) > 2 else None)
-        attention_mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
-        if self.engine_logprobs.active:
-            old = self.engine_logprobs.old_logprobs(model, self.model, width, self.accelerator.device)
-            if old is not None:  # TRL's pi_old call, answered by the engine: no forward
-                self.routing.skip_old_forward(attention_mask, width)
-                return old, None, None
-        with self.routing.old_forward(attention_mask, width):  # pi_old's routing: recorded or replayed
-            return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
-
-    def _policy_logprobs(self, model: Any, *args: Any, **kwargs: Any):
-        """The loss's policy pass: TRL's forward, observed for the diagnostics and GSPO-token."""
-        logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
-        inputs = self._gspo_loss_inputs
-        self._gspo_loss_inputs = None  # only the first call inside _compute_loss is the policy pass
-        mask = inputs["completion_mask"]
-        if "tool_mask" in inputs:
-            mask = mask * inputs["tool_mask"]
-        old = inputs.get("old_per_token_logps")
-        new = logps.detach()
-        log_s = sequence_log_ratio(new, new if old is None else old, mask)
-        if self.gspo_token:
-            inputs["old_per_token_logps"] = new - log_s.unsqueeze(-1)
-        self._gspo_captured = {"log_s": log_s, "mask": mask}
-        if entropies is not None:
-            self._gspo_captured["entropies"] = entropies.detach()
-        return logps, entropies, aux_loss
-
-    # --- diagnostics ------------------------------------------------------------------------
-    def _minibatch_index(self) -> int:
-        """1-based index of this update within its rollout batch (1 = on-policy)."""
-        generate_every = self.args.steps_per_generation * self.num_iterations
-        return (self._step % generate_every) // self.args.gradient_accumulation_steps + 1
-
-    def _record_rows(self, inputs: dict[str, Any]) -> None:
-        cap = self._gspo_captured
-        policy_pass = PolicyPass(
-            log_s=cap["log_s"],
-            scored_mask=cap["mask"],
-            completion_mask=inputs["completion_mask"],
-            advantages=inputs["advantages"],
-            entropies=cap.get("entropies"),
-        )
-        rows = response_rows(policy_pass)
-        if self.accelerator.num_processes > 1:  # ranks may hold different batch sizes: pad, then gather
-            rows = self.accelerator.gather(self.accelerator.pad_across_processes(rows, dim=0, pad_index=0))
-        self._gspo_rows[self._minibatch_index()].append(rows.detach())
-
-    def gspo_statistics(self) -> dict[str, float]:
-        """Turn the rows recorded since the last log into `gspo/*` metrics and clear them."""
-        eps = (self.epsilon_low, self.epsilon_high, self.diagnostics.length_buckets)
-        out: dict[str, float] = {}
-        offpolicy: list[tuple[torch.Tensor, dict[str, float]]] = []
-        for mb in sorted(self._gspo_rows):
-            rows = torch.cat(self._gspo_rows[mb]).cpu()
-            if self.gspo_row_sink is not None:
-                self.gspo_row_sink.append((mb, rows))
-            stats = summarize_rows(rows, *eps)
-            out.update({names.under(names.minibatch(mb), k): v for k, v in stats.items()})
-            if mb >= 2:
-                offpolicy.append((rows, stats))
-        self._gspo_rows.clear()
-        if offpolicy:  # usually one off-policy minibatch per logging step: reuse its numbers
-            pooled = (
-                offpolicy[0][1]
-                if len(offpolicy) == 1
-                else summarize_rows(torch.cat([r for r, _ in offpolicy]), *eps)
-            )
-            out.update({names.under(names.OFFPOLICY, k): v for k, v in pooled.items()})
-            if self.accelerator.is_main_process:
-                self._gspo_alarm.update(pooled, self.epsilon_low, self.epsilon_high)
-        return out
+        self.probes.checkpoint_save(self, save, write)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if self.model.training:
-            zero_std = [v for v in self._metrics["train"].get(names.TRL_ZERO_VARIANCE, []) if v == v]
-            if zero_std:
-                logs[names.ZERO_VARIANCE_GROUPS] = sum(zero_std) / len(zero_std)
-            if self._gspo_rows:
-                logs.update(self.gspo_statistics())
-            logs.update(self.routing.statistics(self.accelerator.is_main_process))
-            if "loss" in logs:  # a training log event: one perf window
-                logs.update(self.perf.logs(self.accelerator))
-        if "train_runtime" in logs:  # the end-of-training summary: the run's sums
-            self.perf.timer.window()
-            logs.update(self.perf.totals())
+        """Each probe adds its metrics, then TRL's `log` (grpo_trainer.py:3302) averages its own."""
+        logs.update(self.probes.log(self, logs))
         super().log(logs, start_time)

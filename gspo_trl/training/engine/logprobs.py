@@ -121,7 +121,7 @@ class EngineOldLogprobs:
         if verdict is None:
             return None
         for key, value in verdict.metrics().items():
-            trainer._metrics["train"][key].append(value)
+            trainer.record_metric(key, value)
         if verdict.problem is None:
             return verdict
         message = (

@@ -184,7 +184,7 @@ class HeldoutCallback(TrainerCallback):
             )
         return logs
 
-    def _evaluate(self, step: int) -> None:
+    def _score_and_log(self, step: int) -> None:
         with timed(self.trainer, names.PHASE_HELDOUT):
             logs = self.evaluate()
         self.history.append((step, logs[names.HELDOUT_SCORE]))
@@ -196,7 +196,7 @@ class HeldoutCallback(TrainerCallback):
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._final_done = False
-        self._evaluate(state.global_step)
+        self._score_and_log(state.global_step)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if (
@@ -204,12 +204,12 @@ class HeldoutCallback(TrainerCallback):
             and state.global_step % self.every_steps == 0
             and state.global_step < state.max_steps
         ):
-            self._evaluate(state.global_step)
+            self._score_and_log(state.global_step)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if not self._final_done:  # once, whichever of this and _FinalScore comes first
             self._final_done = True
-            self._evaluate(state.global_step)
+            self._score_and_log(state.global_step)
 
     def final_score_first(self) -> TrainerCallback:
         """A callback to put ahead of the trackers': it logs the final score in on_train_end

@@ -9,6 +9,7 @@ no-op by default: a probe overrides the few it needs.
 Events, in the order of one training step, with the TRL call each comes from (trl 1.16,
 trl/trainer/grpo_trainer.py unless named):
 
+    trainer_init()                   around GRPOTrainer.__init__ (a context manager)
     attach(trainer)                  end of GSPOTrainer.__init__ (the model and vLLM are built)
     on_train_begin / on_train_end    GSPOTrainer.train, around Trainer.train (end: also on error)
     around_rollout(proceed)          `_generate_and_score_completions` (called by `_prepare_inputs`
@@ -25,7 +26,7 @@ trl/trainer/grpo_trainer.py unless named):
                                        add keys, reweight, mask or drop rows
     on_loss_inputs(LossCall)         `_compute_loss(model, inputs)` (:3020), before TRL reads the
                                      inputs: `LossCall.inputs` is a copy a probe may change
-    on_policy_pass(PolicyPass)       the loss's own `_get_per_token_logps_and_entropies` (:3030):
+    on_policy_forward(PolicyForward)       the loss's own `_get_per_token_logps_and_entropies` (:3030):
                                      log-probs and log s_i, before the ratio is formed
     on_loss(LossCall, loss)          `_compute_loss` returned
     on_training_step_end             `training_step` returned (after the backward)
@@ -38,6 +39,7 @@ trl/trainer/grpo_trainer.py unless named):
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, TypeVar
@@ -103,10 +105,12 @@ class LossCall:
     training: bool
     minibatch: int
     """1-based index of this update within its rollout batch (1 = on-policy)."""
+    last_micro_batch: bool
+    """The minibatch's last gradient-accumulation micro-batch (its optimizer step follows)."""
 
 
 @dataclass
-class PolicyPass:
+class PolicyForward:
     """The loss's policy forward, observed before TRL forms the ratio."""
 
     logps: torch.Tensor
@@ -140,6 +144,11 @@ class Probe:
 
     def callbacks(self) -> ProbeCallbacks:
         return ProbeCallbacks()
+
+    def trainer_init(self) -> AbstractContextManager[None]:
+        """Around GRPOTrainer.__init__ (before `attach`): e.g. to have TRL build its vLLM engine
+        a certain way."""
+        return nullcontext()
 
     def attach(self, trainer: Any) -> None:
         """The trainer is built: take what you need from it (model, accelerator, args)."""
@@ -183,7 +192,7 @@ class Probe:
     def on_loss_inputs(self, trainer: Any, loss: LossCall) -> None:
         pass
 
-    def on_policy_pass(self, trainer: Any, policy: PolicyPass) -> None:
+    def on_policy_forward(self, trainer: Any, policy: PolicyForward) -> None:
         pass
 
     def on_loss(self, trainer: Any, loss: LossCall, value: torch.Tensor) -> None:

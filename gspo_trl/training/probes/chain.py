@@ -8,6 +8,7 @@ stops at the first answer; `on_rollout_end` threads the batch through each probe
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack
 from functools import partial
 from typing import Any, TypeVar
 
@@ -19,7 +20,7 @@ from gspo_trl.training.probes.base import (
     LogprobOutput,
     LossCall,
     NoGradPass,
-    PolicyPass,
+    PolicyForward,
     Probe,
     ProbeCallbacks,
 )
@@ -60,6 +61,12 @@ class ProbeChain(Sequence[Probe]):
             merged.before_reporting += own.before_reporting
             merged.after_reporting += own.after_reporting
         return merged
+
+    def trainer_init(self) -> ExitStack:
+        stack = ExitStack()
+        for probe in self.probes:
+            stack.enter_context(probe.trainer_init())
+        return stack
 
     def attach(self, trainer: Any) -> None:
         for probe in self.probes:
@@ -115,9 +122,9 @@ class ProbeChain(Sequence[Probe]):
         for probe in self.probes:
             probe.on_loss_inputs(trainer, loss)
 
-    def policy_pass(self, trainer: Any, policy: PolicyPass) -> None:
+    def policy_forward(self, trainer: Any, policy: PolicyForward) -> None:
         for probe in self.probes:
-            probe.on_policy_pass(trainer, policy)
+            probe.on_policy_forward(trainer, policy)
 
     def loss(self, trainer: Any, loss: LossCall, value: torch.Tensor) -> None:
         for probe in self.probes:

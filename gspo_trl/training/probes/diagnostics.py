@@ -1,0 +1,86 @@
+"""The GSPO diagnostics as a probe: one row per response from the loss's own policy pass, gathered
+across ranks, summarised per minibatch at each log (gspo/mb{k}/*, gspo/offpolicy/*,
+gspo/zero_variance_groups; gspo_trl.training.diagnostics holds the numbers' definitions). No extra
+forward pass, no recomputed entropy."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+import gspo_trl.metric_names as names
+from gspo_trl.config.sections import DiagnosticsConfig
+from gspo_trl.training.diagnostics import ClipAlarm, PolicyPass, response_rows, summarize_rows
+from gspo_trl.training.probes.base import LossCall, PolicyForward, Probe
+
+
+class DiagnosticsProbe(Probe):
+    """Records response rows in each training update; turns them into gspo/* metrics at each log."""
+
+    def __init__(self, config: DiagnosticsConfig) -> None:
+        self.config = config
+        self.alarm = ClipAlarm(config)
+        self.rows: dict[int, list[torch.Tensor]] = defaultdict(list)
+        self.row_sink: list[tuple[int, torch.Tensor]] | None = None
+        """Set to a list to also keep every gathered (minibatch index, rows) pair (calibrate)."""
+        self._forward: PolicyForward | None = None
+
+    def on_policy_forward(self, trainer: Any, policy: PolicyForward) -> None:
+        self._forward = policy
+
+    def on_loss(self, trainer: Any, loss: LossCall, value: torch.Tensor) -> None:
+        forward, self._forward = self._forward, None
+        if not (self.config.enabled and loss.training and forward is not None):
+            return
+        rows = response_rows(
+            PolicyPass(
+                log_s=forward.log_s,
+                scored_mask=forward.scored_mask,
+                completion_mask=loss.batch["completion_mask"],
+                advantages=loss.batch["advantages"],
+                entropies=None if forward.entropies is None else forward.entropies.detach(),
+            )
+        )
+        accelerator = trainer.accelerator
+        if accelerator.num_processes > 1:  # ranks may hold different batch sizes: pad, then gather
+            rows = accelerator.gather(accelerator.pad_across_processes(rows, dim=0, pad_index=0))
+        self.rows[loss.minibatch].append(rows.detach())
+
+    def statistics(self, trainer: Any) -> dict[str, float]:
+        """Turn the rows recorded since the last log into `gspo/*` metrics and clear them."""
+        eps = (trainer.epsilon_low, trainer.epsilon_high, self.config.length_buckets)
+        out: dict[str, float] = {}
+        offpolicy: list[tuple[torch.Tensor, dict[str, float]]] = []
+        for mb in sorted(self.rows):
+            rows = torch.cat(self.rows[mb]).cpu()
+            if self.row_sink is not None:
+                self.row_sink.append((mb, rows))
+            stats = summarize_rows(rows, *eps)
+            out.update({names.under(names.minibatch(mb), k): v for k, v in stats.items()})
+            if mb >= 2:
+                offpolicy.append((rows, stats))
+        self.rows.clear()
+        if offpolicy:  # usually one off-policy minibatch per logging step: reuse its numbers
+            pooled = (
+                offpolicy[0][1]
+                if len(offpolicy) == 1
+                else summarize_rows(torch.cat([r for r, _ in offpolicy]), *eps)
+            )
+            out.update({names.under(names.OFFPOLICY, k): v for k, v in pooled.items()})
+            if trainer.accelerator.is_main_process:
+                self.alarm.update(pooled, trainer.epsilon_low, trainer.epsilon_high)
+        return out
+
+    def on_log(self, trainer: Any, logs: Mapping[str, Any]) -> dict[str, float]:
+        if not trainer.model.training:
+            return {}
+        out: dict[str, float] = {}
+        zero_std = [v for v in trainer.logged_values(names.TRL_ZERO_VARIANCE) if v == v]
+        if zero_std:
+            out[names.ZERO_VARIANCE_GROUPS] = sum(zero_std) / len(zero_std)
+        if self.rows:
+            out.update(self.statistics(trainer))
+        return out

@@ -1,0 +1,71 @@
+"""Mixture-of-experts routing as a probe (`moe:` section; gspo_trl.training.routing holds the
+logic, docs/moe.md the why): record pi_old's experts in its no-grad pass and put them in the
+rollout batch, compare (or, with replay, force) them in each update, log the flip rates."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from gspo_trl.config.batch import RolloutBatch
+from gspo_trl.config.sections import DiagnosticsConfig, MoeConfig
+from gspo_trl.training.probes.base import Generation, LogprobOutput, LossCall, NoGradPass, Probe
+from gspo_trl.training.routing import MoeRouting, engine_routing_returned
+
+
+class RoutingProbe(Probe):
+    """MoeRouting wired to the trainer's events; inert for a dense model."""
+
+    def __init__(self, config: MoeConfig, diagnostics: DiagnosticsConfig) -> None:
+        self.config, self.diagnostics = config, diagnostics
+        self.routing: MoeRouting | None = None
+
+    def trainer_init(self) -> contextlib.AbstractContextManager[None]:
+        """Around GRPOTrainer's construction: routing_replay: engine builds TRL's vLLM to return
+        the experts it routes to."""
+        return engine_routing_returned(self.config)
+
+    def attach(self, trainer: Any) -> None:
+        on_policy = RolloutBatch.from_grpo_config(trainer.args).on_policy
+        self.routing = MoeRouting(
+            trainer.model, self.config, self.diagnostics, trainer.accelerator, on_policy
+        )
+
+    def on_rollout_begin(self, trainer: Any, training: bool) -> None:
+        self.routing.begin_rollout(training)
+
+    def on_generation(self, trainer: Any, generation: Generation) -> None:
+        if generation.training:
+            self.routing.take_engine_routing(trainer, generation.prompt_ids, generation.completion_ids)
+
+    def around_no_grad_pass(
+        self, trainer: Any, call: NoGradPass, proceed: Callable[[], LogprobOutput]
+    ) -> LogprobOutput:
+        if call.answer is not None:  # pi_old without a forward (engine log-probs)
+            self.routing.skip_old_forward(call.attention_mask, call.logits_to_keep)
+            return proceed()
+        with self.routing.old_forward(call.attention_mask, call.logits_to_keep):  # recorded or replayed
+            return proceed()
+
+    def on_rollout_end(self, trainer: Any, batch: dict[str, Any]) -> dict[str, Any]:
+        return self.routing.attach(batch)
+
+    def on_loss_inputs(self, trainer: Any, loss: LossCall) -> None:
+        if loss.training:
+            self.routing.begin_update(loss.batch)
+
+    def on_loss(self, trainer: Any, loss: LossCall, value: torch.Tensor) -> None:
+        if loss.training:
+            self.routing.observe_update(loss.batch, loss.minibatch)
+
+    def on_training_step_end(self, trainer: Any) -> None:
+        """After the backward, which reruns the forward under gradient checkpointing."""
+        self.routing.end_update()
+
+    def on_log(self, trainer: Any, logs: Mapping[str, Any]) -> dict[str, float]:
+        if not trainer.model.training:
+            return {}
+        return self.routing.statistics(trainer.accelerator.is_main_process)
