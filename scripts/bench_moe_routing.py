@@ -14,7 +14,7 @@ that GSPO did not. This script asks the same question at CPU scale:
 
 The model (BENCH_SPEC) is built locally and warm-started once (gspo_trl.demo.warm_start, cached
 under OUTPUT_DIR/warm-start) for every run. Each run's raw record (the logged per-step series, the
-held-out scores, and the spread of the *token* log-ratios, which `ObservedTrainer` reads in the
+held-out scores, and the spread of the *token* log-ratios, which `ObservedProbe` reads in the
 loss) goes to OUTPUT_DIR/results/RUN.json; a run whose record exists is not trained again. The
 table's columns (flip rate, clip fraction, ratio spreads, grad-norm spikes, held-out accuracy,
 collapses) are defined in scripts/moe_routing_summary.py.
@@ -36,12 +36,9 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import torch
-from trl import GRPOTrainer
 
-import gspo_trl.training.trainer as trainer_module
 from gspo_trl.config.defaults import ALGORITHMS
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.shipped import RECIPES_DIR
@@ -50,8 +47,8 @@ from gspo_trl.demo.warm_start import WarmStartSettings, warm_start
 from gspo_trl.model.tiny_moe import TinyMoeSpec, save_tiny_moe
 from gspo_trl.training.build import train_recipe
 from gspo_trl.training.heldout.scoring import HeldoutCallback
+from gspo_trl.training.probes.base import LossCall, PolicyForward, Probe
 from gspo_trl.training.routing import ROUTED_EXPERTS
-from gspo_trl.training.trainer import GSPOTrainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the summary and the overhead clock live beside it
 import moe_replay_overhead as replay_overhead
@@ -79,75 +76,67 @@ class Arm:
         return f"{self.algorithm}-{self.replay}-spg{self.spg}-lr{self.learning_rate:g}-s{seed}"
 
 
-class ObservedTrainer(GSPOTrainer):
-    """GSPOTrainer that also measures, on each off-policy update, what the logs do not:
+class ObservedProbe(Probe):
+    """Measures, on each off-policy update, what the logs do not:
 
     - `token_log_ratio_std`: the std of logp_new - logp_old over the response tokens (the
-      diagnostics log only the sequence-level log s_i). TRL's `_compute_loss` makes one
-      `_get_per_token_logps_and_entropies` call, the policy pass (trl/trainer/grpo_trainer.py:3030),
-      and reads `inputs["old_per_token_logps"]` (:3065).
+      diagnostics log only the sequence-level log s_i), from the loss's policy pass
+      (`on_policy_forward`, TRL's `_get_per_token_logps_and_entropies` call at
+      trl/trainer/grpo_trainer.py:3030, before it reads `inputs["old_per_token_logps"]`, :3065).
     - `routing_token_std` / `routing_seq_std`: the part of the ratio that routing alone makes, the
       std over response tokens (and over responses, of the per-response mean) of logp with the
       routers' own choice minus logp with pi_old's routing replayed, both at the current weights.
-      The arm's own policy pass gives one of the two; one extra no-grad forward before it gives the
-      other (replay forced through the trainer's RoutingHooks in an arm without replay, hooks idle
-      in an arm with it). A forward consumes no randomness, so the run's trajectory is unchanged.
+      The arm's own policy pass gives one of the two; one extra no-grad forward before it
+      (`on_loss_inputs`) gives the other (replay forced through the trainer's RoutingHooks in an
+      arm without replay, hooks idle in an arm with it). A forward consumes no randomness, so the
+      run's trajectory is unchanged.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self) -> None:
         self.token_log_ratio_std: list[float] = []
         self.routing_token_std: list[float] = []
         self.routing_seq_std: list[float] = []
-        self._bench_inputs: dict[str, Any] | None = None
-        self._bench_other: torch.Tensor | None = None
-        super().__init__(*args, **kwargs)
+        self._other: torch.Tensor | None = None
 
-    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
-        observe = self.model.training and self._minibatch_index() >= 2
-        if observe and inputs.get("old_per_token_logps") is not None:
-            self._bench_inputs = inputs
-            self._bench_other = self._other_routing_logps(model, inputs)
-        try:
-            return super()._compute_loss(model, inputs)
-        finally:
-            self._bench_inputs, self._bench_other = None, None
+    def on_loss_inputs(self, trainer: Any, loss: LossCall) -> None:
+        self._other = None
+        if loss.training and loss.minibatch >= 2 and loss.batch.get("old_per_token_logps") is not None:
+            routing = trainer.routing
+            routing.end_update()  # the update's routing pass (RoutingProbe): nothing has run in it yet
+            try:
+                self._other = self._other_routing_logps(trainer, loss.batch)
+            finally:
+                routing.begin_update(loss.batch)
 
-    def _other_routing_logps(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor | None:
+    @staticmethod
+    def _other_routing_logps(trainer: Any, inputs: dict[str, Any]) -> torch.Tensor | None:
         """Response-token log-probs at the current weights under the routing the arm does not use."""
-        hooks, routing = self.routing.hooks, inputs.get(ROUTED_EXPERTS)
+        hooks, routing = trainer.routing.hooks, inputs.get(ROUTED_EXPERTS)
         if hooks is None or routing is None:
             return None
-        force_replay = not self.routing.config.replays
-        input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
-        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        force_replay = not trainer.routing.config.replays
         if force_replay:
             hooks.begin(reference=routing, replay=True)
         try:
-            with torch.no_grad():  # TRL's own forward, past GSPOTrainer's bookkeeping of passes
-                logps, _, _ = GRPOTrainer._get_per_token_logps_and_entropies(
-                    self, model, input_ids, attention_mask, inputs["completion_ids"].size(1)
-                )
+            with torch.no_grad():
+                return trainer.plain_logprobs(trainer.model, inputs)
         finally:
             if force_replay:
                 hooks.end()
-        return logps
 
-    def _get_per_token_logps_and_entropies(self, model: Any, *args: Any, **kwargs: Any):
-        out = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
-        inputs, self._bench_inputs = self._bench_inputs, None
-        if inputs is None:
-            return out
-        mask = inputs["completion_mask"].bool()
-        new = out[0].detach()
-        self.token_log_ratio_std.append(_std((new - inputs["old_per_token_logps"])[mask]))
-        if self._bench_other is not None:
-            own, replayed = (
-                (self._bench_other, new) if self.routing.config.replays else (new, self._bench_other)
-            )
+    def on_policy_forward(self, trainer: Any, policy: PolicyForward) -> None:
+        other, self._other = self._other, None
+        loss = policy.loss
+        if not (loss.training and loss.minibatch >= 2) or policy.old_logps is None:
+            return
+        mask = loss.batch["completion_mask"].bool()
+        new = policy.logps
+        self.token_log_ratio_std.append(_std((new - policy.old_logps)[mask]))
+        if other is not None:
+            own, replayed = (other, new) if trainer.routing.config.replays else (new, other)
             gap = (own - replayed).masked_fill(~mask, 0.0)
             self.routing_token_std.append(_std(gap[mask]))
             self.routing_seq_std.append(_std(gap.sum(-1) / mask.sum(-1).clamp(min=1)))
-        return out
 
 
 def _std(values: torch.Tensor) -> float:
@@ -217,8 +206,8 @@ def run_one(warm: Path, output_dir: Path, arm: Arm, seed: int, steps: int, smoke
     run_dir = output_dir / "runs" / arm.run_id(seed)
     recipe = recipe_for(warm, run_dir, arm, seed, steps, smoke)
     started = time.time()
-    with mock.patch.object(trainer_module, "GSPOTrainer", ObservedTrainer):  # build_trainer's class
-        trainer = train_recipe(recipe, overwrite=True)
+    observed = ObservedProbe()
+    trainer = train_recipe(recipe, overwrite=True, probes=[observed])
     heldout = next(c for c in trainer.callback_handler.callbacks if isinstance(c, HeldoutCallback))
     steps_logged = [e for e in trainer.state.log_history if "loss" in e and "train_runtime" not in e]
     record = {
@@ -227,9 +216,9 @@ def run_one(warm: Path, output_dir: Path, arm: Arm, seed: int, steps: int, smoke
         "seed": seed,
         "seconds": round(time.time() - started, 1),
         "heldout": heldout.history,
-        "token_log_ratio_std": trainer.token_log_ratio_std,
-        "routing_token_std": trainer.routing_token_std,
-        "routing_seq_std": trainer.routing_seq_std,
+        "token_log_ratio_std": observed.token_log_ratio_std,
+        "routing_token_std": observed.routing_token_std,
+        "routing_seq_std": observed.routing_seq_std,
         "history": [{k: e[k] for k in summary.KEPT_KEYS if k in e} for e in steps_logged],
     }
     for weights in run_dir.glob("*.safetensors"):  # keep the logs, not 14 MB of weights a run

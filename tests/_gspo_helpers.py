@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ def make_trainer(
     n_prompts: int = 64,
     trainer_kwargs: dict[str, Any] | None = None,
     eval_dataset: Any = None,
+    probes: Sequence[Any] = (),
     **config: Any,
 ):
     """A real (GSPO)Trainer on the tiny model: CPU, no reporting, GSPO settings by default."""
@@ -81,7 +83,7 @@ def make_trainer(
     cls = trainer_cls or GSPOTrainer
     if issubclass(cls, GSPOTrainer):  # GSPO's own settings (gspo_token, diagnostics) live in the config
         config_cls, gspo_fields = GSPOConfig, dict(trainer_kwargs or {})
-        trainer_kwargs = {}
+        trainer_kwargs = {"probes": probes}
     else:
         config_cls, gspo_fields = GRPOConfig, {}
     return cls(

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _gspo_helpers import make_trainer
 from datasets import Dataset
 
-from gspo_trl.training.heldout.scoring import HeldoutCallback
+from gspo_trl.training.heldout.scoring import HeldoutCallback, HeldoutSettings
 
 ROWS = 11  # odd, so the two shards differ in size
 
@@ -35,9 +35,8 @@ def main() -> None:
     rows = Dataset.from_list(
         [{"prompt": [{"role": "user", "content": f"reverse {i:03d}"}]} for i in range(ROWS)]
     )
-    callback = HeldoutCallback(
-        trainer, rows, grader, every_steps=0, max_rows=ROWS, temperature=0.0, max_new_tokens=8, ks=(1, 2)
-    )
+    settings = HeldoutSettings(max_rows=ROWS, temperature=0.0, max_new_tokens=8, ks=(1, 2))
+    callback = HeldoutCallback(trainer, rows, grader, settings)
     logs = callback.evaluate()
     rank = trainer.accelerator.process_index
     record = {"world": trainer.accelerator.num_processes, "seen": seen, "logs": logs}

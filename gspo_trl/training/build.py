@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,11 @@ from gspo_trl.model.hub import hub_model_errors
 from gspo_trl.model.loading import load_tokenizer, lora_config, model_init_kwargs, resolve_model_path
 from gspo_trl.model.precision import training_weight_precision
 from gspo_trl.training.engine.vllm_server import check_vllm_server
-from gspo_trl.training.heldout.scoring import HeldoutCallback
+from gspo_trl.training.heldout.scoring import HeldoutSettings
 from gspo_trl.training.preflight import PreparedData, check_one_gpu_per_process, output_dir_of, preflight
-from gspo_trl.training.reporting.console import install_console
+from gspo_trl.training.probes.base import Probe
+from gspo_trl.training.probes.console import ConsoleProbe
+from gspo_trl.training.probes.heldout import HeldoutProbe
 from gspo_trl.training.safety.interrupt import StopOnInterrupt, TrainingInterrupted
 from gspo_trl.training.safety.resume_warnings import mid_batch_resume_note, quiet_tied_weights_warning
 from gspo_trl.training.safety.reward_checks import with_reward_checks
@@ -94,9 +97,9 @@ def gspo_config(recipe: Recipe) -> Any:
     )
 
 
-def build_trainer(recipe: Recipe, data: PreparedData | None = None) -> Any:
-    """A ready GSPOTrainer for `recipe` (`data`: its preflight's result, when already run);
-    raises a UserError (gspo_trl.errors) for bad input."""
+def build_trainer(recipe: Recipe, data: PreparedData | None = None, probes: Sequence[Probe] = ()) -> Any:
+    """A ready GSPOTrainer for `recipe` (`data`: its preflight's result, when already run; `probes`:
+    added after the built-in ones, docs/probes.md); raises a UserError (gspo_trl.errors) for bad input."""
     from gspo_trl.training.trainer import GSPOTrainer
 
     data = data if data is not None else preflight(recipe)
@@ -112,6 +115,16 @@ def build_trainer(recipe: Recipe, data: PreparedData | None = None) -> Any:
 
         patch_trl_for_vllm_cpu()
 
+    reporting: list[Probe] = [
+        ConsoleProbe(
+            recipe.model.name_or_path, [entry.spec for entry in recipe.rewards], len(eval_dataset or ())
+        )
+    ]
+    if recipe.heldout is not None:
+        grader_spec = recipe.heldout.reward or recipe.rewards[0].spec
+        grader_params = {} if recipe.heldout.reward else recipe.rewards[0].params
+        grader = rewards.get(grader_spec, **grader_params)
+        reporting.append(HeldoutProbe(eval_dataset, grader, HeldoutSettings.of_recipe(recipe.heldout, args)))
     with hub_model_errors(model_path):  # TRL loads the weights: cached config, missing weights
         trainer = GSPOTrainer(
             model=model_path,
@@ -121,36 +134,14 @@ def build_trainer(recipe: Recipe, data: PreparedData | None = None) -> Any:
             eval_dataset=eval_dataset if args.eval_strategy != "no" else None,
             processing_class=tokenizer,
             peft_config=lora_config(recipe.model),
+            probes=[*reporting, *probes],
         )
-    if recipe.heldout is not None:
-        grader_spec = recipe.heldout.reward or recipe.rewards[0].spec
-        grader_params = {} if recipe.heldout.reward else recipe.rewards[0].params
-        heldout = HeldoutCallback(
-            trainer,
-            eval_dataset,
-            rewards.get(grader_spec, **grader_params),
-            every_steps=recipe.heldout.every_steps,
-            max_rows=recipe.heldout.max_rows,
-            temperature=(
-                recipe.heldout.temperature
-                if recipe.heldout.temperature is not None
-                else float(args.temperature)
-            ),
-            max_new_tokens=args.max_completion_length,
-            ks=recipe.heldout.k,
-            num_samples=recipe.heldout.num_samples,
-            sample_temperature=recipe.heldout.sample_temperature,
-            pass_threshold=recipe.heldout.pass_threshold,
-            max_batch_tokens=recipe.heldout.max_batch_tokens,
-        )
-        trainer.add_callback(heldout)  # after the trackers: they are set up when it first logs
-        trainer.callback_handler.callbacks.insert(0, heldout.final_score_first())
-    rewards_names = [entry.spec for entry in recipe.rewards]
-    install_console(trainer, recipe.model.name_or_path, rewards_names, len(eval_dataset or ()))
     return trainer
 
 
-def train_recipe(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> Any:
+def train_recipe(
+    recipe: Recipe, resume: bool = False, overwrite: bool = False, probes: Sequence[Probe] = ()
+) -> Any:
     """Train `recipe` to the end and save; returns the trainer (its state holds the logs).
 
     `resume` continues the run in its output_dir from its newest complete checkpoint;
@@ -161,7 +152,7 @@ def train_recipe(recipe: Recipe, resume: bool = False, overwrite: bool = False) 
     """
     data = preflight(recipe)
     with claim_run_dir(recipe, output_dir_of(recipe), data, resume=resume, overwrite=overwrite) as claim:
-        return train_claimed(recipe, data, claim.checkpoint)
+        return train_claimed(recipe, data, claim.checkpoint, probes)
 
 
 def _runs_on_cpu(recipe: Recipe) -> bool:
@@ -170,13 +161,15 @@ def _runs_on_cpu(recipe: Recipe) -> bool:
     return bool(recipe.training.get("use_cpu")) or not torch.cuda.is_available()
 
 
-def train_claimed(recipe: Recipe, data: PreparedData, checkpoint: Path | None) -> Any:
+def train_claimed(
+    recipe: Recipe, data: PreparedData, checkpoint: Path | None, probes: Sequence[Probe] = ()
+) -> Any:
     """`run` past the checks: build, train (from `checkpoint` when given) and save."""
     if _runs_on_cpu(recipe):
         line = resize_torch_threads(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
         if line:
             logger.info(line)
-    trainer = build_trainer(recipe, data)
+    trainer = build_trainer(recipe, data, probes)
     if trainer.accelerator.is_main_process:
         Path(trainer.args.output_dir).mkdir(parents=True, exist_ok=True)
         (Path(trainer.args.output_dir) / RESOLVED_RECIPE).write_text(recipe_as_yaml(recipe), encoding="utf-8")

@@ -38,6 +38,7 @@ from gspo_trl.training.probes.base import (
     NoGradPass,
     PolicyForward,
     Probe,
+    ProbeCallbacks,
 )
 from gspo_trl.training.probes.chain import ProbeChain
 from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
@@ -45,7 +46,6 @@ from gspo_trl.training.probes.engine import EngineLogprobsProbe
 from gspo_trl.training.probes.gspo_token import GspoTokenProbe
 from gspo_trl.training.probes.perf import PerfProbe
 from gspo_trl.training.probes.routing import RoutingProbe
-from gspo_trl.training.reporting.console import close_consoles
 from gspo_trl.training.safety.staged_checkpoints import StagedCheckpointsProbe
 
 logger = logging.getLogger(__name__)
@@ -122,16 +122,29 @@ class GSPOTrainer(GRPOTrainer):
         self.probes.attach(self)
         if self.use_vllm and self.accelerator.is_main_process:
             logger.info(vllm_correction_summary(self.args))
-        callbacks = self.probes.callbacks()
-        handler = self.callback_handler.callbacks  # transformers' defaults and the trackers
-        handler[:0] = callbacks.before_reporting
-        for callback in callbacks.after_reporting:
-            self.add_callback(callback)
+        self._callbacks_ahead = 0
+        self._place_callbacks(self.probes.callbacks())
         if self.use_vllm:
             self._probe_weight_sync()
         # a GSPOConfig checked this when built; again here for one changed since (the same check)
         level = self.importance_sampling_level
         check_ratio_level(algorithm_of(level, self.gspo_token), level)
+
+    def add_probe(self, probe: Probe) -> None:
+        """Add a probe to a built trainer: last in the list, attached, its callbacks placed as if
+        it had been given to __init__."""
+        self.probes.probes.append(probe)
+        probe.attach(self)
+        self._place_callbacks(probe.callbacks())
+
+    def _place_callbacks(self, callbacks: ProbeCallbacks) -> None:
+        """The probes' callbacks around transformers' own and the trackers' (which Trainer.__init__
+        put in the list), each group in probe order: the one place the list is arranged."""
+        ahead = callbacks.before_reporting
+        self.callback_handler.callbacks[self._callbacks_ahead : self._callbacks_ahead] = ahead
+        self._callbacks_ahead += len(ahead)
+        for callback in callbacks.after_reporting:
+            self.add_callback(callback)
 
     # --- the built-in probes' state, as before the probes existed ---------------------------------
     @property
@@ -183,13 +196,12 @@ class GSPOTrainer(GRPOTrainer):
 
     # --- lifecycle ----------------------------------------------------------------------------------
     def train(self, *args: Any, **kwargs: Any) -> Any:
-        """TRL's train, told to the probes; the console lets go of the alarm loggers even when
-        training raises (transformers calls on_train_end only on success)."""
+        """TRL's train, told to the probes; `on_train_end` also when training raises (transformers
+        calls its callbacks' on_train_end only on success): the console lets go of the alarm loggers."""
         self.probes.train_begin(self)
         try:
             return super().train(*args, **kwargs)
         finally:
-            close_consoles(self)
             self.probes.train_end(self)
 
     def _probe_weight_sync(self) -> None:
@@ -260,6 +272,14 @@ class GSPOTrainer(GRPOTrainer):
         forward = PolicyForward(logps.detach(), entropies, inputs.get("old_per_token_logps"), mask, loss)
         self.probes.policy_forward(self, forward)
         return output
+
+    def plain_logprobs(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        """Per-token log-probs (B, C) of a minibatch's completions by TRL's own forward, told to no
+        probe: for a probe's extra measuring pass. The call TRL's loss makes (grpo_trainer.py:3024-3030)."""
+        input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        width = inputs["completion_ids"].size(1)
+        return super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, width)[0]
 
     # --- updates ---------------------------------------------------------------------------------
     def _minibatch_position(self) -> tuple[int, bool]:

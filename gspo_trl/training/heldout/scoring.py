@@ -14,11 +14,13 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from transformers import Trainer, TrainerCallback
 
 import gspo_trl.metric_names as names
+from gspo_trl.config.sections import HeldoutConfig
 from gspo_trl.eval.generation import DEFAULT_BATCH_TOKENS, generate_completions
 from gspo_trl.eval.pass_at_k import GradedSamples, grade_samples
 from gspo_trl.model.prompts import PromptRendering
@@ -114,64 +116,88 @@ def heldout_score(
     return mean_grade([row[1] for row in graded])
 
 
-class HeldoutCallback(TrainerCallback):
-    """Logs `heldout/score` at the start, every `every_steps` optimizer steps, and at the end.
+@dataclass(frozen=True)
+class HeldoutSettings:
+    """What the held-out callback scores, and how.
 
     At `temperature` 0 the score is greedy; above 0 it samples `num_samples` (default 1)
     completions per row with the recipe's top_p/top_k and averages them (pass@1 for binary
     graders). With `ks` (e.g. (1, 8)) it also samples `num_samples` (default: the largest k)
     completions per row at `sample_temperature` and logs the unbiased `heldout/pass@k`
     (gspo_trl.eval.pass_at_k, the same code as `gspo-trl eval`), a sample passing when its
-    grade >= `pass_threshold`.
+    grade >= `pass_threshold`. `every_steps` 0: only before and after training.
+    """
+
+    max_rows: int
+    temperature: float
+    max_new_tokens: int
+    every_steps: int = 0
+    ks: tuple[int, ...] = ()
+    num_samples: int | None = None
+    sample_temperature: float = 1.0
+    pass_threshold: float = 1.0
+    max_batch_tokens: int = DEFAULT_BATCH_TOKENS
+
+    @classmethod
+    def of_recipe(cls, section: HeldoutConfig, args: Any) -> HeldoutSettings:
+        """A recipe's `heldout:` section on a run with these GRPOConfig `args`: the temperature
+        defaults to the run's sampling temperature, the length to its max_completion_length."""
+        return cls(
+            max_rows=section.max_rows,
+            temperature=section.temperature if section.temperature is not None else float(args.temperature),
+            max_new_tokens=args.max_completion_length,
+            every_steps=section.every_steps,
+            ks=tuple(section.k),
+            num_samples=section.num_samples,
+            sample_temperature=section.sample_temperature,
+            pass_threshold=section.pass_threshold,
+            max_batch_tokens=section.max_batch_tokens,
+        )
+
+
+class HeldoutCallback(TrainerCallback):
+    """Logs `heldout/score` at the start, every `settings.every_steps` optimizer steps, and at the
+    end (HeldoutSettings says how it scores).
 
     It logs through `transformers.Trainer.log` directly, so the entries reach `report_to`
     integrations and `trainer_state.json` without flushing GRPOTrainer's running averages.
     """
 
     def __init__(
-        self,
-        trainer: Trainer,
-        dataset: Any,
-        grader: Callable[..., Any],
-        every_steps: int,
-        max_rows: int,
-        temperature: float,
-        max_new_tokens: int,
-        ks: Sequence[int] = (),
-        num_samples: int | None = None,
-        sample_temperature: float = 1.0,
-        pass_threshold: float = 1.0,
-        max_batch_tokens: int = DEFAULT_BATCH_TOKENS,
+        self, trainer: Trainer, dataset: Any, grader: Callable[..., Any], settings: HeldoutSettings
     ) -> None:
-        self.trainer, self.dataset, self.grader = trainer, dataset, grader
-        self.every_steps, self.max_rows, self.temperature = every_steps, max_rows, temperature
-        self.max_new_tokens, self.max_batch_tokens = max_new_tokens, max_batch_tokens
-        self.ks, self.num_samples, self.pass_threshold = tuple(ks), num_samples, pass_threshold
-        self.sample_temperature = sample_temperature
+        self.trainer, self.dataset, self.grader, self.settings = trainer, dataset, grader, settings
         self.history: list[tuple[int, float]] = []
         self._final_done = False
 
     def _sampling(self) -> HeldoutSampling:
         args = self.trainer.args
         return HeldoutSampling(
-            max_new_tokens=self.max_new_tokens,
+            max_new_tokens=self.settings.max_new_tokens,
             top_p=getattr(args, "top_p", 1.0),
             top_k=getattr(args, "top_k", 0) or 0,
-            max_batch_tokens=self.max_batch_tokens,
+            max_batch_tokens=self.settings.max_batch_tokens,
         )
 
     def evaluate(self) -> dict[str, float]:
         """Generate on this rank's rows, gather every rank's grades; the logged entries."""
-        rows = self.dataset.select(range(min(self.max_rows, len(self.dataset))))
-        score, sampled = heldout_passes(self.temperature, self.num_samples, self.ks, self.sample_temperature)
+        settings = self.settings
+        rows = self.dataset.select(range(min(settings.max_rows, len(self.dataset))))
+        score, sampled = heldout_passes(
+            settings.temperature, settings.num_samples, settings.ks, settings.sample_temperature
+        )
         with heldout_generator(self.trainer, self._sampling()) as generator:
-            local = grade_shard(generator, rows, self.grader, score, sampled, self.pass_threshold)
+            local = grade_shard(generator, rows, self.grader, score, sampled, settings.pass_threshold)
         graded = gather_rows(local, generator.num_shards)
         logs = {names.heldout(key): value for key, value in mean_grade([row[1] for row in graded]).items()}
         if sampled:
-            passes = GradedSamples([row[2] for row in graded], self.pass_threshold)
+            passes = GradedSamples([row[2] for row in graded], settings.pass_threshold)
             logs.update(
-                {names.heldout_pass_at(k): passes.pass_at(k) for k in sorted(set(self.ks)) if k <= sampled[0]}
+                {
+                    names.heldout_pass_at(k): passes.pass_at(k)
+                    for k in sorted(set(settings.ks))
+                    if k <= sampled[0]
+                }
             )
         if self.trainer.accelerator.is_main_process:
             logger.info(
@@ -199,11 +225,8 @@ class HeldoutCallback(TrainerCallback):
         self._score_and_log(state.global_step)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if (
-            self.every_steps
-            and state.global_step % self.every_steps == 0
-            and state.global_step < state.max_steps
-        ):
+        every = self.settings.every_steps
+        if every and state.global_step % every == 0 and state.global_step < state.max_steps:
             self._score_and_log(state.global_step)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

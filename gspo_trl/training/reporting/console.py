@@ -28,7 +28,6 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 import gspo_trl.metric_names as names
 from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.progress import duration
-from gspo_trl.training.reporting.metrics_file import MetricsFileCallback
 
 logger = logging.getLogger(__name__)
 
@@ -286,17 +285,7 @@ class ConsoleCallback(TrainerCallback):
             )
 
 
-class _CloseConsole(TrainerCallback):
-    """Last in the callback list, so the console's log filters outlive the final held-out score."""
-
-    def __init__(self, console: ConsoleCallback) -> None:
-        self.console = console
-
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.console.close()
-
-
-def _remove_trl_printing(trainer: Any) -> None:
+def remove_trl_printing(trainer: Any) -> None:
     """TRL's dict printing and its progress bar (or notebook table)."""
     for callback in list(trainer.callback_handler.callbacks):
         if isinstance(callback, PrinterCallback | ProgressCallback) or type(callback).__name__ == (
@@ -305,37 +294,10 @@ def _remove_trl_printing(trainer: Any) -> None:
             trainer.callback_handler.remove_callback(callback)
 
 
-def install_console(
-    trainer: Any, model_name: str, reward_names: list[str], eval_rows: int = 0
-) -> ConsoleCallback:
-    """Replace TRL's dict printing and progress bar with the console; add metrics.jsonl.
-
-    Call it after the other callbacks are added: the console and the metrics file go first
-    in the list (the banner and a fresh metrics.jsonl precede the held-out score at step 0),
-    the console's closing hook last.
-    """
-    _remove_trl_printing(trainer)
-    header = banner(trainer, model_name, reward_names, eval_rows)
-    perf = getattr(trainer, "perf", None)
-    if perf is not None:  # the plan's FLOP floor beside what the step line will show
-        header += "\n" + perf.ceiling_line(trainer.args.max_completion_length)
-    console = ConsoleCallback(header)
-    trainer.callback_handler.callbacks[:0] = [console, MetricsFileCallback(trainer.args.output_dir)]
-    trainer.add_callback(_CloseConsole(console))
-    return console
-
-
-def close_consoles(trainer: Any) -> None:
-    """Detach every console of the trainer from the alarm loggers (closing twice is harmless)."""
-    for callback in trainer.callback_handler.callbacks:
-        if isinstance(callback, ConsoleCallback):
-            callback.close()
-
-
 def remove_console(trainer: Any) -> None:
     """Take out every callback that prints per step, TRL's and the console (the metrics file
     stays): for tools that show a bar instead."""
-    _remove_trl_printing(trainer)
+    remove_trl_printing(trainer)
     for callback in list(trainer.callback_handler.callbacks):
-        if isinstance(callback, ConsoleCallback | _CloseConsole):
+        if isinstance(callback, ConsoleCallback):
             trainer.callback_handler.remove_callback(callback)

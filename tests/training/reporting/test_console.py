@@ -17,7 +17,6 @@ from gspo_trl.training.diagnostics import ClipAlarm
 from gspo_trl.training.reporting.console import (
     ZERO_VARIANCE_STEPS,
     ConsoleCallback,
-    _CloseConsole,
     model_line,
     step_line,
 )
@@ -76,7 +75,7 @@ def _callback_run(console: ConsoleCallback, log_events: list[dict]) -> None:
         state.global_step = step
         console.on_log(args, state, control, logs=logs)
     console.on_train_end(args, state, control)
-    _CloseConsole(console).on_train_end(args, state, control)
+    console.close()
 
 
 @pytest.mark.parametrize(
@@ -131,7 +130,7 @@ def test_clip_alarm_prints_a_bang_line_instead_of_a_log_record(caplog: pytest.Lo
         console.on_train_begin(args, state, control)
         for _ in range(2):
             alarm.update({"clip/pos_adv": 0.9, "clip/region": 0.8}, 3e-4, 4e-4)
-        _CloseConsole(console).on_train_end(args, state, control)
+        console.close()
         ClipAlarm(config).update({"clip/region": 0.0}, 3e-4, 4e-4)  # after close: ordinary logging
     bangs = [line for line in printed if line.startswith("! GSPO: off-policy minibatches clipped")]
     assert len(bangs) == 1, printed
@@ -150,7 +149,7 @@ def test_engine_mismatch_warning_is_a_bang_line(caplog: pytest.LogCaptureFixture
     with caplog.at_level(logging.INFO):
         console.on_train_begin(args, state, control)
         engine_logprobs.logger.warning("engine.old_logprobs: engine: vLLM and the trainer disagree")
-        _CloseConsole(console).on_train_end(args, state, control)
+        console.close()
     assert printed[1:] == ["! engine.old_logprobs: engine: vLLM and the trainer disagree"], printed
     assert not [r for r in caplog.records if "disagree" in r.getMessage()]
 
@@ -248,7 +247,7 @@ def test_an_earlier_logging_config_cannot_silence_the_clip_alarm() -> None:
         console.on_train_begin(args, state, control)
         alarm = ClipAlarm(DiagnosticsConfig(warn_after_steps=1))
         alarm.update({"clip/pos_adv": 0.9, "clip/region": 0.8}, 3e-4, 4e-4)
-        _CloseConsole(console).on_train_end(args, state, control)
+        console.close()
         assert any(line.startswith("! GSPO: off-policy minibatches clipped") for line in printed), printed
     finally:
         alarm_logger.disabled = was[0]
@@ -270,7 +269,7 @@ def test_a_console_whose_run_raised_does_not_take_the_next_runs_alarms() -> None
     ClipAlarm(DiagnosticsConfig(warn_after_steps=1)).update(
         {"clip/pos_adv": 0.9, "clip/region": 0.8}, 3e-4, 4e-4
     )
-    _CloseConsole(console).on_train_end(args, state, control)
+    console.close()
     assert crashed == ["old"]
     assert any(line.startswith("! GSPO: off-policy minibatches clipped") for line in printed), printed
 
@@ -280,7 +279,8 @@ def test_training_that_raises_lets_go_of_the_alarm_loggers(tmp_path: Path) -> No
     """GSPOTrainer.train closes the console on the way out of an exception."""
     from transformers import TrainerCallback
 
-    from gspo_trl.training.reporting.console import ALARM_LOGGERS, install_console
+    from gspo_trl.training.probes.console import install_console
+    from gspo_trl.training.reporting.console import ALARM_LOGGERS
     from tests._gspo_helpers import make_trainer, tiny_model_dir
 
     class Boom(TrainerCallback):

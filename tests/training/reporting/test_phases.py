@@ -10,7 +10,7 @@ import pytest
 from torch.utils.flop_counter import FlopCounterMode
 
 import gspo_trl.metric_names as names
-from gspo_trl.training.reporting.console import install_console
+from gspo_trl.training.probes.console import install_console
 from gspo_trl.training.reporting.phases import PhaseTimer
 from tests._gspo_helpers import make_trainer, single_torch_thread, tiny_model_dir  # noqa: F401
 
