@@ -164,7 +164,7 @@ def trainer_run(recipe: Any) -> Callable[[str], Any]:
     from gspo_trl.training.build import build_trainer
 
     def run(mode: str) -> Any:
-        moe = {**recipe.moe, "routing_replay": mode}
+        moe = dataclasses.replace(recipe.moe, routing_replay=mode)
         output_dir = f"{recipe.training['output_dir']}/{mode}"
         training = {**recipe.training, "output_dir": output_dir}
         trainer = build_trainer(dataclasses.replace(recipe, moe=moe, training=training, heldout=None))

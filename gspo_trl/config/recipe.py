@@ -34,7 +34,16 @@ from gspo_trl.config.fields import coerce, read_section
 from gspo_trl.config.overrides import SECTIONS, apply_overrides, parse_overrides
 from gspo_trl.config.problems import Problems
 from gspo_trl.config.recipe_file import read_yaml
-from gspo_trl.config.sections import DataConfig, HeldoutConfig, LaunchConfig, ModelConfig, RewardEntry
+from gspo_trl.config.sections import (
+    DataConfig,
+    DiagnosticsConfig,
+    EngineConfig,
+    HeldoutConfig,
+    LaunchConfig,
+    ModelConfig,
+    MoeConfig,
+    RewardEntry,
+)
 from gspo_trl.config.shipped import resolve_recipe_path
 from gspo_trl.config.trl_fields import grpo_field_types
 from gspo_trl.errors import FieldTypeError, RecipeError
@@ -82,13 +91,13 @@ class Recipe:
     data: DataConfig
     rewards: list[RewardEntry]
     training: dict[str, Any]
-    diagnostics: dict[str, Any] = field(default_factory=dict)
+    diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
     heldout: HeldoutConfig | None = None
     allow_on_policy: bool = False
-    engine: dict[str, Any] = field(default_factory=dict)
-    """`engine:` section (gspo_trl.config.sections.EngineConfig): where pi_old comes from."""
-    moe: dict[str, Any] = field(default_factory=dict)
-    """`moe:` section (gspo_trl.config.sections.MoeConfig): routing replay for MoE models."""
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    """`engine:` section: where pi_old comes from."""
+    moe: MoeConfig = field(default_factory=MoeConfig)
+    """`moe:` section: routing replay for MoE models."""
     imports: list[str] = field(default_factory=list)
     """Modules (or .py files) imported before the rewards resolve: they register custom rewards."""
     launch: LaunchConfig | None = None
@@ -161,6 +170,11 @@ def _typed_params(entry: RewardEntry) -> dict[str, Any]:
         return dict(entry.params)
 
 
+def section_as_yaml(section: Any) -> dict[str, Any]:
+    """A section's fields as YAML can write them (tuples as lists)."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(section).items()}
+
+
 def recipe_as_yaml(recipe: Recipe) -> str:
     """The recipe fully resolved (defaults and overrides applied), in the recipe file format.
 
@@ -176,10 +190,10 @@ def recipe_as_yaml(recipe: Recipe) -> str:
         "rewards": [
             {"name": entry.spec, "weight": entry.weight, **_typed_params(entry)} for entry in recipe.rewards
         ],
-        "diagnostics": dict(recipe.diagnostics),
+        "diagnostics": section_as_yaml(recipe.diagnostics),
         **({"heldout": asdict(recipe.heldout)} if recipe.heldout is not None else {}),
-        **({"engine": dict(recipe.engine)} if recipe.engine else {}),
-        **({"moe": dict(recipe.moe)} if recipe.moe else {}),
+        **({"engine": section_as_yaml(recipe.engine)} if recipe.engine != EngineConfig() else {}),
+        **({"moe": section_as_yaml(recipe.moe)} if recipe.moe != MoeConfig() else {}),
         **({"launch": asdict(recipe.launch)} if recipe.launch is not None else {}),
         **recipe.training,
     }
@@ -247,6 +261,9 @@ def load_recipe(
     model = _build_section(content, ModelConfig, "model", problems) or ModelConfig()
     data = _build_section(content, DataConfig, "data", problems) or DataConfig()
     heldout = _build_section(content, HeldoutConfig, "heldout", problems)
+    diagnostics = _build_section(content, DiagnosticsConfig, "diagnostics", problems) or DiagnosticsConfig()
+    engine = _build_section(content, EngineConfig, "engine", problems) or EngineConfig()
+    moe = _build_section(content, MoeConfig, "moe", problems) or MoeConfig()
     launch = _build_section(content, LaunchConfig, "launch", problems)
     on_policy = content.get("allow_on_policy", False)
     allow_on_policy = _read(problems, "allow_on_policy", coerce, on_policy, bool, "allow_on_policy")
@@ -267,11 +284,11 @@ def load_recipe(
         data=data,
         rewards=_reward_entries(content.get("rewards"), problems),
         training=training,
-        diagnostics=_section(content, "diagnostics", problems),
+        diagnostics=diagnostics,
         heldout=heldout,
         allow_on_policy=bool(allow_on_policy),
-        engine=_section(content, "engine", problems),
-        moe=_section(content, "moe", problems),
+        engine=engine,
+        moe=moe,
         imports=imports,
         launch=launch,
         explicit_keys=frozenset(explicit),

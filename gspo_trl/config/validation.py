@@ -15,15 +15,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gspo_trl.config.batch import BATCH_KEYS, RolloutBatch, is_server_mode, rollout_batch, training_nodes
-from gspo_trl.config.engine_checks import check_engine_settings, check_vllm_for_moe
-from gspo_trl.config.fields import read_section
 from gspo_trl.config.invariants import check_off_policy, check_training_invariants
 from gspo_trl.config.launch_checks import LAUNCH_CHECKS, LAUNCH_SIZE_KEYS, check_launch_counts
-from gspo_trl.config.moe_checks import check_moe_model, check_moe_settings
 from gspo_trl.config.problems import Problems
 from gspo_trl.config.recipe import Recipe
 from gspo_trl.config.reward_checks import check_reward_construction, check_rewards
-from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig, HeldoutConfig, MoeConfig
+from gspo_trl.config.sections import HeldoutConfig
+from gspo_trl.config.sections.engine import check_engine_settings
+from gspo_trl.config.sections.moe import check_moe_model, check_moe_settings, check_vllm_for_moe
 from gspo_trl.errors import RecipeError
 
 __all__ = ["check_gspo_settings", "check_precision", "check_reward_construction", "validate", "world_size"]
@@ -206,8 +205,6 @@ def validate(recipe: Recipe, processes: int | None = None) -> None:
         run(check_launch_counts, recipe.launch, reads=LAUNCH_SIZE_KEYS, marks=LAUNCH_SIZE_KEYS)
         for check, reads in LAUNCH_CHECKS:
             run(check, recipe.launch, recipe, reads=reads)
-    for name, section in (("diagnostics", DiagnosticsConfig), ("engine", EngineConfig), ("moe", MoeConfig)):
-        read_section(problems, section, getattr(recipe, name), name)  # each bad key, once
     batch = run(_check_batch_sizes, recipe, processes, reads=(*ROLLOUT_KEYS, *LAUNCH_SIZE_KEYS))
     if batch is not None:
         off_policy = (recipe.algorithm, batch.on_policy, recipe.allow_on_policy)

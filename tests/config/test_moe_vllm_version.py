@@ -2,7 +2,7 @@
 
 TRL's weight sync streams transformers-5 stacked expert tensors (`mlp.experts.gate_up_proj`,
 3-D); vLLM up to 0.24.0 maps only per-expert names into Qwen3-MoE and silently drops the rest
-(gspo_trl.config.engine_checks.VLLM_STACKED_EXPERTS says where). tests/model/test_vllm_moe_sync.py
+(gspo_trl.config.sections.moe.VLLM_STACKED_EXPERTS says where). tests/model/test_vllm_moe_sync.py
 shows the installed vLLM carries them; here, the refusal of an older one, at validation.
 """
 
@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from gspo_trl.config.engine_checks import (
+from gspo_trl.config.recipe import load_recipe
+from gspo_trl.config.sections.moe import (
     VLLM_STACKED_EXPERTS,
     check_moe_weight_sync,
     check_vllm_for_moe,
     expert_count,
     installed_vllm_version,
 )
-from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.validation import validate
 from gspo_trl.errors import RecipeError
 from tests._paths import ROOT

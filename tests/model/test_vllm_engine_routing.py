@@ -146,7 +146,7 @@ facts["n3"] = compare(*laid_out(
 # GSPO training with routing_replay: engine (R3): TRL's own steps, 2 rollout batches of 2 updates
 from gspo_trl.config.sections import MoeConfig
 from gspo_trl.training.routing import MoeRouting
-trainer.args.moe, trainer.args.max_steps = {"routing_replay": "engine"}, 4
+trainer.args.moe, trainer.args.max_steps = MoeConfig("engine"), 4
 trainer.routing = MoeRouting(trainer.model, MoeConfig("engine"), trainer.diagnostics, trainer.accelerator)
 trainer.train()
 facts["trained"] = [

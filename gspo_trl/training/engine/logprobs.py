@@ -16,7 +16,7 @@ The engine's numbers must be of the distribution the trainer's ratio assumes, so
 temperature): colocated vLLM runs with `logprobs_mode="processed_logprobs"` (TRL sets it:
 temperature applied), a server must be started with `--logprobs-mode processed_logprobs`
 (checked here), and top_p/top_k/min_p/repetition_penalty must be neutral (refused by
-`gspo_trl.config.engine_checks.check_engine_settings`). TRL's vLLM importance-sampling correction
+`gspo_trl.config.sections.engine.check_engine_settings`). TRL's vLLM importance-sampling correction
 reweights by pi_old / pi_engine, which is 1 by construction in this mode: it is turned off.
 
 `gspo_trl.training.engine.mismatch` measures the remaining mismatch on every rollout batch.

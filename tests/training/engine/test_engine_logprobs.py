@@ -107,16 +107,16 @@ def test_engine_section_loads_validates_and_round_trips(tmp_path):
     overrides = {"engine.old_logprobs": "engine", "engine.on_mismatch": "stop", "use_vllm": "true"}
     recipe = load_recipe("recipes/tiny/reversal.yaml", overrides)
     validate(recipe)
-    assert recipe.engine == {"old_logprobs": "engine", "on_mismatch": "stop"}
+    assert recipe.engine == EngineConfig(old_logprobs="engine", on_mismatch="stop")
     path = tmp_path / "recipe.yaml"
     path.write_text(recipe_as_yaml(recipe))
     assert load_recipe(path).engine == recipe.engine
-    assert load_recipe("recipes/tiny/reversal.yaml").engine == {}  # default: trainer, section absent
+    assert load_recipe("recipes/tiny/reversal.yaml").engine == EngineConfig()  # default: trainer
 
 
 def test_gspo_config_carries_and_checks_the_engine_section(tmp_path):
     config = GSPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False)
-    assert config.engine_config() == EngineConfig()
+    assert config.engine == EngineConfig()
     with pytest.raises(RecipeError, match=r"top_p=0\.95"):
         GSPOConfig(
             output_dir=str(tmp_path),

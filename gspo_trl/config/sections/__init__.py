@@ -2,7 +2,9 @@
 
 They hold values only (no loading, no torch), so reading and checking a recipe stays fast
 and every layer (data, model, training) can take its own section without importing the
-others. `gspo_trl.config.recipe` builds them from YAML with the types declared here.
+others. `gspo_trl.config.recipe` builds them from YAML with the types declared here. The
+sections a run's trainer reads (`diagnostics:`, `engine:`, `moe:`) each have a module here
+holding the dataclass and its checks, shared by recipes and `GSPOConfig`.
 """
 
 from __future__ import annotations
@@ -10,10 +12,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-TINY = "tiny"
-TINY_MODEL_DIR = "tiny-model"
-"""Where a run asking for `tiny` builds it: OUTPUT_DIR/tiny-model (gspo_trl.model.loading)."""
-"""`model.name_or_path: tiny` builds the tiny CPU model (gspo_trl.model.tiny) under the output dir."""
+from gspo_trl.config.sections.diagnostics import DiagnosticsConfig
+from gspo_trl.config.sections.engine import MAX_BIAS_FRACTION, MAX_OUTSIDE_CLIP, EngineConfig
+from gspo_trl.config.sections.moe import MoeConfig
+from gspo_trl.config.sections.tiny import TINY, TINY_MODEL_DIR
+
+__all__ = [
+    "MAX_BIAS_FRACTION",
+    "MAX_OUTSIDE_CLIP",
+    "TINY",
+    "TINY_MODEL_DIR",
+    "DataConfig",
+    "DiagnosticsConfig",
+    "EngineConfig",
+    "HeldoutConfig",
+    "LaunchConfig",
+    "ModelConfig",
+    "MoeConfig",
+    "RewardEntry",
+]
 
 
 @dataclass
@@ -112,50 +129,6 @@ class HeldoutConfig:
 
 
 @dataclass
-class DiagnosticsConfig:
-    """What GSPOTrainer measures and when it warns.
-
-    enabled: record and log the gspo/* metrics (cost: one small gather per update).
-    length_buckets: bucket edges in completion tokens; (64, 256, 1024) gives the buckets
-        0-64, 64-256, 256-1024 and 1024-inf (lower edge inclusive).
-    warn_clip_fraction: fraction (0-1) of positive-advantage responses clipped on the
-        off-policy minibatches above which a logging step counts as "everything clipped".
-    warn_after_steps: consecutive such logging steps before that warning fires (once).
-    warn_no_clip_steps: consecutive logging steps with off-policy data and not a single
-        clipped response before the "trust region does nothing" warning fires (once).
-    warn_flip_rate: mixture-of-experts models without routing replay: share (0-1) of
-        (response token, layer) expert choices on the off-policy minibatches that differ from
-        pi_old's above which a logging step counts towards the routing warning (fires once after
-        `warn_after_steps` such steps; docs/moe.md).
-    """
-
-    enabled: bool = True
-    length_buckets: tuple[int, ...] = (64, 256, 1024)
-    warn_clip_fraction: float = 0.5
-    warn_after_steps: int = 3
-    warn_no_clip_steps: int = 50
-    warn_flip_rate: float = 0.15
-
-    def __post_init__(self) -> None:
-        self.length_buckets = tuple(int(b) for b in self.length_buckets)
-        if any(b <= 0 for b in self.length_buckets) or list(self.length_buckets) != sorted(
-            set(self.length_buckets)
-        ):
-            raise ValueError(
-                f"diagnostics.length_buckets must be strictly increasing positive token counts, "
-                f"got {self.length_buckets}"
-            )
-        if not 0.0 < self.warn_clip_fraction <= 1.0:
-            raise ValueError(
-                f"diagnostics.warn_clip_fraction must be in (0, 1], got {self.warn_clip_fraction}"
-            )
-        if not 0.0 < self.warn_flip_rate <= 1.0:
-            raise ValueError(f"diagnostics.warn_flip_rate must be in (0, 1], got {self.warn_flip_rate}")
-        if self.warn_after_steps < 1 or self.warn_no_clip_steps < 1:
-            raise ValueError("diagnostics.warn_after_steps and warn_no_clip_steps must be >= 1")
-
-
-@dataclass
 class LaunchConfig:
     """Recipe `launch:` section: the hardware the recipe is written for, the command that starts
     it there, and what a step costs. `gspo-trl plan RECIPE` takes its topology from it,
@@ -191,92 +164,3 @@ class LaunchConfig:
     @property
     def gpus(self) -> bool:
         return self.gpus_per_node > 0
-
-
-OLD_LOGPROBS_SOURCES = ("trainer", "engine")
-ON_MISMATCH_ACTIONS = ("warn", "recompute", "stop")
-
-MAX_BIAS_FRACTION = 0.25
-"""Engine mismatch verdict (the run's guard and `gspo-trl check-logprobs` alike): the largest
-|mean log s_i| on the on-policy minibatch, as a fraction of the narrower clip half-range; past a
-quarter a bias starts to decide which advantage sign is clipped first (docs/engine-logprobs.md,
-"Why these limits")."""
-
-MAX_OUTSIDE_CLIP = 0.05
-"""Engine mismatch verdict: the largest fraction of on-policy responses the mismatch alone may put
-outside the clip range (they lose their gradient before the policy has moved); small next to the
-15-25% of off-policy responses the clip is meant to act on (docs/engine-logprobs.md)."""
-
-
-@dataclass
-class EngineConfig:
-    """Recipe `engine:` section: where pi_old comes from, and the guard on that choice.
-
-    old_logprobs: `trainer` (TRL's default: one extra no-grad forward per rollout batch
-        recomputes the sampled tokens' log-probs) or `engine` (use the log-probs vLLM returned
-        while sampling; needs use_vllm, saves that forward). See docs/engine-logprobs.md.
-    on_mismatch: what the guard does when the first (on-policy) minibatch shows the engine
-        scoring tokens unlike the trainer: `warn` (log once), `recompute` (switch to trainer
-        log-probs from the next rollout batch on) or `stop` (end the run with a message).
-    max_bias_fraction: flag when |mean log s_i| on the on-policy minibatch exceeds this
-        fraction of the narrower clip half-range, min(log(1 + eps_high), -log(1 - eps_low)).
-    max_outside_clip: flag when more than this fraction (0-1) of the on-policy minibatch's
-        responses fall outside the clip range from the mismatch alone.
-    """
-
-    old_logprobs: str = "trainer"
-    on_mismatch: str = "warn"
-    max_bias_fraction: float = MAX_BIAS_FRACTION
-    max_outside_clip: float = MAX_OUTSIDE_CLIP
-
-    def __post_init__(self) -> None:
-        if self.old_logprobs not in OLD_LOGPROBS_SOURCES:
-            raise ValueError(
-                f"engine.old_logprobs must be one of {', '.join(OLD_LOGPROBS_SOURCES)}, "
-                f"got {self.old_logprobs!r}"
-            )
-        if self.on_mismatch not in ON_MISMATCH_ACTIONS:
-            raise ValueError(
-                f"engine.on_mismatch must be one of {', '.join(ON_MISMATCH_ACTIONS)}, "
-                f"got {self.on_mismatch!r}"
-            )
-        if not 0.0 < self.max_bias_fraction <= 1.0 or not 0.0 <= self.max_outside_clip <= 1.0:
-            raise ValueError(
-                "engine.max_bias_fraction must be in (0, 1] and engine.max_outside_clip in [0, 1], "
-                f"got {self.max_bias_fraction} and {self.max_outside_clip}"
-            )
-
-    @property
-    def from_engine(self) -> bool:
-        """True when pi_old is the engine's log-probs."""
-        return self.old_logprobs == "engine"
-
-
-ROUTING_REPLAY_MODES = ("off", "old", "engine")
-
-
-@dataclass
-class MoeConfig:
-    """Recipe `moe:` section: routing replay for mixture-of-experts models (docs/moe.md).
-
-    routing_replay: which routing the update forwards use. `off`: each forward's own router
-        (the routing flip rate is still logged). `old` (R2): the experts pi_old's forward chose
-        for each token, recorded in that forward and forced in every update of the rollout
-        batch; the gate weights are recomputed from the current router logits at those experts,
-        so the router keeps learning. `engine` (R3): the experts the inference engine (vLLM)
-        chose while sampling, forced in pi_old's forward and the updates.
-    """
-
-    routing_replay: str = "off"
-
-    def __post_init__(self) -> None:
-        if self.routing_replay not in ROUTING_REPLAY_MODES:
-            raise ValueError(
-                f"moe.routing_replay must be one of {', '.join(ROUTING_REPLAY_MODES)}, "
-                f"got {self.routing_replay!r}"
-            )
-
-    @property
-    def replays(self) -> bool:
-        """True when the update forwards replay a recorded routing."""
-        return self.routing_replay != "off"

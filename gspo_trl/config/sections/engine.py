@@ -1,0 +1,105 @@
+"""The `engine:` section: where pi_old comes from, and when the inference engine's log-probs may
+stand in for it (docs/engine-logprobs.md says when this is safe). The dataclass refuses bad values
+when built; `check_engine_settings` checks it against the run's other settings. Shared by recipes
+(gspo_trl.config.validation) and `GSPOConfig`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gspo_trl.errors import RecipeError
+
+OLD_LOGPROBS_SOURCES = ("trainer", "engine")
+ON_MISMATCH_ACTIONS = ("warn", "recompute", "stop")
+
+MAX_BIAS_FRACTION = 0.25
+"""Engine mismatch verdict (the run's guard and `gspo-trl check-logprobs` alike): the largest
+|mean log s_i| on the on-policy minibatch, as a fraction of the narrower clip half-range; past a
+quarter a bias starts to decide which advantage sign is clipped first (docs/engine-logprobs.md,
+"Why these limits")."""
+
+MAX_OUTSIDE_CLIP = 0.05
+"""Engine mismatch verdict: the largest fraction of on-policy responses the mismatch alone may put
+outside the clip range (they lose their gradient before the policy has moved); small next to the
+15-25% of off-policy responses the clip is meant to act on (docs/engine-logprobs.md)."""
+
+
+@dataclass
+class EngineConfig:
+    """Recipe `engine:` section: where pi_old comes from, and the guard on that choice.
+
+    old_logprobs: `trainer` (TRL's default: one extra no-grad forward per rollout batch
+        recomputes the sampled tokens' log-probs) or `engine` (use the log-probs vLLM returned
+        while sampling; needs use_vllm, saves that forward). See docs/engine-logprobs.md.
+    on_mismatch: what the guard does when the first (on-policy) minibatch shows the engine
+        scoring tokens unlike the trainer: `warn` (log once), `recompute` (switch to trainer
+        log-probs from the next rollout batch on) or `stop` (end the run with a message).
+    max_bias_fraction: flag when |mean log s_i| on the on-policy minibatch exceeds this
+        fraction of the narrower clip half-range, min(log(1 + eps_high), -log(1 - eps_low)).
+    max_outside_clip: flag when more than this fraction (0-1) of the on-policy minibatch's
+        responses fall outside the clip range from the mismatch alone.
+    """
+
+    old_logprobs: str = "trainer"
+    on_mismatch: str = "warn"
+    max_bias_fraction: float = MAX_BIAS_FRACTION
+    max_outside_clip: float = MAX_OUTSIDE_CLIP
+
+    def __post_init__(self) -> None:
+        if self.old_logprobs not in OLD_LOGPROBS_SOURCES:
+            raise RecipeError(
+                f"engine.old_logprobs must be one of {', '.join(OLD_LOGPROBS_SOURCES)}, "
+                f"got {self.old_logprobs!r}"
+            )
+        if self.on_mismatch not in ON_MISMATCH_ACTIONS:
+            raise RecipeError(
+                f"engine.on_mismatch must be one of {', '.join(ON_MISMATCH_ACTIONS)}, "
+                f"got {self.on_mismatch!r}"
+            )
+        if not 0.0 < self.max_bias_fraction <= 1.0 or not 0.0 <= self.max_outside_clip <= 1.0:
+            raise RecipeError(
+                "engine.max_bias_fraction must be in (0, 1] and engine.max_outside_clip in [0, 1], "
+                f"got {self.max_bias_fraction} and {self.max_outside_clip}"
+            )
+
+    @property
+    def from_engine(self) -> bool:
+        """True when pi_old is the engine's log-probs."""
+        return self.old_logprobs == "engine"
+
+
+SAMPLING_NEUTRAL = {
+    "top_p": (1.0, None),
+    "top_k": (0, -1, None),
+    "min_p": (0.0, None),
+    "repetition_penalty": (1.0, None),
+}
+"""Generation settings and the values that leave the sampler alone. Any other value makes vLLM
+sample from (and report log-probs of) a reshaped distribution, while the trainer scores the plain
+softmax of logits / temperature: with engine log-probs as pi_old, every s_i would be biased."""
+
+
+def check_engine_settings(config: EngineConfig, training: Mapping[str, Any]) -> None:
+    """Engine log-probs need vLLM and an unreshaped sampler (`training`: the GRPOConfig fields)."""
+    if not config.from_engine:
+        return
+    if not training.get("use_vllm"):
+        raise RecipeError(
+            "engine.old_logprobs: engine takes pi_old from vLLM's sampling log-probs; set use_vllm: true "
+            "or use old_logprobs: trainer"
+        )
+    extra = training.get("generation_kwargs") or {}
+    changed = []
+    for key, neutral in SAMPLING_NEUTRAL.items():
+        value = extra.get(key, training.get(key))
+        if value not in neutral:
+            changed.append(f"{key}={value!r}")
+    if changed:
+        raise RecipeError(
+            f"engine.old_logprobs: engine with {', '.join(changed)}: vLLM then reports log-probs of the "
+            "truncated/penalised distribution it sampled from, while the trainer's ratio uses the plain "
+            "softmax of logits / temperature, so every s_i would be biased. Reset those keys "
+            "(top_p: 1.0, top_k: 0, min_p: null, repetition_penalty: 1.0) or use old_logprobs: trainer."
+        )
