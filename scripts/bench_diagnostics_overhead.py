@@ -28,7 +28,7 @@ from trl import GRPOTrainer
 
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.training.build import build_trainer
-from gspo_trl.training.trainer import GSPOTrainer
+from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
 
 
 class StepClock(TrainerCallback):
@@ -52,9 +52,9 @@ class StepClock(TrainerCallback):
         return [b[clock] - a[clock] for a, b in zip(self.stamps[:-1], self.stamps[1:], strict=True)][skip:]
 
 
-def timed(trainer: GSPOTrainer, name: str, sink: dict[str, float]) -> None:
-    """Wrap one of the trainer's diagnostics methods to add its run time (s) to sink['own']."""
-    method = getattr(trainer, name)
+def timed(probe: DiagnosticsProbe, name: str, sink: dict[str, float]) -> None:
+    """Wrap one of the diagnostics probe's methods to add its run time (s) to sink['own']."""
+    method = getattr(probe, name)
 
     def wrapper(*args, **kwargs):
         start = time.perf_counter()
@@ -63,7 +63,7 @@ def timed(trainer: GSPOTrainer, name: str, sink: dict[str, float]) -> None:
         finally:
             sink["own"] += time.perf_counter() - start
 
-    setattr(trainer, name, wrapper)
+    setattr(probe, name, wrapper)
 
 
 def build(kind: str, recipe, own: dict[str, float]) -> tuple[GRPOTrainer, StepClock]:
@@ -77,8 +77,9 @@ def build(kind: str, recipe, own: dict[str, float]) -> tuple[GRPOTrainer, StepCl
             processing_class=trainer.processing_class,
         )
     else:
-        timed(trainer, "_record_rows", own)
-        timed(trainer, "gspo_statistics", own)
+        diagnostics = trainer.probes.find(DiagnosticsProbe)
+        timed(diagnostics, "on_loss", own)  # one row per response, gathered
+        timed(diagnostics, "statistics", own)  # the gspo/* metrics at each log
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
     clock = StepClock()

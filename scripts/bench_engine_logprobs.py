@@ -28,12 +28,49 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from gspo_trl.training.probes.base import Probe
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "gspo_trl" / "recipes" / "tiny" / "reversal.yaml"
 VLLM_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"}
 VLLM_OVERRIDES = {"use_vllm": "true", "vllm_mode": "colocate", "vllm_max_model_length": "128"}
+
+
+class AlternatingModes(Probe):
+    """Switches pi_old's source at each rollout batch (engine first) and times, per rollout batch,
+    vLLM generation and the no-grad pi_old pass (the loss's own policy pass is not one)."""
+
+    def __init__(self) -> None:
+        self.marks: list[tuple[str, float]] = []  # (mode, start time) per rollout batch
+        self.spent: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self.engine: Any = None
+
+    def attach(self, trainer: Any) -> None:
+        self.engine = trainer.engine_logprobs
+
+    def around_rollout(self, trainer: Any, proceed: Callable[[], dict]) -> dict:
+        use_engine = len(self.marks) % 2 == 0
+        self.engine.active = use_engine
+        trainer.vllm_importance_sampling_correction = not use_engine  # trainer mode = TRL's default
+        self.marks.append(("engine" if use_engine else "trainer", time.perf_counter()))
+        return proceed()
+
+    def _timed(self, name: str, proceed: Callable[[], Any]) -> Any:
+        start = time.perf_counter()
+        try:
+            return proceed()
+        finally:
+            self.spent[len(self.marks) - 1][name] += time.perf_counter() - start
+
+    def around_generation(self, trainer: Any, proceed: Callable[[], tuple]) -> tuple:
+        return self._timed("generation", proceed)
+
+    def around_no_grad_pass(self, trainer: Any, call: Any, proceed: Callable[[], Any]) -> Any:
+        return self._timed("pi_old forward", proceed)
 
 
 def timing(rollouts: int, warmup: int, output_dir: Path) -> dict:
@@ -45,41 +82,11 @@ def timing(rollouts: int, warmup: int, output_dir: Path) -> dict:
     overrides.update({"max_steps": "100000", "logging_steps": "1000", "heldout.every_steps": "0"})
     recipe = load_recipe(RECIPE, overrides)
     recipe.heldout = None  # timing only
-    trainer = build_trainer(recipe)
-    engine = trainer.engine_logprobs
+    modes = AlternatingModes()
+    trainer = build_trainer(recipe, probes=[modes])
+    engine, marks, spent = trainer.engine_logprobs, modes.marks, modes.spent
     steps = trainer.args.steps_per_generation * trainer.num_iterations
     trainer.args.max_steps = steps * (warmup + 2 * rollouts)
-
-    marks: list[tuple[str, float]] = []  # (mode, start time) per rollout batch
-    spent: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    score, generate, logps = (
-        trainer._generate_and_score_completions,
-        trainer._generate,
-        trainer._get_per_token_logps_and_entropies,
-    )
-
-    def timed_score(inputs):
-        use_engine = len(marks) % 2 == 0
-        engine.active = use_engine
-        trainer.vllm_importance_sampling_correction = not use_engine  # trainer mode = TRL's default
-        marks.append(("engine" if use_engine else "trainer", time.perf_counter()))
-        return score(inputs)
-
-    def timed(name, function):
-        def wrapper(*args, **kwargs):
-            loss_pass = trainer._gspo_loss_inputs is not None  # the policy pass inside the loss
-            start = time.perf_counter()
-            try:
-                return function(*args, **kwargs)
-            finally:
-                if not loss_pass:
-                    spent[len(marks) - 1][name] += time.perf_counter() - start
-
-        return wrapper
-
-    trainer._generate_and_score_completions = timed_score
-    trainer._generate = timed("generation", generate)
-    trainer._get_per_token_logps_and_entropies = timed("pi_old forward", logps)
     trainer.train()
     marks.append(("end", time.perf_counter()))
 

@@ -16,13 +16,12 @@ the order of their events and of their callbacks:
     or your own: docs/probes.md).
 
 This module is the one place of the package that names TRL's and transformers' private Trainer
-methods (tests/training/test_probes.py checks it): each override quotes the TRL line it relies
-on, so a TRL upgrade that moves one breaks here and nowhere else.
+methods (tests/training/test_trl_private_methods.py checks it): each override quotes the TRL
+line it relies on, so a TRL upgrade that moves one breaks here and nowhere else.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,38 +46,6 @@ from gspo_trl.training.probes.gspo_token import GspoTokenProbe
 from gspo_trl.training.probes.perf import PerfProbe
 from gspo_trl.training.probes.routing import RoutingProbe
 from gspo_trl.training.safety.staged_checkpoints import StagedCheckpointsProbe
-
-logger = logging.getLogger(__name__)
-
-
-def vllm_correction_summary(args: Any) -> str:
-    """One line naming TRL's vLLM importance-sampling correction as this run applies it."""
-    if not args.vllm_importance_sampling_correction:
-        return (
-            "vLLM importance-sampling correction: off (vllm_importance_sampling_correction: false; "
-            "the GSPO default, see docs/vllm.md); measure the engine/trainer gap with gspo-trl check-logprobs"
-        )
-    low = args.vllm_importance_sampling_clip_min
-    return (
-        f"vLLM importance-sampling correction: on, mode {args.vllm_importance_sampling_mode}, ratios "
-        f"outside [{low if low is not None else '-inf'}, {args.vllm_importance_sampling_clip_max}] "
-        "truncated or masked; it reweights the GSPO loss (sampling/importance_sampling_ratio/*)"
-    )
-
-
-def stop_router_logits_in_generate(model: Any) -> None:
-    """Turn off a mixture-of-experts config's `output_router_logits`, which TRL's SFTTrainer saves
-    on (`text_config.output_router_logits = self.aux_loss_enabled`, trl/trainer/sft_trainer.py:1210):
-    with it on, every forward of `generate` computes the load-balancing loss of the new token's
-    router logits against the whole attention mask and fails ("The size of tensor a (32) must
-    match the size of tensor b (384)", transformers/models/qwen3_moe/modeling_qwen3_moe.py:573).
-    The aux loss stays: TRL asks for router logits per call (`model_inputs["output_router_logits"]
-    = True` under `compute_aux_loss`, grpo_trainer.py:1492) and decides it from the attribute's
-    presence, not its value (`hasattr(text_config, "output_router_logits")`, grpo_trainer.py:832)."""
-    config = getattr(model, "config", None)
-    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    if getattr(text_config, "output_router_logits", False):
-        text_config.output_router_logits = False
 
 
 def _section(args: Any, name: str, kind: type) -> Any:
@@ -117,11 +84,8 @@ class GSPOTrainer(GRPOTrainer):
         self.probes = ProbeChain([*builtin_probes(trainer_args), *probes])
         with self.probes.trainer_init():  # routing_replay: engine builds TRL's vLLM for it
             super().__init__(*args, **kwargs)
-        stop_router_logits_in_generate(self.model)
         self.gspo_token = bool(getattr(self.args, "gspo_token", False))
         self.probes.attach(self)
-        if self.use_vllm and self.accelerator.is_main_process:
-            logger.info(vllm_correction_summary(self.args))
         self._callbacks_ahead = 0
         self._place_callbacks(self.probes.callbacks())
         if self.use_vllm:

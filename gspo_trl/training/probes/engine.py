@@ -6,6 +6,7 @@ with them (no forward), and judges the on-policy minibatch's log s_i (trainer mi
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,23 @@ from gspo_trl.training.probes.base import (
     Probe,
 )
 
+logger = logging.getLogger(__name__)
+
+
+def vllm_correction_summary(args: Any) -> str:
+    """One line naming TRL's vLLM importance-sampling correction as this run applies it."""
+    if not args.vllm_importance_sampling_correction:
+        return (
+            "vLLM importance-sampling correction: off (vllm_importance_sampling_correction: false; "
+            "the GSPO default, see docs/vllm.md); measure the engine/trainer gap with gspo-trl check-logprobs"
+        )
+    low = args.vllm_importance_sampling_clip_min
+    return (
+        f"vLLM importance-sampling correction: on, mode {args.vllm_importance_sampling_mode}, ratios "
+        f"outside [{low if low is not None else '-inf'}, {args.vllm_importance_sampling_clip_max}] "
+        "truncated or masked; it reweights the GSPO loss (sampling/importance_sampling_ratio/*)"
+    )
+
 
 class EngineLogprobsProbe(Probe):
     """pi_old from the engine (when `config.from_engine` and the run uses vLLM) and its guard."""
@@ -33,6 +51,8 @@ class EngineLogprobsProbe(Probe):
 
     def attach(self, trainer: Any) -> None:
         self.engine = EngineOldLogprobs(trainer, self.config)
+        if trainer.use_vllm and trainer.accelerator.is_main_process:
+            logger.info(vllm_correction_summary(trainer.args))
 
     def around_rollout(self, trainer: Any, proceed: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         try:

@@ -16,6 +16,21 @@ from gspo_trl.training.probes.base import Generation, LogprobOutput, LossCall, N
 from gspo_trl.training.routing import MoeRouting, engine_routing_returned
 
 
+def stop_router_logits_in_generate(model: Any) -> None:
+    """Turn off a mixture-of-experts config's `output_router_logits`, which TRL's SFTTrainer saves
+    on (`text_config.output_router_logits = self.aux_loss_enabled`, trl/trainer/sft_trainer.py:1210):
+    with it on, every forward of `generate` computes the load-balancing loss of the new token's
+    router logits against the whole attention mask and fails ("The size of tensor a (32) must
+    match the size of tensor b (384)", transformers/models/qwen3_moe/modeling_qwen3_moe.py:573).
+    The aux loss stays: TRL asks for router logits per call (`model_inputs["output_router_logits"]
+    = True` under `compute_aux_loss`, grpo_trainer.py:1492) and decides it from the attribute's
+    presence, not its value (`hasattr(text_config, "output_router_logits")`, grpo_trainer.py:832)."""
+    config = getattr(model, "config", None)
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if getattr(text_config, "output_router_logits", False):
+        text_config.output_router_logits = False
+
+
 class RoutingProbe(Probe):
     """MoeRouting wired to the trainer's events; inert for a dense model."""
 
@@ -29,6 +44,7 @@ class RoutingProbe(Probe):
         return engine_routing_returned(self.config)
 
     def attach(self, trainer: Any) -> None:
+        stop_router_logits_in_generate(trainer.model)
         on_policy = RolloutBatch.from_grpo_config(trainer.args).on_policy
         self.routing = MoeRouting(
             trainer.model, self.config, self.diagnostics, trainer.accelerator, on_policy
