@@ -52,12 +52,12 @@ class AlternatingModes(Probe):
     def attach(self, trainer: Any) -> None:
         self.engine = trainer.engine_logprobs
 
-    def around_rollout(self, trainer: Any, proceed: Callable[[], dict]) -> dict:
+    def around_rollout(self, trainer: Any, prompts: list, proceed: Callable[[list], dict]) -> dict:
         use_engine = len(self.marks) % 2 == 0
         self.engine.active = use_engine
         trainer.vllm_importance_sampling_correction = not use_engine  # trainer mode = TRL's default
         self.marks.append(("engine" if use_engine else "trainer", time.perf_counter()))
-        return proceed()
+        return proceed(prompts)
 
     def _timed(self, name: str, proceed: Callable[[], Any]) -> Any:
         start = time.perf_counter()

@@ -187,8 +187,7 @@ class GSPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
         """`generation_batch = self._generate_and_score_completions(generation_batch)`
         (grpo_trainer.py:1541, in `_prepare_inputs`, once per rollout batch)."""
-        parent = super()._generate_and_score_completions
-        return self.probes.rollout(self, self.model.training, lambda: parent(inputs))
+        return self.probes.rollout(self, inputs, super()._generate_and_score_completions)
 
     def _generate(self, prompts: list) -> tuple:
         """`(prompt_ids_list, completion_ids_list, tool_mask_list, completions,

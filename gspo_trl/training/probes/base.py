@@ -12,7 +12,7 @@ trl/trainer/grpo_trainer.py unless named):
     trainer_init()                   around GRPOTrainer.__init__ (a context manager)
     attach(trainer)                  end of GSPOTrainer.__init__ (the model and vLLM are built)
     on_train_begin / on_train_end    GSPOTrainer.train, around Trainer.train (end: also on error)
-    around_rollout(proceed)          `_generate_and_score_completions` (called by `_prepare_inputs`
+    around_rollout(prompts, proceed) `_generate_and_score_completions` (called by `_prepare_inputs`
       on_rollout_begin                 every steps_per_generation x num_iterations steps, :1541)
       around_generation(proceed)       `_generate(prompts)` (:2436)
         around_weight_sync(proceed)      `self.vllm_generation.sync_weights()` (:2204): skip
@@ -159,8 +159,12 @@ class Probe:
     def on_train_end(self, trainer: Any) -> None:
         """After Trainer.train, also when it raised."""
 
-    def around_rollout(self, trainer: Any, proceed: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        return proceed()
+    def around_rollout(
+        self, trainer: Any, prompts: list[Any], proceed: Callable[[list[Any]], dict[str, Any]]
+    ) -> dict[str, Any]:
+        """`prompts`: this rollout batch's rows (TRL's `generation_batch`); `proceed(rows)` generates
+        and scores rows, and may be called again (with other rows: e.g. to refill a batch)."""
+        return proceed(prompts)
 
     def on_rollout_begin(self, trainer: Any, training: bool) -> None:
         pass

@@ -81,16 +81,22 @@ class ProbeChain(Sequence[Probe]):
             probe.on_train_end(trainer)
 
     # --- rollout --------------------------------------------------------------------------
-    def rollout(self, trainer: Any, training: bool, generate_and_score: Callable[[], dict[str, Any]]) -> dict:
-        def scored() -> dict[str, Any]:
+    def rollout(
+        self, trainer: Any, prompts: list[Any], generate_and_score: Callable[[list[Any]], dict[str, Any]]
+    ) -> dict[str, Any]:
+        def scored(rows: list[Any]) -> dict[str, Any]:
+            training = trainer.model.training
             for probe in self.probes:
                 probe.on_rollout_begin(trainer, training)
-            batch = generate_and_score()
+            batch = generate_and_score(rows)
             for probe in self.probes:
                 batch = probe.on_rollout_end(trainer, batch)
             return batch
 
-        return self._around("around_rollout", trainer, (), scored)
+        call = scored
+        for probe in reversed(self.probes):
+            call = partial(_rollout_step, probe, trainer, call)
+        return call(prompts)
 
     def generation(self, trainer: Any, generate: Callable[[], tuple]) -> tuple:
         return self._around("around_generation", trainer, (), generate)
@@ -146,3 +152,7 @@ class ProbeChain(Sequence[Probe]):
         for probe in self.probes:
             added.update(probe.on_log(trainer, {**logs, **added}))
         return added
+
+
+def _rollout_step(probe: Probe, trainer: Any, proceed: Callable[[list[Any]], dict], rows: list[Any]) -> dict:
+    return probe.around_rollout(trainer, rows, proceed)

@@ -54,9 +54,11 @@ class EngineLogprobsProbe(Probe):
         if trainer.use_vllm and trainer.accelerator.is_main_process:
             logger.info(vllm_correction_summary(trainer.args))
 
-    def around_rollout(self, trainer: Any, proceed: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    def around_rollout(
+        self, trainer: Any, prompts: list[Any], proceed: Callable[[list[Any]], dict[str, Any]]
+    ) -> dict[str, Any]:
         try:
-            return proceed()
+            return proceed(prompts)
         finally:
             self.engine.end_rollout()
 

@@ -1,14 +1,15 @@
 """Where a run's time goes: seconds per phase, tokens per second, and MFU of the update phase.
 
-The trainer opens a phase around each piece of real work (gspo_trl.training.trainer says which TRL
-method each is); `PhaseTimer` keeps the phases disjoint: opening one pauses the phase it is
-nested in (generation runs inside TRL's training step, a weight sync inside generation), and
-inside `heldout` or `checkpoint` everything counts to them (a held-out pass generates too). On
-CUDA every boundary calls `torch.cuda.synchronize()`, so a phase owns its kernels' run time,
-not just their launch. `setup` is `train()` up to `on_train_begin` (optimizer, accelerate's
-`prepare`, the dataloader). `other` is the window's wall time minus the phases: data loading,
-logging, callbacks. Windows run from one training log to the next, so the phases of a window sum
-to its `perf/wall_s` with `other` included.
+The perf probe (gspo_trl.training.probes.perf) opens a phase around each piece of real work
+(the trainer's events; gspo_trl.training.trainer quotes the TRL call of each); `PhaseTimer` keeps
+the phases disjoint: opening one pauses the phase it is nested in (generation runs inside TRL's
+training step, a weight sync inside generation), and inside `heldout` or `checkpoint` everything
+counts to them (a held-out pass generates too). On CUDA every boundary calls
+`torch.cuda.synchronize()`, so a phase owns its kernels' run time, not just their launch.
+`setup` is `train()` up to `on_train_begin` (optimizer, accelerate's `prepare`, the dataloader).
+`other` is the window's wall time minus the phases: data loading, logging, callbacks. Windows
+run from one training log to the next, so the phases of a window sum to its `perf/wall_s` with
+`other` included.
 
 Throughput is the field's formula (verl's `perf/throughput`, NeMo-RL's tokens/s/GPU): tokens
 over (window wall seconds x processes), with tokens counted over every process:
