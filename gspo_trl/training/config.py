@@ -19,6 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from trl import GRPOConfig
 
 from gspo_trl.config.batch import RolloutBatch
@@ -29,6 +30,7 @@ from gspo_trl.config.invariants import algorithm_of, check_off_policy
 from gspo_trl.config.moe_checks import check_moe_settings
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig, MoeConfig
 from gspo_trl.config.validation import check_gspo_settings
+from gspo_trl.model.precision import cpu_mixed_precision
 
 
 def _help(text: str) -> dict[str, str]:
@@ -74,6 +76,9 @@ class GSPOConfig(GRPOConfig):
         default=GSPO_DEFAULTS["vllm_importance_sampling_correction"],
         metadata=_help("TRL's engine/trainer reweighting; off for GSPO (see gspo_trl.config.defaults)"),
     )
+    use_cpu: bool | None = field(  # type: ignore[assignment]
+        default=None, metadata=_help("train on CPU; unset: True when no GPU is visible")
+    )
     gspo_token: bool = field(default=False, metadata=_help("GSPO-token: per-token advantages"))
     diagnostics: dict[str, Any] | None = field(default=None, metadata=_help("DiagnosticsConfig fields"))
     allow_on_policy: bool = field(
@@ -92,6 +97,7 @@ class GSPOConfig(GRPOConfig):
         if isinstance(self.diagnostics, DiagnosticsConfig):
             self.diagnostics = dataclasses.asdict(self.diagnostics)
         self.diagnostics_config()  # refuse bad diagnostics settings now, not at the first log
+        self.bf16, self.use_cpu = cpu_mixed_precision(self.bf16, self.use_cpu, torch.cuda.is_available())
         super().__post_init__()
         settings = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         check_gspo_settings(self.algorithm, settings)

@@ -37,6 +37,7 @@ import gspo_trl.metric_names as names
 from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.config.invariants import algorithm_of, check_ratio_level
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig, MoeConfig
+from gspo_trl.training.api_defaults import gspo_trainer_arguments, install_default_console
 from gspo_trl.training.diagnostics import (
     ClipAlarm,
     PolicyPass,
@@ -87,8 +88,9 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
     """GRPOTrainer plus GSPO diagnostics and GSPO-token; every argument is TRL's.
 
     Give it a `GSPOConfig` (gspo_trl.training.config): its `gspo_token` and `diagnostics`
-    fields switch GSPO-token and configure the diagnostics. A plain `GRPOConfig` works too
-    (no GSPO-token, default diagnostics), but carries TRL's defaults, not GSPO's.
+    fields switch GSPO-token and configure the diagnostics. Without one it trains GSPO's
+    defaults; a plain `GRPOConfig` that is not GSPO is refused, and reward names resolve
+    through the registry (gspo_trl.training.api_defaults).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -97,9 +99,9 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
         self._gspo_rows: dict[int, list[torch.Tensor]] = defaultdict(list)
         self.gspo_row_sink: list[tuple[int, torch.Tensor]] | None = None
         """Set to a list to also keep every gathered (minibatch index, rows) pair (calibrate)."""
-        trainer_args = kwargs.get("args", args[2] if len(args) > 2 else None)
-        with engine_routing_returned(trainer_args):  # routing_replay: engine builds TRL's vLLM for it
-            super().__init__(*args, **kwargs)
+        kwargs = gspo_trainer_arguments(args, kwargs)  # GSPO when no config is given (api_defaults)
+        with engine_routing_returned(kwargs["args"]):  # routing_replay: engine builds TRL's vLLM for it
+            super().__init__(**kwargs)
         stop_router_logits_in_generate(self.model)
         self.gspo_token = bool(getattr(self.args, "gspo_token", False))
         config = getattr(self.args, "diagnostics_config", None)
@@ -122,6 +124,7 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
         # a GSPOConfig checked this when built; again here for one changed since (the same check)
         level = self.importance_sampling_level
         check_ratio_level(algorithm_of(level, self.gspo_token), level)
+        install_default_console(self, kwargs["model"])  # the CLI's console and metrics.jsonl
 
     # --- loss path -------------------------------------------------------------------------
     def train(self, *args: Any, **kwargs: Any) -> Any:

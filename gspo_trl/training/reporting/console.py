@@ -129,6 +129,7 @@ def banner(trainer: Any, model_name: str, reward_names: list[str], eval_rows: in
     level = getattr(trainer, "importance_sampling_level", "?")
     eps = f"eps {trainer.epsilon_low:g}/{trainer.epsilon_high:g}"
     algorithm = "GSPO-token" if getattr(trainer, "gspo_token", False) else f"{level}-level ratio"
+    length = f"{args.max_steps} steps" if args.max_steps > 0 else f"{args.num_train_epochs:g} epoch(s)"
     return "\n".join(
         [
             "gspo-trl: training",
@@ -139,7 +140,7 @@ def banner(trainer: Any, model_name: str, reward_names: list[str], eval_rows: in
             f"{RolloutBatch.from_grpo_config(args).optimizer_updates} updates per rollout batch, "
             f"beta {args.beta:g}, "
             f"lr {args.learning_rate:g}",
-            f"  run      {args.max_steps} steps on {trainer.accelerator.num_processes} process(es), "
+            f"  run      {length} on {trainer.accelerator.num_processes} process(es), "
             f"logging every {args.logging_steps:g}, output {args.output_dir}",
         ]
     )
@@ -315,6 +316,9 @@ def install_console(
     the console's closing hook last.
     """
     _remove_trl_printing(trainer)
+    for callback in list(trainer.callback_handler.callbacks):  # one console: this call's replaces any
+        if isinstance(callback, ConsoleCallback | _CloseConsole | MetricsFileCallback):
+            trainer.callback_handler.remove_callback(callback)
     header = banner(trainer, model_name, reward_names, eval_rows)
     perf = getattr(trainer, "perf", None)
     if perf is not None:  # the plan's FLOP floor beside what the step line will show
