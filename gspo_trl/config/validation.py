@@ -20,6 +20,7 @@ from gspo_trl.config.fields import read_section
 from gspo_trl.config.invariants import check_off_policy, check_training_invariants
 from gspo_trl.config.launch_checks import LAUNCH_CHECKS, LAUNCH_SIZE_KEYS, check_launch_counts
 from gspo_trl.config.moe_checks import check_moe_model, check_moe_settings
+from gspo_trl.config.optional_packages import PACKAGE_CHECKS
 from gspo_trl.config.problems import Problems
 from gspo_trl.config.recipe import Recipe
 from gspo_trl.config.reward_checks import check_reward_construction, check_rewards
@@ -223,4 +224,6 @@ def validate(recipe: Recipe, processes: int | None = None) -> None:
     run(check_vllm_for_moe, recipe.model.name_or_path, recipe.training, reads=("model.name_or_path",))
     run(check_moe_model, recipe.model.name_or_path, recipe.moe, reads=("model.name_or_path", "moe"))
     run(_check_trackers, recipe, reads=("report_to",))
+    for check, reads in PACKAGE_CHECKS:  # what `train` would import before its first step
+        run(check, recipe, reads=reads)
     problems.raise_if_any()

@@ -35,7 +35,9 @@ def training_weight_precision(
     return WeightPrecision(UPCAST_TO, upcast=True)
 
 
-def cpu_mixed_precision(bf16: bool | None, use_cpu: bool | None, gpu_available: bool) -> tuple[bool | None, bool]:
+def cpu_mixed_precision(
+    bf16: bool | None, use_cpu: bool | None, gpu_available: bool
+) -> tuple[bool | None, bool]:
     """(bf16, use_cpu) for a config, one rule for `GSPOConfig(...)` and a recipe (whose unset
     keys reach GSPOConfig as None). On a machine without a GPU, `use_cpu` left unset becomes
     True: transformers refuses `bf16` there otherwise ("Your setup doesn't support bf16/gpu",

@@ -97,7 +97,8 @@ def resolve_reward_funcs(reward_funcs: Any) -> list[Any]:
     function checked on each call; reward-model ids and modules as given."""
     funcs = reward_funcs if isinstance(reward_funcs, list | tuple) else [reward_funcs]
     resolved = [
-        rewards.get(func) if isinstance(func, str) and not _is_reward_model_id(func) else func for func in funcs
+        rewards.get(func) if isinstance(func, str) and not _is_reward_model_id(func) else func
+        for func in funcs
     ]
     if any(isinstance(func, CheckedReward | AsyncCheckedReward) for func in resolved):
         return resolved  # build_trainer checked them already

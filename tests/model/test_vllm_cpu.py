@@ -240,6 +240,7 @@ def process_group_gone(pgid: int, timeout: float) -> bool:
 def server_mode_trainer(model_dir: Path, output_dir: Path, base_url: str):
     """A GSPO trainer in TRL server mode: it connects, then joins the NCCL weight-sync group."""
     from datasets import Dataset
+
     from gspo_trl.diagnose.check_logprobs import length_reward
     from gspo_trl.training.config import GSPOConfig
     from gspo_trl.training.trainer import GSPOTrainer

@@ -45,10 +45,13 @@ def test_trl_quickstart_runs_unchanged_but_for_the_import(tmp_path) -> None:
     ported = ported.replace("GRPOTrainer(", "GSPOTrainer(")
     model_dir = tiny_model_dir(tmp_path)
     ported = re.sub(r'model="[^"]+"', f'model="{model_dir}"', ported)  # no hub: the local tiny model
-    ported = ported.replace('load_dataset("trl-lib/DeepMath-103K"', 'load_dataset("json", data_files="math.jsonl"')
+    ported = ported.replace(
+        'load_dataset("trl-lib/DeepMath-103K"', 'load_dataset("json", data_files="math.jsonl"'
+    )
     assert ported.count("\n") == script.count("\n")  # the same lines, only the names changed
     rows = [
-        {"prompt": [{"role": "user", "content": f"What is {i} + 2?"}], "solution": str(i + 2)} for i in range(4)
+        {"prompt": [{"role": "user", "content": f"What is {i} + 2?"}], "solution": str(i + 2)}
+        for i in range(4)
     ]
     (tmp_path / "math.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     (tmp_path / "quickstart.py").write_text(ported)
@@ -59,7 +62,9 @@ def test_trl_quickstart_runs_unchanged_but_for_the_import(tmp_path) -> None:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "sequence-level ratio, eps 0.0003/0.0004" in result.stdout  # the banner: GSPO, not TRL's
-    assert re.search(r"^step 10/12 \| reward ", result.stdout, re.M), result.stdout[-2000:]  # logging_steps 10
+    assert re.search(r"^step 10/12 \| reward ", result.stdout, re.M), result.stdout[
+        -2000:
+    ]  # logging_steps 10
     assert "done: 12 steps" in result.stdout  # 4 rows x 3 epochs, one prompt's group per step
     metrics = tmp_path / "tiny-GSPO" / "metrics.jsonl"
     logged = [json.loads(line) for line in metrics.read_text().splitlines()]
