@@ -34,6 +34,25 @@ OFFPOLICY = f"{GSPO}/offpolicy"
 ZERO_VARIANCE_GROUPS = f"{GSPO}/zero_variance_groups"
 TRL_ZERO_VARIANCE = "frac_reward_zero_std"
 """TRL's per-step share of tied groups, which ZERO_VARIANCE_GROUPS averages over a logging step."""
+TRL_REWARDS = "rewards"
+"""TRL's per-reward keys, `rewards/{name}/mean` and `rewards/{name}/std` over a rollout batch's
+completions (trl/trainer/grpo_trainer.py:2823-2825; `name` is the reward function's)."""
+
+
+def trl_reward(name: str, stat: str) -> str:
+    """'rewards/{name}/{stat}' (stat: 'mean' or 'std'), TRL's key for one reward function."""
+    return f"{TRL_REWARDS}/{name}/{stat}"
+
+
+def trl_reward_stats(logs: dict, stat: str) -> dict[str, float]:
+    """{reward name: value} of every `rewards/{name}/{stat}` key in `logs`, in logged order."""
+    prefix, suffix = f"{TRL_REWARDS}/", f"/{stat}"
+    return {
+        k[len(prefix) : -len(suffix)]: v
+        for k, v in logs.items()
+        if k.startswith(prefix) and k.endswith(suffix)
+    }
+
 
 # per-update statistics (the STAT part, under minibatch(k) or OFFPOLICY)
 LOG_RATIO = "log_ratio"

@@ -4,11 +4,12 @@ TRL prints each logging step as a Python dict of 60+ keys, which nobody reads. A
 prints instead, on the main process only:
 
     a start banner     model (and LoRA), data rows, rewards, GSPO settings, world size, output dir
-    one line per log   step/max, train reward, held-out score (when measured), off-policy clip
-                       fraction, spread of log s_i, MoE expert flips, zero-variance groups,
-                       seconds/step, ETA
+    one line per log   step/max, train reward (each reward's mean too), held-out score (when
+                       measured), off-policy clip fraction, spread of log s_i, MoE expert flips,
+                       zero-variance groups, seconds/step, ETA
     `!` lines          alarms: the ClipAlarm (everything / nothing clipped), the MoE routing
-                       alarm, and "every group has zero variance" for several logging steps
+                       alarm, "every group has zero variance" for several logging steps, and a reward
+                       that scores every completion alike (gspo_trl.training.reporting.reward_watch)
 
 Every key of every log event still goes to the trackers in `report_to` (the Trainer's own
 integrations) and, always, to OUTPUT_DIR/metrics.jsonl (one JSON object per event, with its
@@ -29,6 +30,7 @@ import gspo_trl.metric_names as names
 from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.progress import duration
 from gspo_trl.training.reporting.metrics_file import MetricsFileCallback
+from gspo_trl.training.reporting.reward_watch import ConstantRewardWatch, reward_means_part
 
 logger = logging.getLogger(__name__)
 
@@ -79,9 +81,11 @@ def step_line(
         reward, reward_logs, carried = last_reward["reward"], last_reward, last_reward["step"]
     if reward is not None:
         std = _number(reward_logs.get("reward_std"))
+        each = reward_means_part(reward_logs)  # each reward's mean, with two or more
         parts.append(
             f"reward {reward:.3f}"
             + (f" ±{std:.2f}" if std is not None else "")
+            + (f" {each}" if each else "")
             + (f" (rollout of step {carried})" if carried is not None else "")
         )
     if heldout is not None:
@@ -194,6 +198,7 @@ class ConsoleCallback(TrainerCallback):
         self._pending_heldout: dict[str, Any] | None = None
         self._zero_streak = 0
         self._last_reward: dict[str, Any] | None = None
+        self._constant_rewards = ConstantRewardWatch()
         self._filters: dict[str, logging.Filter] = {name: _AlarmFilter(self) for name in ALARM_LOGGERS}
         self._filters[HELDOUT_LOGGER] = _QuietInfo()
 
@@ -261,12 +266,20 @@ class ConsoleCallback(TrainerCallback):
         heldout = _number(pending.get(HELDOUT_KEY)) if pending else None
         carried = None
         if _number(logs.get("reward")) is not None:
-            self._last_reward = {"reward": logs["reward"], "reward_std": logs.get("reward_std"), "step": step}
+            means = {k: v for k, v in logs.items() if k.startswith(f"{names.TRL_REWARDS}/")}
+            self._last_reward = {
+                **means,
+                "reward": logs["reward"],
+                "reward_std": logs.get("reward_std"),
+                "step": step,
+            }
         else:
             carried = self._last_reward
         self._print(step_line(logs, step, state.max_steps, interval, heldout, eta, carried))
         self._printed_step = step
         self._check_zero_variance(logs)
+        for message in self._constant_rewards.update(logs):
+            self.alarm(message)
 
     def _heldout_line(self, logs: dict[str, Any], step: int, max_steps: int) -> str:
         extras = [
