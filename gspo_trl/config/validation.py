@@ -195,6 +195,11 @@ the user never wrote)."""
 def validate(recipe: Recipe, processes: int | None = None) -> None:
     """Raise every setting that breaks GSPO or would fail later, with the recipe's own loading
     problems (`load_recipe(..., partial=True)`), in one error (gspo_trl.config.problems)."""
+    find_problems(recipe, processes).raise_if_any()
+
+
+def find_problems(recipe: Recipe, processes: int | None = None) -> Problems:
+    """What `validate` raises, not raised yet: the preflight adds the data's problems to it."""
     processes = processes or world_size()
     problems = Problems(recipe.source, recipe.load_problems, recipe.unreadable)
     run = problems.run
@@ -209,7 +214,8 @@ def validate(recipe: Recipe, processes: int | None = None) -> None:
             run(check, recipe.launch, recipe, reads=reads)
     for name, section in (("diagnostics", DiagnosticsConfig), ("engine", EngineConfig), ("moe", MoeConfig)):
         read_section(problems, section, getattr(recipe, name), name)  # each bad key, once
-    batch = run(_check_batch_sizes, recipe, processes, reads=(*ROLLOUT_KEYS, *LAUNCH_SIZE_KEYS))
+    batch_keys = (*ROLLOUT_KEYS, *LAUNCH_SIZE_KEYS)  # refused: later batch checks are skipped
+    batch = run(_check_batch_sizes, recipe, processes, reads=batch_keys, marks=ROLLOUT_KEYS)
     if batch is not None:
         off_policy = (recipe.algorithm, batch.on_policy, recipe.allow_on_policy)
         run(check_off_policy, *off_policy, reads=("algorithm", "allow_on_policy"))
@@ -226,4 +232,4 @@ def validate(recipe: Recipe, processes: int | None = None) -> None:
     run(_check_trackers, recipe, reads=("report_to",))
     for check, reads in PACKAGE_CHECKS:  # what `train` would import before its first step
         run(check, recipe, reads=reads)
-    problems.raise_if_any()
+    return problems
