@@ -82,7 +82,7 @@ def check_plain_grpo_config(config: GRPOConfig) -> None:
     if differ:
         raise RecipeError(
             f"GSPOTrainer(args=GRPOConfig(...)) is not GSPO: {'; '.join(differ)}. Pass "
-            "gspo_trl.GSPOConfig(...) instead (GSPO's defaults; same field names), or use "
+            "GSPOConfig(...) from gspo_trl instead (GSPO's defaults; same field names), or use "
             "trl.GRPOTrainer for TRL's GRPO"
         )
 
