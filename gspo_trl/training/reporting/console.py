@@ -30,6 +30,7 @@ import gspo_trl.metric_names as names
 from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.progress import duration
 from gspo_trl.training.reporting.metrics_file import MetricsFileCallback
+from gspo_trl.training.reporting.moe_lines import flips_part, moe_banner_line
 from gspo_trl.training.reporting.reward_watch import ConstantRewardWatch, reward_means_part
 
 logger = logging.getLogger(__name__)
@@ -96,9 +97,9 @@ def step_line(
     spread = _number(logs.get(SPREAD_KEY))
     if spread is not None:
         parts.append(f"log s std {spread:.1e}")
-    flips = _number(logs.get(FLIP_KEY))
+    flips = flips_part(logs)  # under replay: what the router would choose vs the replayed experts
     if flips is not None:
-        parts.append(f"expert flips {flips:.1%}")
+        parts.append(flips)
     zero = _number(logs.get(ZERO_VARIANCE_KEY))
     if zero is not None:
         parts.append(f"zero-var {zero:.0%}")
@@ -134,6 +135,7 @@ def banner(trainer: Any, model_name: str, reward_names: list[str], eval_rows: in
     eps = f"eps {trainer.epsilon_low:g}/{trainer.epsilon_high:g}"
     algorithm = "GSPO-token" if getattr(trainer, "gspo_token", False) else f"{level}-level ratio"
     length = f"{args.max_steps} steps" if args.max_steps > 0 else f"{args.num_train_epochs:g} epoch(s)"
+    moe = moe_banner_line(trainer)
     return "\n".join(
         [
             "gspo-trl: training",
@@ -146,6 +148,7 @@ def banner(trainer: Any, model_name: str, reward_names: list[str], eval_rows: in
             f"lr {args.learning_rate:g}",
             f"  run      {length} on {trainer.accelerator.num_processes} process(es), "
             f"logging every {args.logging_steps:g}, output {args.output_dir}",
+            *([moe] if moe else []),
         ]
     )
 
