@@ -7,6 +7,7 @@ prints instead, on the main process only:
     one line per log   step/max, train reward (each reward's mean too), held-out score (when
                        measured), off-policy clip fraction, spread of log s_i, MoE expert flips,
                        zero-variance groups, seconds/step, ETA
+    an end summary     each phase's share of the run and its token rates (run_summary)
     `!` lines          alarms: the ClipAlarm (everything / nothing clipped), the MoE routing
                        alarm, "every group has zero variance" for several logging steps, and a reward
                        that scores every completion alike (gspo_trl.training.reporting.reward_watch)
@@ -32,6 +33,7 @@ from gspo_trl.progress import duration
 from gspo_trl.training.reporting.metrics_file import MetricsFileCallback
 from gspo_trl.training.reporting.moe_lines import flips_part, moe_banner_line
 from gspo_trl.training.reporting.reward_watch import ConstantRewardWatch, reward_means_part
+from gspo_trl.training.reporting.run_summary import RunTotals, summary_lines
 
 logger = logging.getLogger(__name__)
 
@@ -202,6 +204,7 @@ class ConsoleCallback(TrainerCallback):
         self._zero_streak = 0
         self._last_reward: dict[str, Any] | None = None
         self._constant_rewards = ConstantRewardWatch()
+        self._run_totals = RunTotals()
         self._filters: dict[str, logging.Filter] = {name: _AlarmFilter(self) for name in ALARM_LOGGERS}
         self._filters[HELDOUT_LOGGER] = _QuietInfo()
 
@@ -217,6 +220,7 @@ class ConsoleCallback(TrainerCallback):
             return
         self._print(self.header)
         self._start = None
+        self._run_totals = RunTotals()
         for name, log_filter in self._filters.items():
             alarm_logger = logging.getLogger(name)
             # A logging config applied earlier in the process (dictConfig disables existing
@@ -251,9 +255,12 @@ class ConsoleCallback(TrainerCallback):
             return
         if "train_runtime" in logs:
             self._print(f"done: {step} steps in {duration(logs['train_runtime'])}")
+            for line in summary_lines(logs, self._run_totals, args.world_size):  # where the time went
+                self._print(line)
             return
         if "loss" not in logs:  # an evaluation or a custom log: metrics.jsonl and trackers have it
             return
+        self._run_totals.add(logs)
         now = time.monotonic()
         interval = None
         if self._last_time is not None and step > self._last_step:
