@@ -10,6 +10,7 @@ docs/performance.md the perf/* ones; tests check that every key the docs name is
     gspo/zero_variance_groups     share of groups whose rewards all tie
     gspo/engine_mismatch/{mean,std,outside_clip}   engine log-probs as pi_old: the guard
     gspo/engine_routing/{flip_rate,flip_rate_layer_max}   MoE: the engine's experts vs the trainer's
+    gspo/routing_replay/replayed_updates   MoE with replay: share of updates run on recorded experts
     heldout/{score,judged,pass@k} the held-out evaluation
     perf/{PHASE}_s, perf/total/{PHASE}_s   seconds per phase in a logging window, and over the run
     perf/{wall_s,generated_tokens,trained_tokens,tokens_per_s,trained_tokens_per_s,update_flops,mfu}
@@ -34,6 +35,25 @@ OFFPOLICY = f"{GSPO}/offpolicy"
 ZERO_VARIANCE_GROUPS = f"{GSPO}/zero_variance_groups"
 TRL_ZERO_VARIANCE = "frac_reward_zero_std"
 """TRL's per-step share of tied groups, which ZERO_VARIANCE_GROUPS averages over a logging step."""
+TRL_REWARDS = "rewards"
+"""TRL's per-reward keys, `rewards/{name}/mean` and `rewards/{name}/std` over a rollout batch's
+completions (trl/trainer/grpo_trainer.py:2823-2825; `name` is the reward function's)."""
+
+
+def trl_reward(name: str, stat: str) -> str:
+    """'rewards/{name}/{stat}' (stat: 'mean' or 'std'), TRL's key for one reward function."""
+    return f"{TRL_REWARDS}/{name}/{stat}"
+
+
+def trl_reward_stats(logs: dict, stat: str) -> dict[str, float]:
+    """{reward name: value} of every `rewards/{name}/{stat}` key in `logs`, in logged order."""
+    prefix, suffix = f"{TRL_REWARDS}/", f"/{stat}"
+    return {
+        k[len(prefix) : -len(suffix)]: v
+        for k, v in logs.items()
+        if k.startswith(prefix) and k.endswith(suffix)
+    }
+
 
 # per-update statistics (the STAT part, under minibatch(k) or OFFPOLICY)
 LOG_RATIO = "log_ratio"
@@ -49,6 +69,12 @@ FLIP_RATE_LAYER_MAX = "routing/flip_rate_layer_max"
 FLIP_RATE_RESPONSE_MAX = "routing/flip_rate_response_max"
 """The largest per-response flip rate (over its tokens and layers)."""
 FLIP_RATE_STATS = (FLIP_RATE, FLIP_RATE_LAYER_MAX, FLIP_RATE_RESPONSE_MAX)
+
+ROUTING_REPLAYED = f"{GSPO}/routing_replay/replayed_updates"
+"""With `moe.routing_replay` on: the share (0-1) of update passes since the last log that ran on the
+recorded experts (pi_old's, or the engine's) instead of their router's own choice. Under replay the
+flip rate counts where the current router WOULD choose other experts than the replayed ones; the
+loss saw the replayed ones."""
 
 ENGINE_MISMATCH = f"{GSPO}/engine_mismatch"
 ENGINE_MISMATCH_MEAN = f"{ENGINE_MISMATCH}/mean"
@@ -154,7 +180,7 @@ _STAT = "|".join(
 )
 METRIC_PATTERN = re.compile(
     rf"(?:{MINIBATCH_REGEX}|{re.escape(OFFPOLICY)})/(?:{_STAT}|clip/len_\d+-(?:\d+|inf))"
-    rf"|{re.escape(ZERO_VARIANCE_GROUPS)}"
+    rf"|{re.escape(ZERO_VARIANCE_GROUPS)}|{re.escape(ROUTING_REPLAYED)}"
     rf"|{re.escape(ENGINE_MISMATCH)}/(?:mean|std|outside_clip)"
     rf"|{re.escape(ENGINE_ROUTING)}/(?:flip_rate|flip_rate_layer_max)"
     rf"|(?:eval_)?{re.escape(HELDOUT)}/(?:score|judged|pass@[1-9]\d*)"

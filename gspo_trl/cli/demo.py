@@ -9,6 +9,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from gspo_trl.demo.baselines import baseline_lines
 from gspo_trl.demo.pipeline import DEFAULT_RECIPE, DEFAULT_SFT_STEPS, run_demo
 from gspo_trl.rewards.suggest import ArgumentParser
 
@@ -36,7 +37,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = run_demo(args.output_dir, args.recipe, args.sft_steps, overrides)
     print()
     print("GSPO demo (tiny Qwen3, digit reversal, CPU)")
-    print(f"  held-out exact-match accuracy before GSPO: {results['heldout_accuracy_before']:.3f}")
+    print(
+        f"  held-out exact-match accuracy before GSPO: {results['heldout_accuracy_before']:.3f} (SFT alone)"
+    )
     print(f"  held-out exact-match accuracy after GSPO:  {results['heldout_accuracy_after']:.3f}")
     print(f"  gain: {results['heldout_gain']:+.3f} over {results['heldout_rows']} held-out prompts")
     if "sampled_pass@4_before" in results:
@@ -50,4 +53,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     print(f"  model: {results['model_dir']}   reward curve: {results['reward_curve']}")
     print(f"  time: {results['total_seconds']:.0f} s (warm start {results['warm_start_seconds']:.0f} s)")
+    for line in baseline_lines():
+        print(line)
     return 0

@@ -12,8 +12,13 @@ import math
 import gspo_trl.rewards as rewards
 from gspo_trl.config.problems import Problems
 from gspo_trl.config.recipe import Recipe
+from gspo_trl.config.trl_fields import grpo_default
 from gspo_trl.errors import RecipeError
 from gspo_trl.rewards.loading import modules_registering
+
+REWARDS_KEY = "rewards"
+"""Marked unreadable when a reward does not resolve or take its parameters: the checks that build
+the rewards or read the columns they need (gspo_trl.training.preflight) are skipped, not repeated."""
 
 
 def imports_hint(spec: str, flag: str = "imports: [{}]") -> str:
@@ -50,12 +55,12 @@ def _check_reward(where: str, spec: str, params: dict, problems: Problems) -> bo
     try:
         rewards.describe(spec)
     except rewards.UnknownRewardError as error:
-        problems.add(RecipeError(f"{where}: {error}{imports_hint(spec)}"))
+        problems.add(RecipeError(f"{where}: {error}{imports_hint(spec)}"), REWARDS_KEY)
         return False
     try:
         rewards.validate_params(spec, params)
     except rewards.RewardParameterError as error:
-        problems.add(RecipeError(f"{where}: {error}"))
+        problems.add(RecipeError(f"{where}: {error}"), REWARDS_KEY)
     return True
 
 
@@ -72,14 +77,26 @@ def _check_metric_names(recipe: Recipe) -> None:
         seen[name] = index
 
 
-def check_reward_construction(recipe: Recipe) -> None:
-    """Build each reward once, so its own value checks (e.g. `math` workers >= 0) refuse here.
+def check_reward_construction(recipe: Recipe) -> list[str]:
+    """Build each reward once, so its own value checks (e.g. `math` workers >= 0) refuse here;
+    returns a warning for each reward that, so configured, can never act in this run.
 
     `validate_params` checks names and types only; a reward's constructor checks values and
     is cheap (pools and sandboxes start on first use), so `validate` and `train` refuse alike.
+    A reward may say why it would score every completion alike under the run's completion cap
+    (`never_acts(max_completion_length) -> str | None`, e.g. soft_overlong's 4096-token limit
+    against 16-token completions): a warning, not a refusal, since a CPU check of a GPU recipe
+    with a small `--max_completion_length` is such a run on purpose.
     """
+    cap = int(recipe.training.get("max_completion_length") or grpo_default("max_completion_length"))
+    warnings = []
     for index, entry in enumerate(recipe.rewards):
         try:
-            rewards.get(entry.spec, **entry.params)
+            reward = rewards.get(entry.spec, **entry.params)
         except (rewards.UnknownRewardError, rewards.RewardParameterError) as error:
             raise RecipeError(f"rewards[{index}] ({entry.spec}): {error}") from None
+        never_acts = getattr(reward, "never_acts", None)
+        reason = never_acts(cap) if callable(never_acts) else None
+        if reason:
+            warnings.append(f"{recipe.source}: rewards[{index}] ({entry.spec}) can never act: {reason}")
+    return warnings

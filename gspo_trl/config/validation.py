@@ -17,6 +17,7 @@ from typing import Any
 from gspo_trl.config.batch import BATCH_KEYS, RolloutBatch, is_server_mode, rollout_batch, training_nodes
 from gspo_trl.config.invariants import check_off_policy, check_training_invariants
 from gspo_trl.config.launch_checks import LAUNCH_CHECKS, LAUNCH_SIZE_KEYS, check_launch_counts
+from gspo_trl.config.optional_packages import PACKAGE_CHECKS
 from gspo_trl.config.problems import Problems
 from gspo_trl.config.recipe import Recipe
 from gspo_trl.config.reward_checks import check_reward_construction, check_rewards
@@ -193,6 +194,11 @@ the user never wrote)."""
 def validate(recipe: Recipe, processes: int | None = None) -> None:
     """Raise every setting that breaks GSPO or would fail later, with the recipe's own loading
     problems (`load_recipe(..., partial=True)`), in one error (gspo_trl.config.problems)."""
+    find_problems(recipe, processes).raise_if_any()
+
+
+def find_problems(recipe: Recipe, processes: int | None = None) -> Problems:
+    """What `validate` raises, not raised yet: the preflight adds the data's problems to it."""
     processes = processes or world_size()
     problems = Problems(recipe.source, recipe.load_problems, recipe.unreadable)
     run = problems.run
@@ -205,7 +211,8 @@ def validate(recipe: Recipe, processes: int | None = None) -> None:
         run(check_launch_counts, recipe.launch, reads=LAUNCH_SIZE_KEYS, marks=LAUNCH_SIZE_KEYS)
         for check, reads in LAUNCH_CHECKS:
             run(check, recipe.launch, recipe, reads=reads)
-    batch = run(_check_batch_sizes, recipe, processes, reads=(*ROLLOUT_KEYS, *LAUNCH_SIZE_KEYS))
+    batch_keys = (*ROLLOUT_KEYS, *LAUNCH_SIZE_KEYS)  # refused: later batch checks are skipped
+    batch = run(_check_batch_sizes, recipe, processes, reads=batch_keys, marks=ROLLOUT_KEYS)
     if batch is not None:
         off_policy = (recipe.algorithm, batch.on_policy, recipe.allow_on_policy)
         run(check_off_policy, *off_policy, reads=("algorithm", "allow_on_policy"))
@@ -220,4 +227,6 @@ def validate(recipe: Recipe, processes: int | None = None) -> None:
     run(check_vllm_for_moe, recipe.model.name_or_path, recipe.training, reads=("model.name_or_path",))
     run(check_moe_model, recipe.model.name_or_path, recipe.moe, reads=("model.name_or_path", "moe"))
     run(_check_trackers, recipe, reads=("report_to",))
-    problems.raise_if_any()
+    for check, reads in PACKAGE_CHECKS:  # what `train` would import before its first step
+        run(check, recipe, reads=reads)
+    return problems

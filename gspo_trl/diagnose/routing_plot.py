@@ -6,7 +6,9 @@ on-policy and stays at 0), and, with `moe.routing_replay: engine`, the engine's 
 the trainer's (`gspo/engine_routing/flip_rate`). Bottom panel: the off-policy minibatches' worst
 layer and worst response (`.../flip_rate_layer_max`, `.../flip_rate_response_max`), which a mean
 hides. A run without routing keys (a dense model) gets no routing.png: `plot_routing` returns
-None and writes nothing. docs/moe.md says what the numbers mean.
+None and writes nothing. With routing replay on, the title says so: the flip rate is then where
+the router would choose otherwise, the update having run on the replayed experts. docs/moe.md says
+what the numbers mean.
 """
 
 from __future__ import annotations
@@ -38,6 +40,23 @@ def _minibatch(key: str) -> int:
     return int(key.split("/")[1][2:])
 
 
+def routing_title(history: list[dict]) -> str:
+    """The top panel's title: what the flip rate means, which replay changes (gspo_trl.training.
+    reporting.moe_lines): without it, experts the update used; with it, the router's would-be choice."""
+    replayed = [
+        e[names.ROUTING_REPLAYED] for e in history if isinstance(e.get(names.ROUTING_REPLAYED), int | float)
+    ]
+    if not replayed:
+        return "MoE routing: expert sets that differ from pi_old's (response tokens x layers)"
+    low, high = f"{100 * min(replayed):.0f}%", f"{100 * max(replayed):.0f}%"
+    share = low if low == high else f"{low}-{high}"
+    return (
+        f"MoE routing, replay ON ({share} of updates replayed): "
+        "expert sets the current router\nwould choose that differ from the replayed ones "
+        "(the loss used the replayed)"
+    )
+
+
 def plot_routing(history: list[dict], path: Path) -> bool | None:
     """Write routing.png from the run's log events; None (nothing written) without routing keys."""
     per_update = sorted({k for e in history for k in e if MINIBATCH_FLIP_KEY.fullmatch(k)}, key=_minibatch)
@@ -47,9 +66,7 @@ def plot_routing(history: list[dict], path: Path) -> bool | None:
     if not per_update and not engine:
         return None
     fig, (top, bottom) = plt.subplots(2, 1, figsize=FIGSIZE_IN, dpi=DPI, sharex=True, height_ratios=(3, 2))
-    top.set_title(
-        "MoE routing: expert sets that differ from pi_old's (response tokens x layers)", fontsize=13
-    )
+    top.set_title(routing_title(history), fontsize=12)
     for key in per_update:
         label = key.split("/")[1] + (" (on-policy)" if _minibatch(key) == 1 else "")
         top.plot(*_series(history, key), marker=".", label=label)

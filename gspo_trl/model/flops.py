@@ -15,7 +15,7 @@ experts only).
 
 Peak rates: the published dense bf16 figures of gspo_trl.model.gpus. A CPU has no datasheet
 figure that torch reaches, so its peak is measured: the best rate of a square float32 matmul at
-the current thread count.
+the current thread count, the best ever measured on the machine (gspo_trl.model.cpu_peak).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from gspo_trl.model.cpu_peak import machine_cpu_peak
 from gspo_trl.model.gpus import rates_of_device
 from gspo_trl.model.shape import ModelShape
 
@@ -99,7 +100,8 @@ def peak_tflops(device: Any) -> tuple[float | None, str]:
         name = torch.cuda.get_device_name(device)
         tflops = datasheet_peak_tflops(name)
         return tflops, f"{name}, datasheet bf16 dense" if tflops else f"{name}: not in the datasheet table"
-    if device.type == "cpu":
+    if device.type == "cpu":  # kept per machine: MFU divides by one figure there (cpu_peak)
         threads = torch.get_num_threads()
-        return measured_cpu_peak_tflops(threads), f"CPU: fp32 matmul, {threads} thread(s)"
+        tflops, source = machine_cpu_peak(threads, measured_cpu_peak_tflops)
+        return tflops, f"CPU: fp32 matmul, {threads} thread(s), {source}"
     return None, f"{device.type}: no peak figure"

@@ -102,6 +102,18 @@ class RepetitionPenalty:
         self.ngram_size, self.max_penalty = ngram_size, max_penalty
         self.__name__ = "repetition"
 
+    def never_acts(self, max_completion_length: int) -> str | None:
+        """Why every completion of a run capped at `max_completion_length` tokens scores 0 here."""
+        if self.max_penalty == 0:
+            return "max_penalty 0: it scores 0 for every completion"
+        if max_completion_length > self.ngram_size:
+            return None
+        return (
+            f"ngram_size {self.ngram_size} needs at least {self.ngram_size + 1} tokens for a repeat, but "
+            f"completions stop at max_completion_length {max_completion_length}: it scores 0 for every "
+            "completion"
+        )
+
     def __call__(
         self, completions: list[Any] | None = None, completion_ids: list[Any] | None = None, **kwargs: Any
     ) -> list[float | None]:
@@ -143,6 +155,17 @@ class SoftOverlongPenalty:
             )
         self.max_len, self.cache = max_completion_len, soft_punish_cache
         self.__name__ = "soft_overlong"
+
+    def never_acts(self, max_completion_length: int) -> str | None:
+        """Why every completion of a run capped at `max_completion_length` tokens scores 0 here."""
+        start = self.max_len - self.cache
+        if max_completion_length > start:
+            return None
+        return (
+            f"max_completion_len {self.max_len} - soft_punish_cache {self.cache} = {start} tokens before "
+            f"any penalty, but completions stop at max_completion_length {max_completion_length}: it scores "
+            f"0 for every completion; set max_completion_len: {max_completion_length}"
+        )
 
     def __call__(
         self, completions: list[Any] | None = None, completion_ids: list[Any] | None = None, **kwargs: Any

@@ -41,12 +41,6 @@ RESOLVED_RECIPE = "recipe.yaml"
 """Written into output_dir before training: the recipe with defaults and overrides applied."""
 
 
-def _on_cpu_only() -> bool:
-    import torch
-
-    return not torch.cuda.is_available()
-
-
 def _deepspeed_launch() -> bool:
     """True under `accelerate launch` with a DeepSpeed config (accelerate sets this variable)."""
     return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
@@ -70,7 +64,8 @@ def _weights_dtype(recipe: Recipe, dtype: Any) -> Any:
 
 def gspo_config(recipe: Recipe) -> Any:
     """The GSPOConfig for the recipe: its algorithm's defaults, its keys, the rewards' weights,
-    and weights in float32 where a bfloat16 dtype would lose updates (`_weights_dtype`)."""
+    and weights in float32 where a bfloat16 dtype would lose updates (`_weights_dtype`). Unset
+    `bf16`/`use_cpu` reach GSPOConfig as unset: it applies the CPU rule (gspo_trl.model.precision)."""
     from gspo_trl.training.config import GSPOConfig
 
     training = dict(recipe.training)
@@ -83,10 +78,6 @@ def gspo_config(recipe: Recipe) -> Any:
     if "dtype" in training["model_init_kwargs"]:
         init_kwargs = training["model_init_kwargs"]
         init_kwargs["dtype"] = _weights_dtype(recipe, init_kwargs["dtype"])
-    if _on_cpu_only() and "use_cpu" not in recipe.explicit_keys:
-        training["use_cpu"] = True
-        if "bf16" not in recipe.explicit_keys:
-            training["bf16"] = False  # bf16 autocast on CPU is slow and not what a CPU run wants
     return GSPOConfig(
         **training,
         gspo_token=recipe.algorithm == "gspo_token",

@@ -19,6 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from trl import GRPOConfig
 
 from gspo_trl.config.batch import RolloutBatch
@@ -30,6 +31,7 @@ from gspo_trl.config.sections.engine import check_engine_settings
 from gspo_trl.config.sections.moe import check_moe_settings
 from gspo_trl.config.validation import check_gspo_settings
 from gspo_trl.errors import RecipeError
+from gspo_trl.model.precision import cpu_mixed_precision
 
 
 def _help(text: str) -> dict[str, str]:
@@ -79,6 +81,9 @@ class GSPOConfig(GRPOConfig):
         default=GSPO_DEFAULTS["vllm_importance_sampling_correction"],
         metadata=_help("TRL's engine/trainer reweighting; off for GSPO (see gspo_trl.config.defaults)"),
     )
+    use_cpu: bool | None = field(  # type: ignore[assignment]
+        default=None, metadata=_help("train on CPU; unset: True when no GPU is visible")
+    )
     gspo_token: bool = field(default=False, metadata=_help("GSPO-token: per-token advantages"))
     diagnostics: DiagnosticsConfig | dict[str, Any] | None = field(
         default=None, metadata=_help("DiagnosticsConfig, or its fields as a dict")
@@ -100,6 +105,7 @@ class GSPOConfig(GRPOConfig):
         self.diagnostics = _typed(DiagnosticsConfig, self.diagnostics, "diagnostics")
         self.engine = _typed(EngineConfig, self.engine, "engine")
         self.moe = _typed(MoeConfig, self.moe, "moe")
+        self.bf16, self.use_cpu = cpu_mixed_precision(self.bf16, self.use_cpu, torch.cuda.is_available())
         super().__post_init__()
         settings = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         check_gspo_settings(self.algorithm, settings)

@@ -12,6 +12,7 @@ written. It imports neither torch nor TRL, so `train` refuses as fast as `valida
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from collections.abc import Mapping
@@ -29,10 +30,13 @@ from gspo_trl.config.data_checks import (
 )
 from gspo_trl.config.hub_ids import looks_like_local_path
 from gspo_trl.config.recipe import Recipe
+from gspo_trl.config.reward_checks import REWARDS_KEY
 from gspo_trl.config.sections import TINY, TINY_MODEL_DIR
-from gspo_trl.config.validation import check_reward_construction, validate, world_size
+from gspo_trl.config.validation import ROLLOUT_KEYS, check_reward_construction, find_problems, world_size
 from gspo_trl.errors import RecipeError
 from gspo_trl.model.hub import check_cached_when_offline
+
+logger = logging.getLogger("gspo_trl")
 
 
 @dataclass
@@ -119,14 +123,30 @@ def check_one_gpu_per_process(n_gpu: int, recipe_source: str, model_init_kwargs:
 def preflight(recipe: Recipe, processes: int | None = None, model_cached: bool = True) -> PreparedData:
     """Run every model-free check on `recipe`; returns its data. Raises a UserError.
 
+    One report: the recipe's problems (gspo_trl.config.validation.find_problems) and the data's
+    (a missing reward column, null gold values, too few rows...) come together, so a recipe with
+    a typo and a wrong column takes one run of `validate` to fix, not two. A check that reads a
+    key that could not be read (or rewards that do not resolve) is skipped, not guessed at.
+    Warnings (a reward that can never act) go to the `gspo_trl` logger.
+
     `model_cached=False` (`gspo-trl validate`) skips the check that an offline hub model is in
     the cache: a recipe is valid before its model is downloaded, and validate says so instead."""
     processes = processes or world_size()
-    validate(recipe, processes)
-    check_reward_construction(recipe)
-    check_model_path(recipe, offline_cache=model_cached)
-    check_output_dir(output_dir_of(recipe))
-    from gspo_trl.data.loading import load_data  # `datasets` is slow to import: only past the checks
+    problems = find_problems(recipe, processes)
+    run = problems.run
+    reward_keys = (REWARDS_KEY, "imports", "heldout")
+    for warning in run(check_reward_construction, recipe, reads=reward_keys) or ():
+        logger.warning(warning)
+    run(check_model_path, recipe, model_cached, reads=("model.name_or_path", "model.revision"))
+    run(check_output_dir, output_dir_of(recipe), reads=("output_dir",))
+    data = run(_checked_data, recipe, processes, problems, reads=(*reward_keys, "data"))
+    problems.raise_if_any()
+    return data
+
+
+def _checked_data(recipe: Recipe, processes: int, problems: Any) -> PreparedData:
+    """The data loaded with every row checked, the columns the rewards read, and one batch's rows."""
+    from gspo_trl.data.loading import load_data  # `datasets` is slow to import: only when needed
 
     budget = prompt_budget(recipe, model_files(recipe))
 
@@ -138,7 +158,7 @@ def preflight(recipe: Recipe, processes: int | None = None, model_cached: bool =
         recipe.data, required_columns=sorted(required_columns(recipe)), check=check_rows
     )
     check_columns(recipe, train.column_names)
-    check_rows_fill_a_batch(recipe, len(train), processes)
+    problems.run(check_rows_fill_a_batch, recipe, len(train), processes, reads=ROLLOUT_KEYS)
     if recipe.heldout is not None and evaluation is None:
-        raise RecipeError("heldout: needs a held-out split; set data.eval_split or data.eval_size")
+        problems.add(RecipeError("heldout: needs a held-out split; set data.eval_split or data.eval_size"))
     return PreparedData(train, evaluation)

@@ -158,6 +158,8 @@ class MoeRouting:
         self.counts: dict[int, FlipCounts] = {}
         self.engine_counts = FlipCounts()
         self.engine_routings: list[torch.Tensor] | None = None
+        self.updates = self.replayed = 0
+        """Update passes, and those forced to a recorded routing, since the last log."""
         """routing_replay: engine: the experts vLLM used for each completion of this rollout batch,
         (layers, P_i + C_i, k) each (gspo_trl.model.vllm_routing), taken after TRL's `_generate`."""
         self._old_forward_pending = False
@@ -239,9 +241,13 @@ class MoeRouting:
     def begin_update(self, inputs: dict[str, Any]) -> None:
         """Before the loss forward: compare with (and, with replay, force) the batch's routing."""
         routing = inputs.get(ROUTED_EXPERTS)
-        if self.hooks is None or routing is None:
+        if self.hooks is None:
+            return
+        self.updates += 1
+        if routing is None:
             return
         self.hooks.begin(reference=routing, replay=self.config.replays)
+        self.replayed += int(self.config.replays)
 
     def observe_update(self, inputs: dict[str, Any], minibatch: int) -> None:
         """After the loss forward: count its flips under `minibatch` (1 = on-policy), all ranks."""
@@ -282,10 +288,19 @@ class MoeRouting:
         pooled = offpolicy.stats()
         out.update({names.under(names.OFFPOLICY, k): v for k, v in pooled.items()})
         out.update(engine_routing_metrics(self.engine_counts))
+        if self.config.replays:
+            out.update(replay_metrics(self.replayed, self.updates))
         self.counts, self.engine_counts = {}, FlipCounts()
+        self.updates = self.replayed = 0
         if is_main_process and not self.config.replays and pooled:
             self.alarm.update(pooled.get(names.FLIP_RATE))
         return out
+
+
+def replay_metrics(replayed: int, updates: int) -> dict[str, float]:
+    """gspo/routing_replay/replayed_updates: `replayed` of `updates` update passes ran on recorded
+    experts (empty without updates)."""
+    return {names.ROUTING_REPLAYED: replayed / updates} if updates else {}
 
 
 def engine_routing_returned(config: MoeConfig) -> contextlib.AbstractContextManager[None]:

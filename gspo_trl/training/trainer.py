@@ -30,6 +30,7 @@ from trl import GRPOTrainer
 
 from gspo_trl.config.invariants import algorithm_of, check_ratio_level
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig, MoeConfig
+from gspo_trl.training.api_defaults import gspo_trainer_arguments
 from gspo_trl.training.probes.base import (
     CheckpointSave,
     Generation,
@@ -40,6 +41,7 @@ from gspo_trl.training.probes.base import (
     ProbeCallbacks,
 )
 from gspo_trl.training.probes.chain import ProbeChain
+from gspo_trl.training.probes.console import ConsoleProbe
 from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
 from gspo_trl.training.probes.engine import EngineLogprobsProbe
 from gspo_trl.training.probes.gspo_token import GspoTokenProbe
@@ -73,17 +75,20 @@ class GSPOTrainer(GRPOTrainer):
     """GRPOTrainer plus GSPO diagnostics and GSPO-token; every argument is TRL's, and `probes`.
 
     Give it a `GSPOConfig` (gspo_trl.training.config): its `gspo_token`, `diagnostics`, `engine`
-    and `moe` fields configure the built-in probes. A plain `GRPOConfig` works too (no GSPO-token,
-    default diagnostics), but carries TRL's defaults, not GSPO's. `probes` are added after the
-    built-in ones (gspo_trl.training.probes.base, docs/probes.md).
+    and `moe` fields configure the built-in probes. Without one it trains GSPO's defaults; a plain
+    `GRPOConfig` that is not GSPO is refused, and reward names resolve through the registry
+    (gspo_trl.training.api_defaults). `probes` are added after the built-in ones
+    (gspo_trl.training.probes.base, docs/probes.md); without a ConsoleProbe among them the
+    trainer prints the console line and writes metrics.jsonl as `gspo-trl train` does.
     """
 
     def __init__(self, *args: Any, probes: Sequence[Probe] = (), **kwargs: Any) -> None:
         self._loss_call: LossCall | None = None
-        trainer_args = kwargs.get("args", args[2] if len(args) > 2 else None)
-        self.probes = ProbeChain([*builtin_probes(trainer_args), *probes])
+        kwargs = gspo_trainer_arguments(args, kwargs)  # GSPO when no config is given (api_defaults)
+        console = [] if any(isinstance(p, ConsoleProbe) for p in probes) else [ConsoleProbe()]
+        self.probes = ProbeChain([*builtin_probes(kwargs["args"]), *console, *probes])
         with self.probes.trainer_init():  # routing_replay: engine builds TRL's vLLM for it
-            super().__init__(*args, **kwargs)
+            super().__init__(**kwargs)
         self.gspo_token = bool(getattr(self.args, "gspo_token", False))
         self.probes.attach(self)
         self._callbacks_ahead = 0

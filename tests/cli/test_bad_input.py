@@ -231,9 +231,9 @@ ISSUE_21_CASES: list[tuple[str, Callable[[Path, Path], list[str]], list[str]]] =
         "5: 1 row, smaller than one batch",
         lambda t, m: [
             str(_recipe(t)),
-            *_data(_write(t, "one.jsonl", _rows(GOOD[0]))),
+            *_data(_write(t, "two.jsonl", _rows(GOOD[0], GOOD[1]))),
             "--data.eval_size",
-            "0",
+            "1",  # one row held out for the recipe's heldout section; 0 would be a second problem
         ],
         ["data:", "1 training row(s)", "8 prompts", "0 steps"],
     ),

@@ -240,12 +240,12 @@ def process_group_gone(pgid: int, timeout: float) -> bool:
 def server_mode_trainer(model_dir: Path, output_dir: Path, base_url: str):
     """A GSPO trainer in TRL server mode: it connects, then joins the NCCL weight-sync group."""
     from datasets import Dataset
-    from trl import GRPOConfig
 
     from gspo_trl.diagnose.check_logprobs import length_reward
+    from gspo_trl.training.config import GSPOConfig
     from gspo_trl.training.trainer import GSPOTrainer
 
-    config = GRPOConfig(
+    config = GSPOConfig(
         output_dir=str(output_dir),
         use_cpu=True,
         bf16=False,
@@ -254,9 +254,10 @@ def server_mode_trainer(model_dir: Path, output_dir: Path, base_url: str):
         vllm_mode="server",
         vllm_server_base_url=base_url,
         vllm_server_timeout=30,
-        importance_sampling_level="sequence",
         num_generations=2,
         per_device_train_batch_size=2,
+        steps_per_generation=1,  # one prompt of two completions: the connection is what is tested
+        allow_on_policy=True,
         max_completion_length=8,
         max_steps=1,
     )

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 from transformers import TrainerCallback
 
 from gspo_trl.training.diagnostics import DiagnosticsConfig
+from gspo_trl.training.reporting.console import ConsoleCallback
 from tests._gspo_helpers import make_trainer, single_torch_thread, tiny_model_dir  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -106,7 +105,7 @@ def test_stats_agree_with_trls_own_metrics(gspo_run):
     assert any(e["clip_ratio/region_mean"] > 0 for e in gspo_run)
 
 
-def test_everything_clipped_warning_fires_once_with_numbers(model_dir, tmp_path, caplog):
+def test_everything_clipped_warning_fires_once_with_numbers(model_dir, tmp_path):
     trainer = make_trainer(
         model_dir,
         tmp_path,
@@ -116,9 +115,10 @@ def test_everything_clipped_warning_fires_once_with_numbers(model_dir, tmp_path,
         epsilon_high=1e-7,
         trainer_kwargs={"diagnostics": DiagnosticsConfig(warn_clip_fraction=0.25, warn_after_steps=2)},
     )
-    with caplog.at_level(logging.WARNING, logger="gspo_trl.training.diagnostics"):
-        trainer.train()
-    warnings = [r.getMessage() for r in caplog.records if "positive-advantage" in r.getMessage()]
+    trainer.train()
+    # GSPOTrainer prints alarms as the CLI does, as `!` lines of its console (not log records)
+    console = next(c for c in trainer.callback_handler.callbacks if isinstance(c, ConsoleCallback))
+    warnings = [alarm for alarm in console.alarms if "positive-advantage" in alarm]
     assert len(warnings) == 1, warnings
     assert "eps_high=1e-07" in warnings[0] and "%" in warnings[0]
 

@@ -325,6 +325,7 @@ SLURM_SCRIPT = ROOT / "scripts" / "slurm" / "train.slurm"
 def slurm_dry_run(*args: str) -> subprocess.CompletedProcess:
     """The slurm launcher's --dry-run outside slurm (no SLURM_* variables), bounded."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("SLURM_")}
+    env["PYTHON"] = sys.executable  # reads the recipe's launch: section with this package
     return subprocess.run(
         ["bash", str(SLURM_SCRIPT), "--dry-run", *args],
         cwd=ROOT,
@@ -465,6 +466,7 @@ def test_slurm_stops_before_training_when_the_server_never_answers(
         SRUN_LOG=str(tmp_path / "srun.log"),
         FAKE_SERVER=server,
         VLLM_HEALTH_POLL="1",
+        PYTHON=sys.executable,
     )
     started = time.monotonic()
     result = subprocess.run(

@@ -11,6 +11,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,7 @@ def dry_run(path: Path) -> tuple[list[str], list[str]]:
     """The server and the training srun commands the script prints for `path`'s launch command."""
     nodes, args = header_launch_args(path)
     env = {key: value for key, value in os.environ.items() if not key.startswith("SLURM_")}
+    env["PYTHON"] = sys.executable  # reads the recipe's launch: section with this package
     result = subprocess.run(
         ["bash", str(SCRIPT), "--dry-run", "--num-nodes", str(nodes), *args],
         cwd=ROOT,

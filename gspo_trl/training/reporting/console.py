@@ -4,11 +4,13 @@ TRL prints each logging step as a Python dict of 60+ keys, which nobody reads. A
 prints instead, on the main process only:
 
     a start banner     model (and LoRA), data rows, rewards, GSPO settings, world size, output dir
-    one line per log   step/max, train reward, held-out score (when measured), off-policy clip
-                       fraction, spread of log s_i, MoE expert flips, zero-variance groups,
-                       seconds/step, ETA
+    one line per log   step/max, train reward (each reward's mean too), held-out score (when
+                       measured), off-policy clip fraction, spread of log s_i, MoE expert flips,
+                       zero-variance groups, seconds/step, ETA
+    an end summary     each phase's share of the run and its token rates (run_summary)
     `!` lines          alarms: the ClipAlarm (everything / nothing clipped), the MoE routing
-                       alarm, and "every group has zero variance" for several logging steps
+                       alarm, "every group has zero variance" for several logging steps, and a reward
+                       that scores every completion alike (gspo_trl.training.reporting.reward_watch)
 
 Every key of every log event still goes to the trackers in `report_to` (the Trainer's own
 integrations) and, always, to OUTPUT_DIR/metrics.jsonl (one JSON object per event, with its
@@ -28,6 +30,9 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 import gspo_trl.metric_names as names
 from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.progress import duration
+from gspo_trl.training.reporting.moe_lines import flips_part, moe_banner_line
+from gspo_trl.training.reporting.reward_watch import ConstantRewardWatch, reward_means_part
+from gspo_trl.training.reporting.run_summary import RunTotals, summary_lines
 
 logger = logging.getLogger(__name__)
 
@@ -78,9 +83,11 @@ def step_line(
         reward, reward_logs, carried = last_reward["reward"], last_reward, last_reward["step"]
     if reward is not None:
         std = _number(reward_logs.get("reward_std"))
+        each = reward_means_part(reward_logs)  # each reward's mean, with two or more
         parts.append(
             f"reward {reward:.3f}"
             + (f" ±{std:.2f}" if std is not None else "")
+            + (f" {each}" if each else "")
             + (f" (rollout of step {carried})" if carried is not None else "")
         )
     if heldout is not None:
@@ -91,9 +98,9 @@ def step_line(
     spread = _number(logs.get(SPREAD_KEY))
     if spread is not None:
         parts.append(f"log s std {spread:.1e}")
-    flips = _number(logs.get(FLIP_KEY))
+    flips = flips_part(logs)  # under replay: what the router would choose vs the replayed experts
     if flips is not None:
-        parts.append(f"expert flips {flips:.1%}")
+        parts.append(flips)
     zero = _number(logs.get(ZERO_VARIANCE_KEY))
     if zero is not None:
         parts.append(f"zero-var {zero:.0%}")
@@ -128,6 +135,8 @@ def banner(trainer: Any, model_name: str, reward_names: list[str], eval_rows: in
     level = getattr(trainer, "importance_sampling_level", "?")
     eps = f"eps {trainer.epsilon_low:g}/{trainer.epsilon_high:g}"
     algorithm = "GSPO-token" if getattr(trainer, "gspo_token", False) else f"{level}-level ratio"
+    length = f"{args.max_steps} steps" if args.max_steps > 0 else f"{args.num_train_epochs:g} epoch(s)"
+    moe = moe_banner_line(trainer)
     return "\n".join(
         [
             "gspo-trl: training",
@@ -138,8 +147,9 @@ def banner(trainer: Any, model_name: str, reward_names: list[str], eval_rows: in
             f"{RolloutBatch.from_grpo_config(args).optimizer_updates} updates per rollout batch, "
             f"beta {args.beta:g}, "
             f"lr {args.learning_rate:g}",
-            f"  run      {args.max_steps} steps on {trainer.accelerator.num_processes} process(es), "
+            f"  run      {length} on {trainer.accelerator.num_processes} process(es), "
             f"logging every {args.logging_steps:g}, output {args.output_dir}",
+            *([moe] if moe else []),
         ]
     )
 
@@ -192,6 +202,8 @@ class ConsoleCallback(TrainerCallback):
         self._pending_heldout: dict[str, Any] | None = None
         self._zero_streak = 0
         self._last_reward: dict[str, Any] | None = None
+        self._constant_rewards = ConstantRewardWatch()
+        self._run_totals = RunTotals()
         self._filters: dict[str, logging.Filter] = {name: _AlarmFilter(self) for name in ALARM_LOGGERS}
         self._filters[HELDOUT_LOGGER] = _QuietInfo()
 
@@ -207,6 +219,7 @@ class ConsoleCallback(TrainerCallback):
             return
         self._print(self.header)
         self._start = None
+        self._run_totals = RunTotals()
         for name, log_filter in self._filters.items():
             alarm_logger = logging.getLogger(name)
             # A logging config applied earlier in the process (dictConfig disables existing
@@ -241,9 +254,12 @@ class ConsoleCallback(TrainerCallback):
             return
         if "train_runtime" in logs:
             self._print(f"done: {step} steps in {duration(logs['train_runtime'])}")
+            for line in summary_lines(logs, self._run_totals, args.world_size):  # where the time went
+                self._print(line)
             return
         if "loss" not in logs:  # an evaluation or a custom log: metrics.jsonl and trackers have it
             return
+        self._run_totals.add(logs)
         now = time.monotonic()
         interval = None
         if self._last_time is not None and step > self._last_step:
@@ -259,12 +275,20 @@ class ConsoleCallback(TrainerCallback):
         heldout = _number(pending.get(HELDOUT_KEY)) if pending else None
         carried = None
         if _number(logs.get("reward")) is not None:
-            self._last_reward = {"reward": logs["reward"], "reward_std": logs.get("reward_std"), "step": step}
+            means = {k: v for k, v in logs.items() if k.startswith(f"{names.TRL_REWARDS}/")}
+            self._last_reward = {
+                **means,
+                "reward": logs["reward"],
+                "reward_std": logs.get("reward_std"),
+                "step": step,
+            }
         else:
             carried = self._last_reward
         self._print(step_line(logs, step, state.max_steps, interval, heldout, eta, carried))
         self._printed_step = step
         self._check_zero_variance(logs)
+        for message in self._constant_rewards.update(logs):
+            self.alarm(message)
 
     def _heldout_line(self, logs: dict[str, Any], step: int, max_steps: int) -> str:
         extras = [
