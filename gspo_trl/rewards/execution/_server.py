@@ -151,6 +151,7 @@ def _run(request, control_out):
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     res_r, res_w = os.pipe()
+    ready_r, ready_w = os.pipe()
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:
@@ -159,14 +160,14 @@ def _run(request, control_out):
             os.dup2(in_r, 0)
             os.dup2(out_w, 1)
             os.dup2(err_w, 2)
-            for fd in (in_r, in_w, out_r, out_w, err_r, err_w, res_r, control_out):
+            for fd in (in_r, in_w, out_r, out_w, err_r, err_w, res_r, ready_r, control_out):
                 with contextlib.suppress(OSError):
                     os.close(fd)
             os.chdir("/tmp/job")
-            harness.run_job(job, res_w)
+            harness.run_job(job, res_w, ready_fd=ready_w)
         finally:
-            os._exit(111)
-    for fd in (in_r, out_w, err_w, res_w):
+            os._exit(harness.HARNESS_FAILED)
+    for fd in (in_r, out_w, err_w, res_w, ready_w):
         os.close(fd)
     outputs, timed_out, capped = _pump.pump(
         stdin, in_w, [out_r, err_r, res_r], limits["wall_s"], limits["output_kb"] << 10, start
@@ -176,7 +177,8 @@ def _run(request, control_out):
     _, status = os.waitpid(pid, 0)
     for fd in (out_r, err_r, res_r):
         os.close(fd)
-    clean = _clean_up()
+    ready = _read_ready(ready_r)
+    clean = _clean_up() and ready == b"r"  # a job that never ran: our state is suspect, exit
     reply = {
         "returncode": os.waitstatus_to_exitcode(status),
         "stdout": base64.b64encode(outputs[out_r]).decode(),
@@ -185,8 +187,21 @@ def _run(request, control_out):
         "timed_out": timed_out,
         "capped": capped,
         "clean": clean,
+        "harness_failed": ready != b"r",
+        "harness_error": ready[1:].decode(errors="replace") or f"exit {os.waitstatus_to_exitcode(status)}",
     }
     return reply, clean
+
+
+def _read_ready(fd):
+    """The harness's ready byte (``_harness``), or ``!`` and its error, or b"" if it said nothing."""
+    os.set_blocking(fd, False)
+    try:
+        return os.read(fd, 512)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
 
 
 def main():

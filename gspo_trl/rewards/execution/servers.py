@@ -4,9 +4,13 @@ A fresh sandbox per test run spends most of its time starting bwrap and Python; 
 sandbox pays that once and then forks per job (see ``_server`` for how jobs are
 kept apart). Each server holds its own unprivileged uid (when we are root) for its whole
 life, runs one job at a time, and is replaced after ``MAX_JOBS`` jobs, after any job it
-could not clean up after, after any failure of the control channel, and when its init is
-no longer the server we started (:meth:`_Server.tampered`, checked from outside before
-every reuse). ``shutdown()`` kills them all (also run at exit).
+could not clean up after, after any failure of the control channel, when its init is no
+longer the server we started or no longer carries the limits, priority, scheduling policy
+and affinity bwrap started it with (:meth:`_Server.tampered`, checked from outside before
+every reuse, see ``inherited``), and after a job that failed before running its code (the
+harness could not set the job up: the server's state was tampered with; that job is run
+again once in a fresh sandbox, so an attacker cannot turn honest jobs into zeros).
+``shutdown()`` kills them all (also run at exit).
 """
 
 from __future__ import annotations
@@ -28,11 +32,16 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gspo_trl.rewards.execution import identity as ident
+from gspo_trl.rewards.execution import inherited
 from gspo_trl.rewards.execution.jail import IN_SANDBOX_DIR, Limits, as_user, bwrap_argv, sandbox_env
 
 log = logging.getLogger(__name__)
 MAX_JOBS = 500
 CONTROL_MARGIN_S = 10.0  # beyond the job's wall limit, for the server's own clean-up
+
+
+class HarnessFailed(RuntimeError):
+    """A job failed before its code ran, in a fresh sandbox too: it cannot be scored."""
 
 
 class ServerGone(RuntimeError):
@@ -83,7 +92,9 @@ class _Server:
         if now.cmdline != self.cmdline:
             return f"its init runs another command ({now.cmdline[:80]!r})"
         self.init = self.init or now
-        return self.init.differs(now, self.uid if self.uid is not None else os.getuid())
+        return self.init.differs(now, self.uid if self.uid is not None else os.getuid()) or inherited.changed(
+            self.proc.pid, now.pid
+        )
 
     def run(self, job: dict[str, Any], stdin: bytes, wall_s: float) -> dict[str, Any]:
         payload = json.dumps({"job": job, "stdin": base64.b64encode(stdin).decode()}).encode()
@@ -197,12 +208,35 @@ _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-spawner
 
 
 def run(job: dict[str, Any], stdin: bytes, limits: Limits, python: str) -> dict[str, Any]:
-    """Run one job in an idle server sandbox (started if none), return the server's reply."""
+    """Run one job in an idle server sandbox (started if none), return the server's reply.
+
+    A job the server could not start (``harness_failed``: its code never ran) retires that
+    server and runs once more in a fresh one; :class:`HarnessFailed` if it fails there too.
+    """
+    reply = _run_once(job, stdin, limits, python)
+    if reply.get("harness_failed"):
+        log.warning(
+            "sandbox: a job failed before its code ran (%s); that sandbox was tampered with by an "
+            "earlier job and is retired, the job runs again in a fresh one",
+            reply.get("harness_error", "no detail"),
+        )
+        reply = _run_once(job, stdin, limits, python, fresh=True)
+        if reply.get("harness_failed"):
+            raise HarnessFailed(
+                f"a job failed before its code ran, in a fresh sandbox too: {reply['harness_error']}"
+            )
+    return reply
+
+
+def _run_once(
+    job: dict[str, Any], stdin: bytes, limits: Limits, python: str, fresh: bool = False
+) -> dict[str, Any]:
     key = (python, limits.tmpfs_mb, limits.shm_mb)
     config = {**job, "mode": "bwrap", "limits": asdict(limits)}
     for attempt in (1, 2):
-        with _lock:
-            server = _idle.get(key, []).pop() if _idle.get(key) else None
+        server = None
+        if not fresh:
+            server = _take_idle(key)
         if server is None:
             # bwrap's --die-with-parent follows the *thread* that started it, so servers are
             # started from one thread that lives as long as the process, not from the caller's.
@@ -214,7 +248,7 @@ def run(job: dict[str, Any], stdin: bytes, limits: Limits, python: str) -> dict[
             server.close()
             if attempt == 2 or err.job_started:
                 raise
-    if not reply.get("clean"):
+    if not reply.get("clean") and not reply.get("harness_failed"):
         log.warning("sandbox server could not clean up after a job (left files or processes); replaced")
     tampered = None if server.proc.poll() is not None else server.tampered()
     if tampered:
@@ -225,6 +259,22 @@ def run(job: dict[str, Any], stdin: bytes, limits: Limits, python: str) -> dict[
         with _lock:
             _idle.setdefault(key, []).append(server)
     return reply
+
+
+def _take_idle(key: tuple[str, int, int]) -> _Server | None:
+    """An idle server still as we left it (:meth:`_Server.tampered` again: nothing may have
+    changed it while idle, but a job never lands in a sandbox that was not checked right before)."""
+    while True:
+        with _lock:
+            server = _idle.get(key, []).pop() if _idle.get(key) else None
+        if server is None:
+            return None
+        tampered = None if server.proc.poll() is None else "it exited"
+        tampered = tampered or server.tampered()
+        if not tampered:
+            return server
+        log.warning("idle sandbox retired before reuse: %s", tampered)
+        server.close()
 
 
 def idle_pids() -> list[int]:
