@@ -16,6 +16,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -196,3 +197,77 @@ def test_a_batch_the_sandbox_failed_raises_an_alarm():
     assert done.returncode == 0, done.stderr[-2000:]
     assert "[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]" in done.stdout
     assert "8 of 8 runs in this batch of 8 completions failed in the sandbox" in done.stdout, done.stdout
+
+
+# Under a cpu cgroup (containers, slurm) jobs compete with the trainer by weight (outside one,
+# each job's new session is its own autogroup and a nice value changes nothing): two busy
+# loops share one CPU with the reward, and honest jobs need ~0.3 s of CPU each.
+STARVED = """
+import json, os, subprocess, sys
+for group in sys.argv[3:]:
+    with open(group + "/cgroup.procs", "w") as f:
+        f.write(str(os.getpid()))
+hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+from gspo_trl import rewards
+reward = rewards.get("code", timeout=6.0, max_workers=2, sandbox=sys.argv[1])
+tests = [[{"input": "3\\n", "output": "9\\n"}]] * 8
+honest = "```python\\ns = sum(range(8_000_000))\\nn = int(input())\\nprint(n * n)\\n```"
+attacker = "```python\\n" + sys.argv[2] + "s = sum(range(8_000_000))\\nn = int(input())\\nprint(n * n)\\n```"
+scores = [reward([attacker] + [honest] * 7, tests)] + [reward([honest] * 8, tests) for _ in range(2)]
+for hog in hogs:
+    hog.kill()
+print(json.dumps(scores))
+"""
+
+
+def _one_cpu_cgroup(name: str) -> list[Path]:
+    """A cgroup limited to one CPU that also takes the processes out of autogroup scheduling:
+    cgroup v1's cpu + cpuset hierarchies, or a cgroup v2 child with the cpuset controller.
+    Skips (naming why) where neither can be made."""
+    if os.geteuid() != 0:
+        pytest.skip("making a cgroup needs root")
+    first_cpu = str(min(os.sched_getaffinity(0)))
+    v1 = [Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup/cpuset")]
+    try:
+        if all((root / "cgroup.procs").exists() for root in v1):
+            made = [root / name for root in v1]
+            for group in made:
+                group.mkdir()
+            (made[1] / "cpuset.cpus").write_text(first_cpu)
+            (made[1] / "cpuset.mems").write_text((v1[1] / "cpuset.mems").read_text())
+            return made
+        root = Path("/sys/fs/cgroup")
+        if not (root / "cgroup.subtree_control").exists():
+            pytest.skip("no cgroup v1 cpu/cpuset hierarchy and no cgroup v2 at /sys/fs/cgroup")
+        (root / "cgroup.subtree_control").write_text("+cpuset +cpu")
+        made = [root / name]
+        made[0].mkdir()
+        (made[0] / "cpuset.cpus").write_text(first_cpu)
+        return made
+    except OSError as err:
+        pytest.skip(f"cannot make a one-CPU cgroup here: {err}")
+
+
+def _remove(group: Path) -> None:
+    """rmdir once the subprocess's sandboxes (which die with it, asynchronously) have left."""
+    deadline = time.monotonic() + 30
+    while (group / "cgroup.procs").read_text().strip() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    group.rmdir()
+
+
+@pytest.mark.parametrize("attack", ["nice 19", "SCHED_IDLE"])
+def test_a_lowered_priority_does_not_starve_later_jobs_under_a_cpu_cgroup(mode, attack):
+    """Before: the server reniced to 19 or set to SCHED_IDLE by one completion timed out one honest
+    completion in every later group of 8 (the one its server took; 8/8 -> 0/8 with one server)."""
+    groups = _one_cpu_cgroup(f"gspo-trl-test-{os.getpid()}")
+    try:
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        argv = [sys.executable, "-c", STARVED, mode, ATTACKS[attack], *map(str, groups)]
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+    finally:
+        for group in groups:
+            _remove(group)
+    assert done.returncode == 0, done.stderr[-2000:]
+    first, *later = json.loads(done.stdout)
+    assert first[1:] == [1.0] * (GROUP - 1) and later == [[1.0] * GROUP] * 2, (first, later)
