@@ -276,6 +276,9 @@ def test_temp_dirs_are_removed(mode):
     before = {p.name for p in base.glob("gspo-sandbox-*")}
     program = "open('junk.bin', 'wb').write(b'x' * 1000)\nprint(9)"
     assert code_reward(mode)([fenced(program)] * 3, tests=[STDIO_ECHO] * 3) == [1.0] * 3
+    deadline = time.monotonic() + 30  # the rlimit mode's directories go on a background thread
+    while not {p.name for p in base.glob("gspo-sandbox-*")} <= before and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert {p.name for p in base.glob("gspo-sandbox-*")} <= before
 
 

@@ -33,6 +33,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _seccomp
+import _tmpfs
 
 _PRISTINE_BUILTINS = dict(vars(builtins))
 _PLAIN = (int, float, complex, str, bytes, bool, type(None))
@@ -194,7 +195,15 @@ def main():
         ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
     with os.fdopen(config_fd, "rb") as config_file:
         job = json.loads(config_file.read())
-    network_left = _leave_network() if job["mode"] == "rlimit" else True
+    network_left = True
+    files_cap = job["limits"]["tmpfs_files"]
+    if job["mode"] == "rlimit":  # the cwd is a capped tmpfs of the job's own namespaces
+        extra = _tmpfs.CLONE_NEWNET | _tmpfs.CLONE_NEWIPC
+        if _tmpfs.mount_capped({job["workdir"]: job["limits"]["tmpfs_mb"]}, files_cap, extra) is None:
+            network_left = _leave_network()
+    else:  # a fresh bwrap sandbox: cap its /tmp and /dev/shm as a server does
+        places = {"/tmp": job["limits"]["tmpfs_mb"], "/dev/shm": job["limits"]["shm_mb"]}
+        _tmpfs.mount_capped(places, files_cap)
     run_job(job, result_fd, network_left, ready_fd)
 
 

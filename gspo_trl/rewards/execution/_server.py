@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _harness as harness
 import _pump
 import _seccomp
+import _tmpfs
 
 CONTROL_IN = 0
 WRITABLE = ("/tmp", "/dev/shm")
@@ -205,6 +206,10 @@ def _read_ready(fd):
 
 
 def main():
+    """argv: the MiB of /tmp and /dev/shm and the files each may hold (``_tmpfs``; before we
+    become non-dumpable, which makes /proc/self/uid_map unwritable to us)."""
+    tmp_mb, shm_mb, files = (int(arg) for arg in sys.argv[1:4])
+    files_capped = _tmpfs.mount_capped({"/tmp": tmp_mb, "/dev/shm": shm_mb}, files) is True
     ctypes.CDLL(None).prctl(4, 0)  # PR_SET_DUMPABLE 0: jobs cannot ptrace or write our memory
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # init ignores what it has no handler for
     _seccomp.fresh_session_keyring()
@@ -217,6 +222,7 @@ def main():
         if request is None:
             return
         reply, clean = _run(request, control_out)
+        reply["files_capped"] = files_capped
         _write_frame(control_out, reply)
         if not clean:
             return  # the parent sees EOF and starts a fresh sandbox

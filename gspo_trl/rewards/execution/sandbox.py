@@ -44,6 +44,7 @@ from gspo_trl.rewards.execution.jail import (
     as_user,
     bwrap_argv,
     private_dir,
+    remove_later,
     sandbox_env,
     shared_code_dir,
 )
@@ -168,7 +169,7 @@ def run(
             if uid is None:
                 ident.kill_marked(run_id)
             if workdir is not None:
-                ident.remove_tree(workdir)
+                remove_later(workdir)
 
 
 def _launch(

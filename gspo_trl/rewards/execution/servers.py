@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -64,6 +65,7 @@ class _Server:
             "-I",
             "-S",
             f"{IN_SANDBOX_DIR}/_server.py",
+            *(str(n) for n in (limits.tmpfs_mb, limits.shm_mb, limits.tmpfs_files)),
         ]
         try:
             self.proc = subprocess.Popen(
@@ -202,7 +204,7 @@ class _Init:
         return None
 
 
-_idle: dict[tuple[str, int], list[_Server]] = {}
+_idle: dict[tuple[str, int, int, int], list[_Server]] = {}
 _lock = threading.Lock()
 _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-spawner")
 
@@ -231,7 +233,7 @@ def run(job: dict[str, Any], stdin: bytes, limits: Limits, python: str) -> dict[
 def _run_once(
     job: dict[str, Any], stdin: bytes, limits: Limits, python: str, fresh: bool = False
 ) -> dict[str, Any]:
-    key = (python, limits.tmpfs_mb, limits.shm_mb)
+    key = (python, limits.tmpfs_mb, limits.shm_mb, limits.tmpfs_files)
     config = {**job, "mode": "bwrap", "limits": asdict(limits)}
     for attempt in (1, 2):
         server = None
@@ -248,6 +250,8 @@ def _run_once(
             server.close()
             if attempt == 2 or err.job_started:
                 raise
+    if reply.get("files_capped") is False:
+        _warn_files_uncapped()
     if not reply.get("clean") and not reply.get("harness_failed"):
         log.warning("sandbox server could not clean up after a job (left files or processes); replaced")
     tampered = None if server.proc.poll() is not None else server.tampered()
@@ -261,7 +265,7 @@ def _run_once(
     return reply
 
 
-def _take_idle(key: tuple[str, int, int]) -> _Server | None:
+def _take_idle(key: tuple[str, int, int, int]) -> _Server | None:
     """An idle server still as we left it (:meth:`_Server.tampered` again: nothing may have
     changed it while idle, but a job never lands in a sandbox that was not checked right before)."""
     while True:
@@ -275,6 +279,15 @@ def _take_idle(key: tuple[str, int, int]) -> _Server | None:
             return server
         log.warning("idle sandbox retired before reuse: %s", tampered)
         server.close()
+
+
+@functools.lru_cache(maxsize=1)
+def _warn_files_uncapped() -> None:
+    log.warning(
+        "sandbox: the kernel refused a nested user namespace inside bwrap, so the number of files "
+        "in a job's /tmp and /dev/shm is not capped (their bytes are): a job can hold kernel "
+        "memory with millions of empty files while it runs"
+    )
 
 
 def idle_pids() -> list[int]:

@@ -1,0 +1,92 @@
+"""A job's writable places hold a bounded number of files (issue 30, item 7).
+
+tmpfs's ``size=`` counts bytes only: a flood of empty files and hard links held ~400 MB of
+kernel memory beyond every cap, and in the rlimit mode (cwd on the host's disk) removing it
+blocked the reward call 11-88 s past a 3 s timeout. Now each writable place is a tmpfs with
+``nr_inodes`` = ``Limits.tmpfs_files`` (``_tmpfs``), in both modes and both bwrap paths.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gspo_trl.rewards.execution import sandbox
+
+# Empty files and hard links, alternately, until the kernel says no; then what it said.
+FLOOD = (
+    "import errno, json, os\nn = 0\nos.close(os.open('seed', os.O_CREAT | os.O_WRONLY))\ntry:\n"
+    "    while True:\n        if n % 2:\n            os.link('seed', 'l%d' % n)\n"
+    "        else:\n            os.close(os.open('f%d' % n, os.O_CREAT | os.O_WRONLY))\n        n += 1\n"
+    "except OSError as err:\n"
+    "    cap = os.statvfs('.').f_files\n"
+    "    print(json.dumps({'made': n, 'error': errno.errorcode[err.errno], 'cap': cap}))\n"
+)
+PATHS = {"bwrap": ("server", "fresh"), "rlimit": ("fresh",)}
+LIMITS = sandbox.Limits(wall_s=20.0, cpu_s=20, tmpfs_files=2_000)
+
+
+@pytest.fixture(params=[(mode, path) for mode, paths in PATHS.items() for path in paths], ids="-".join)
+def mode(request, monkeypatch):
+    mode, path = request.param
+    if mode == "bwrap" and not sandbox.bwrap_works():
+        pytest.skip("bubblewrap is not usable on this machine")
+    monkeypatch.setenv("GSPO_TRL_SANDBOX_SERVERS", "1" if path == "server" else "0")
+    yield mode
+    sandbox.shutdown()
+
+
+def test_a_file_flood_stops_at_the_cap(mode):
+    """The flood ends with ENOSPC at ``tmpfs_files``, long before its wall limit (before: it ran
+    until the wall limit, 3 s on this machine, ~10^5 files in one process)."""
+    result = sandbox.run({"kind": "stdio", "solution": FLOOD}, limits=LIMITS, mode=mode)
+    assert not result.timed_out, result
+    got = json.loads(result.stdout)
+    assert got["error"] == "ENOSPC" and got["cap"] <= LIMITS.tmpfs_files and got["made"] < LIMITS.tmpfs_files
+
+
+def test_dev_shm_is_capped_too():
+    if not sandbox.bwrap_works():
+        pytest.skip("bubblewrap is not usable on this machine")
+    program = "import os\nprint(os.statvfs('/tmp').f_files, os.statvfs('/dev/shm').f_files)"
+    result = sandbox.run({"kind": "stdio", "solution": program}, limits=LIMITS)
+    assert result.stdout.split() == [str(LIMITS.tmpfs_files).encode()] * 2
+    sandbox.shutdown()
+
+
+MOUNT = (
+    "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nos.makedirs('big', exist_ok=True)\n"
+    "def mounted():\n    return libc.mount(b'none', b'big', b'tmpfs', 0, b'size=2g') == 0\n"
+)
+
+CAPS = (
+    "def caps():\n"
+    "    lines = dict(l.split(':', 1) for l in open('/proc/self/status') if l.startswith('Cap'))\n"
+    "    return [int(lines['CapEff'], 16), int(lines['CapPrm'], 16)]\n"
+)
+
+
+def test_a_job_that_never_execs_holds_no_capability(mode):
+    """The namespace that owns the capped tmpfs gave its owner CAP_SYS_ADMIN; a ``call`` job runs
+    in the harness's process, without an exec that would drop it: it must not mount (an
+    uncapped tmpfs of its own), so the capabilities are dropped before any job code runs."""
+    job = {"kind": "call", "solution": MOUNT, "fn_name": "mounted", "args": []}
+    result = sandbox.run(job, limits=LIMITS, mode=mode)
+    assert result.verdict is not None and result.verdict.get("value") is False, result
+    status = sandbox.run({"kind": "call", "solution": CAPS, "fn_name": "caps", "args": []}, mode=mode)
+    assert status.verdict is not None and status.verdict.get("value") == [0, 0], status
+
+
+def test_removing_a_tree_never_touches_its_parent(tmp_path):
+    """Two processes removing the same stale directory: the loser's rmtree error handler once
+    chmodded the parent (the host's /tmp) to 0700, and every later sandbox uid was locked out."""
+    from gspo_trl.rewards.execution import identity
+
+    tmp_path.chmod(0o1777)
+    identity.remove_tree(str(tmp_path / "gone already"))
+    locked = tmp_path / "locked"
+    (locked / "inner").mkdir(parents=True)
+    (locked / "inner").chmod(0)
+    identity.remove_tree(str(locked))
+    assert not locked.exists() and tmp_path.stat().st_mode & 0o7777 == 0o1777
