@@ -24,7 +24,7 @@ FLOOD = (
     "    print(json.dumps({'made': n, 'error': errno.errorcode[err.errno], 'cap': cap}))\n"
 )
 PATHS = {"bwrap": ("server", "fresh"), "rlimit": ("fresh",)}
-LIMITS = sandbox.Limits(wall_s=20.0, cpu_s=20, tmpfs_files=2_000)
+LIMITS = sandbox.Limits(wall_s=20.0, cpu_s=20)
 
 
 @pytest.fixture(params=[(mode, path) for mode, paths in PATHS.items() for path in paths], ids="-".join)
@@ -90,3 +90,32 @@ def test_removing_a_tree_never_touches_its_parent(tmp_path):
     (locked / "inner").chmod(0)
     identity.remove_tree(str(locked))
     assert not locked.exists() and tmp_path.stat().st_mode & 0o7777 == 0o1777
+
+
+WALL_S, MARGIN_S = 3.0, 5.0
+# Files and links until the wall clock or the cap, a fresh seed every 50,000 links (ext4's limit
+# is 65,000 per inode).
+ENDLESS_FLOOD = (
+    "import os\nn = 0\nwhile True:\n    if n % 100_000 == 0:\n"
+    "        seed = 's%d' % n\n        os.close(os.open(seed, os.O_CREAT | os.O_WRONLY))\n"
+    "    if n % 2:\n        os.link(seed, 'l%d' % n)\n    else:\n"
+    "        os.close(os.open('f%d' % n, os.O_CREAT | os.O_WRONLY))\n    n += 1\n"
+)
+
+
+@pytest.mark.parametrize("sandbox_mode", ["bwrap", "rlimit"])
+def test_clean_up_after_a_flood_does_not_hold_the_reward_call(sandbox_mode):
+    """The reward call returns within its timeout plus a margin (before: the rlimit mode's
+    clean-up blocked it 11-88 s past a 3 s timeout; a bwrap server's took 12 s past a 20 s one)."""
+    import time
+
+    from gspo_trl import rewards
+
+    if sandbox_mode == "bwrap" and not sandbox.bwrap_works():
+        pytest.skip("bubblewrap is not usable on this machine")
+    reward = rewards.get("code", timeout=WALL_S, sandbox=sandbox_mode)
+    start = time.monotonic()
+    completion = f"```python\n{ENDLESS_FLOOD}\n```"
+    assert reward([completion], tests=[[{"input": "", "output": "x\n"}]]) == [0.0]
+    assert time.monotonic() - start < WALL_S + MARGIN_S
+    sandbox.shutdown()
