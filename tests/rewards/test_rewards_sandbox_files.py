@@ -119,3 +119,24 @@ def test_clean_up_after_a_flood_does_not_hold_the_reward_call(sandbox_mode):
     assert reward([completion], tests=[[{"input": "", "output": "x\n"}]]) == [0.0]
     assert time.monotonic() - start < WALL_S + MARGIN_S
     sandbox.shutdown()
+
+
+def test_a_deeply_nested_tree_is_removed(tmp_path):
+    """Directories nested deeper than Python's recursion limit (a job's own cwd on the host's
+    disk, where the kernel refuses a capped tmpfs): shutil.rmtree raised RecursionError on
+    Python < 3.12, the run failed and the directory stayed."""
+    import os
+
+    from gspo_trl.rewards.execution import identity
+
+    top = tmp_path / "deep"
+    top.mkdir()
+    fd = os.open(top, os.O_RDONLY)
+    for _ in range(3_000):
+        os.mkdir("d", dir_fd=fd)
+        inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(fd)
+    identity.remove_tree(str(top))
+    assert not top.exists()

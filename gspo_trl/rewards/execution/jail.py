@@ -143,7 +143,10 @@ def _remove_queued() -> None:
                     _remover = None
                     return
             continue
-        ident.remove_tree(path)
+        try:
+            ident.remove_tree(path)
+        except Exception as err:  # never lose the thread; a dead owner's leftovers go at next start
+            log.warning("could not remove sandbox directory %s (%s: %s)", path, type(err).__name__, err)
 
 
 def _alive(pid: int) -> bool:
