@@ -7,7 +7,7 @@ life, runs one job at a time, and is replaced after ``MAX_JOBS`` jobs, after any
 could not clean up after, after any failure of the control channel, when its init is no
 longer the server we started or no longer carries the limits, priority, scheduling policy
 and affinity bwrap started it with (:meth:`_Server.tampered`, checked from outside before
-every reuse, see ``inherited``), and after a job that failed before running its code (the
+every reuse, see ``server_state``), and after a job that failed before running its code (the
 harness could not set the job up: the server's state was tampered with; that job is run
 again once in a fresh sandbox, so an attacker cannot turn honest jobs into zeros).
 ``shutdown()`` kills them all (also run at exit).
@@ -29,12 +29,13 @@ import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 from gspo_trl.rewards.execution import identity as ident
-from gspo_trl.rewards.execution import inherited
+from gspo_trl.rewards.execution import server_state
 from gspo_trl.rewards.execution.jail import IN_SANDBOX_DIR, Limits, as_user, bwrap_argv, sandbox_env
+from gspo_trl.rewards.execution.server_state import InitProcess
 
 log = logging.getLogger(__name__)
 MAX_JOBS = 500
@@ -82,21 +83,21 @@ class _Server:
             raise
         self.jobs = 0
         self.cmdline = b"".join(arg.encode() + b"\0" for arg in argv[argv.index("--") + 1 :])
-        self.init: _Init | None = None
+        self.init: InitProcess | None = None
 
     def tampered(self) -> str | None:
         """Why this sandbox must not be reused, or None: its init (the server, pid 1 inside)
         must be the process we started, still non-dumpable, untraced, not stopped, with one
-        thread and no child left (every process of the namespace descends from it)."""
-        now = _Init.of(self.proc.pid)
+        thread and no child left (every process of the namespace descends from it), and carry
+        bwrap's limits, priority, policy and affinity (what its jobs inherit)."""
+        now = InitProcess.of(self.proc.pid)
         if now is None:
             return "its init is gone"
         if now.cmdline != self.cmdline:
             return f"its init runs another command ({now.cmdline[:80]!r})"
         self.init = self.init or now
-        return self.init.differs(now, self.uid if self.uid is not None else os.getuid()) or inherited.changed(
-            self.proc.pid, now.pid
-        )
+        uid = self.uid if self.uid is not None else os.getuid()
+        return self.init.differs(now, uid) or server_state.changed(self.proc.pid, now.pid)
 
     def run(self, job: dict[str, Any], stdin: bytes, wall_s: float) -> dict[str, Any]:
         payload = json.dumps({"job": job, "stdin": base64.b64encode(stdin).decode()}).encode()
@@ -142,66 +143,6 @@ class _Server:
                 ident.kill_marked(self.run_id)
         finally:
             self._uid_hold.__exit__(None, None, None)
-
-
-@dataclass(frozen=True)
-class _Init:
-    """What identifies a sandbox's init from outside: its host pid, start time and command
-    line, with what must stay true of it between jobs."""
-
-    pid: int
-    start: str
-    cmdline: bytes
-    owner: int  # /proc/<pid>/status's owner: root while non-dumpable, the uid once dumpable
-    tracer: str
-    state: str
-    threads: int
-    children: str
-
-    @classmethod
-    def of(cls, bwrap_pid: int) -> _Init | None:
-        """bwrap's only child is the sandbox's init (``--as-pid-1``)."""
-        try:
-            with open(f"/proc/{bwrap_pid}/task/{bwrap_pid}/children") as f:
-                kids = f.read().split()
-            if len(kids) != 1:
-                return None
-            pid = int(kids[0])
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            with open(f"/proc/{pid}/status") as f:
-                status = dict(line.split(":", 1) for line in f if ":" in line)
-                owner = os.fstat(f.fileno()).st_uid
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmdline = f.read()
-            tasks = os.listdir(f"/proc/{pid}/task")
-            children = ""
-            for tid in tasks:
-                with open(f"/proc/{pid}/task/{tid}/children") as f:
-                    children += f.read()
-        except (OSError, ValueError):
-            return None
-        return cls(
-            pid,
-            fields[19],
-            cmdline,
-            owner,
-            status["TracerPid"].strip(),
-            fields[0],
-            len(tasks),
-            children.strip(),
-        )
-
-    def differs(self, now: _Init, sandbox_uid: int) -> str | None:
-        if (now.pid, now.start) != (self.pid, self.start):
-            return "its init is not the process it started with"
-        if now.owner == sandbox_uid:
-            return "its init became dumpable (an execve?)"
-        if now.tracer != "0" or now.state in ("T", "t"):
-            return f"its init is traced or stopped (tracer {now.tracer}, state {now.state})"
-        if now.threads != 1 or now.children:
-            return f"processes outlived the job (init threads {now.threads}, children {now.children!r})"
-        return None
 
 
 _idle: dict[tuple[str, int, int, int], list[_Server]] = {}

@@ -1,4 +1,6 @@
-"""What a process hands down to every child it forks, read from outside through /proc.
+"""What must stay true of a reused sandbox's init between jobs, read from outside through /proc:
+that it is the process we started (:class:`InitProcess`), and what it hands down to every
+job it forks (:func:`changed`).
 
 Why: a reused sandbox's fork server passes its resource limits, nice value, scheduling
 policy, CPU affinity, I/O priority and OOM score adjustment on to every job it forks
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from dataclasses import dataclass
 
 _IOPRIO_GET = {"x86_64": 252, "aarch64": 31}
 _IOPRIO_WHO_PROCESS = 1
@@ -72,3 +75,63 @@ def changed(parent: int, child: int) -> str | None:
         lowered = [" ".join(n.split()) for o, n in zip(old, new, strict=False) if o != n]
         return f"its resource limits changed (now: {'; '.join(lowered)})"
     return "its " + ", ".join(f"{n} changed ({before[n]} -> {after[n]})" for n in diffs)
+
+
+@dataclass(frozen=True)
+class InitProcess:
+    """What identifies a sandbox's init from outside: its host pid, start time and command
+    line, with what must stay true of it between jobs."""
+
+    pid: int
+    start: str
+    cmdline: bytes
+    owner: int  # /proc/<pid>/status's owner: root while non-dumpable, the uid once dumpable
+    tracer: str
+    state: str
+    threads: int
+    children: str
+
+    @classmethod
+    def of(cls, bwrap_pid: int) -> InitProcess | None:
+        """bwrap's only child is the sandbox's init (``--as-pid-1``)."""
+        try:
+            with open(f"/proc/{bwrap_pid}/task/{bwrap_pid}/children") as f:
+                kids = f.read().split()
+            if len(kids) != 1:
+                return None
+            pid = int(kids[0])
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/status") as f:
+                status = dict(line.split(":", 1) for line in f if ":" in line)
+                owner = os.fstat(f.fileno()).st_uid
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+            tasks = os.listdir(f"/proc/{pid}/task")
+            children = ""
+            for tid in tasks:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    children += f.read()
+        except (OSError, ValueError):
+            return None
+        return cls(
+            pid,
+            fields[19],
+            cmdline,
+            owner,
+            status["TracerPid"].strip(),
+            fields[0],
+            len(tasks),
+            children.strip(),
+        )
+
+    def differs(self, now: InitProcess, sandbox_uid: int) -> str | None:
+        if (now.pid, now.start) != (self.pid, self.start):
+            return "its init is not the process it started with"
+        if now.owner == sandbox_uid:
+            return "its init became dumpable (an execve?)"
+        if now.tracer != "0" or now.state in ("T", "t"):
+            return f"its init is traced or stopped (tracer {now.tracer}, state {now.state})"
+        if now.threads != 1 or now.children:
+            return f"processes outlived the job (init threads {now.threads}, children {now.children!r})"
+        return None
