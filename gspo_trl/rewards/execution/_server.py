@@ -179,7 +179,9 @@ def _run(request, control_out):
     for fd in (out_r, err_r, res_r):
         os.close(fd)
     ready = _read_ready(ready_r)
-    clean = _clean_up() and ready == b"r"  # a job that never ran: our state is suspect, exit
+    # A job that never ran its code, unless the clock stopped it first: our state is suspect.
+    harness_failed = ready != b"r" and not timed_out
+    clean = _clean_up() and not harness_failed
     reply = {
         "returncode": os.waitstatus_to_exitcode(status),
         "stdout": base64.b64encode(outputs[out_r]).decode(),
@@ -188,7 +190,7 @@ def _run(request, control_out):
         "timed_out": timed_out,
         "capped": capped,
         "clean": clean,
-        "harness_failed": ready != b"r",
+        "harness_failed": harness_failed,
         "harness_error": ready[1:].decode(errors="replace") or f"exit {os.waitstatus_to_exitcode(status)}",
     }
     return reply, clean
