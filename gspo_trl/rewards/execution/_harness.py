@@ -17,11 +17,12 @@ new user + network namespaces, then either
   means failure; ``SystemExit`` before or during the tests is a failure, and so is any
   printed "success" text, which goes to stdout and is ignored.
 
-READY_FD gets one byte, ``r``, once the job is set up and just before its code runs, and is
-closed; ``!`` and the error instead when setting it up failed (exit status ``HARNESS_FAILED``).
-No ``r`` means the job's code never ran: a failure of the sandbox, not of the completion (a
-reused sandbox whose limits an earlier job lowered failed every later job that way, and scored
-them 0 as if their code had failed).
+READY_FD gets one byte, ``r`` (``u`` when its writable places could not be capped in files,
+see ``_tmpfs``), once the job is set up and just before its code runs, and is closed; ``!``
+and the error instead when setting it up failed (exit status ``HARNESS_FAILED``). Neither
+``r`` nor ``u`` means the job's code never ran: a failure of the sandbox, not of the
+completion (a reused sandbox whose limits an earlier job lowered failed every later job that
+way, and scored them 0 as if their code had failed).
 """
 
 import builtins
@@ -139,7 +140,7 @@ def _run_call(job):
     return _as_json(fn(*job["args"]))
 
 
-def run_job(job, result_fd, network_left=True, ready_fd=None):
+def run_job(job, result_fd, network_left=True, ready_fd=None, files_capped=True):
     """Lower the limits, take a fresh session keyring, install the seccomp filter, say ready on
     ``ready_fd``, then run the job; never returns (execs or ``os._exit``s)."""
     try:
@@ -156,7 +157,7 @@ def run_job(job, result_fd, network_left=True, ready_fd=None):
     except BaseException as err:
         _say(ready_fd, b"!" + f"{type(err).__name__}: {err}"[:300].encode(errors="replace"))
         os._exit(HARNESS_FAILED)
-    _say(ready_fd, b"r")
+    _say(ready_fd, b"r" if files_capped else b"u")
     if job["kind"] == "stdio":
         os.execv(sys.executable, [sys.executable, "-I", "-S", solution])
     nonce = job.pop("nonce")
@@ -199,12 +200,13 @@ def main():
     files_cap = job["limits"]["tmpfs_files"]
     if job["mode"] == "rlimit":  # the cwd is a capped tmpfs of the job's own namespaces
         extra = _tmpfs.CLONE_NEWNET | _tmpfs.CLONE_NEWIPC
-        if _tmpfs.mount_capped({job["workdir"]: job["limits"]["tmpfs_mb"]}, files_cap, extra) is None:
+        capped = _tmpfs.mount_capped({job["workdir"]: job["limits"]["tmpfs_mb"]}, files_cap, extra)
+        if capped is None:
             network_left = _leave_network()
     else:  # a fresh bwrap sandbox: cap its /tmp and /dev/shm as a server does
         places = {"/tmp": job["limits"]["tmpfs_mb"], "/dev/shm": job["limits"]["shm_mb"]}
-        _tmpfs.mount_capped(places, files_cap)
-    run_job(job, result_fd, network_left, ready_fd)
+        capped = _tmpfs.mount_capped(places, files_cap)
+    run_job(job, result_fd, network_left, ready_fd, files_capped=capped is True)
 
 
 if __name__ == "__main__":

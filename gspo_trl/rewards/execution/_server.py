@@ -180,7 +180,7 @@ def _run(request, control_out):
         os.close(fd)
     ready = _read_ready(ready_r)
     # A job that never ran its code, unless the clock stopped it first: our state is suspect.
-    harness_failed = ready != b"r" and not timed_out
+    harness_failed = ready not in (b"r", b"u") and not timed_out
     clean = _clean_up() and not harness_failed
     reply = {
         "returncode": os.waitstatus_to_exitcode(status),

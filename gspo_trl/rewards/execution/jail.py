@@ -81,6 +81,17 @@ def bwrap_argv(python: str, limits: Limits, run_id: str) -> list[str]:
     return [*argv, "--chdir", "/tmp"]
 
 
+@functools.lru_cache(maxsize=1)
+def warn_files_uncapped() -> None:
+    """Once per process: ``_tmpfs`` could not cap the files of a job's writable places."""
+    log.warning(
+        "sandbox: the kernel refused the namespaces that cap the number of files in a job's "
+        "writable places (their bytes are capped): a job can hold kernel memory with millions of "
+        "empty files while it runs (on Ubuntu 24.04 AppArmor's bwrap profile refuses nested "
+        "user namespaces)"
+    )
+
+
 def sandbox_env(run_id: str, home: str = "/tmp") -> dict[str, str]:
     """The whole environment of sandboxed code: no secrets, one thread per numeric library."""
     threads = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}

@@ -47,6 +47,7 @@ from gspo_trl.rewards.execution.jail import (
     remove_later,
     sandbox_env,
     shared_code_dir,
+    warn_files_uncapped,
 )
 
 __all__ = [
@@ -239,10 +240,13 @@ def _launch(
     if verdict is not None and verdict.get("network_isolated") is False:
         _warn_network_once()
     stdout, stderr = outputs[out_r], outputs[err_r]
-    if ready != b"r" and not timed_out:
+    if ready == b"u":
+        warn_files_uncapped()
+    fault = ready not in (b"r", b"u") and not timed_out
+    if fault:
         log.warning("sandbox: a job failed before its code ran (%s)", ready[1:].decode(errors="replace")
                     or f"exit status {proc.returncode}")  # fmt: skip
-    fault, wall_s = ready != b"r" and not timed_out, time.monotonic() - start
+    wall_s = time.monotonic() - start
     return RunResult(proc.returncode, stdout, stderr, verdict, timed_out, capped, wall_s, mode, fault)
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
-import functools
 import json
 import logging
 import os
@@ -34,7 +33,14 @@ from typing import Any
 
 from gspo_trl.rewards.execution import identity as ident
 from gspo_trl.rewards.execution import server_state
-from gspo_trl.rewards.execution.jail import IN_SANDBOX_DIR, Limits, as_user, bwrap_argv, sandbox_env
+from gspo_trl.rewards.execution.jail import (
+    IN_SANDBOX_DIR,
+    Limits,
+    as_user,
+    bwrap_argv,
+    sandbox_env,
+    warn_files_uncapped,
+)
 from gspo_trl.rewards.execution.server_state import InitProcess
 
 log = logging.getLogger(__name__)
@@ -192,7 +198,7 @@ def _run_once(
             if attempt == 2 or err.job_started:
                 raise
     if reply.get("files_capped") is False:
-        _warn_files_uncapped()
+        warn_files_uncapped()
     if not reply.get("clean") and not reply.get("harness_failed"):
         log.warning("sandbox server could not clean up after a job (left files or processes); replaced")
     tampered = None if server.proc.poll() is not None else server.tampered()
@@ -220,15 +226,6 @@ def _take_idle(key: tuple[str, int, int, int]) -> _Server | None:
             return server
         log.warning("idle sandbox retired before reuse: %s", tampered)
         server.close()
-
-
-@functools.lru_cache(maxsize=1)
-def _warn_files_uncapped() -> None:
-    log.warning(
-        "sandbox: the kernel refused a nested user namespace inside bwrap, so the number of files "
-        "in a job's /tmp and /dev/shm is not capped (their bytes are): a job can hold kernel "
-        "memory with millions of empty files while it runs"
-    )
 
 
 def idle_pids() -> list[int]:
