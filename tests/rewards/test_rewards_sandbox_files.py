@@ -151,3 +151,11 @@ def test_a_deeply_nested_tree_is_removed(tmp_path):
     os.close(fd)
     identity.remove_tree(str(top))
     assert not top.exists()
+
+
+def test_docs_quote_the_file_cap():
+    """docs/rewards.md states the cap in words; it must be Limits' default."""
+    from tests._paths import ROOT
+
+    docs = (ROOT / "docs" / "rewards.md").read_text()
+    assert f"{sandbox.Limits().tmpfs_files:,} files" in docs
