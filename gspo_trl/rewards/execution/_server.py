@@ -178,7 +178,7 @@ def _run(request, control_out):
     _, status = os.waitpid(pid, 0)
     for fd in (out_r, err_r, res_r):
         os.close(fd)
-    ready = _read_ready(ready_r)
+    ready = _pump.read_ready(ready_r)
     # A job that never ran its code, unless the clock stopped it first: our state is suspect.
     harness_failed = ready not in (b"r", b"u") and not timed_out
     clean = _clean_up() and not harness_failed
@@ -194,17 +194,6 @@ def _run(request, control_out):
         "harness_error": ready[1:].decode(errors="replace") or f"exit {os.waitstatus_to_exitcode(status)}",
     }
     return reply, clean
-
-
-def _read_ready(fd):
-    """The harness's ready byte (``_harness``), or ``!`` and its error, or b"" if it said nothing."""
-    os.set_blocking(fd, False)
-    try:
-        return os.read(fd, 512)
-    except OSError:
-        return b""
-    finally:
-        os.close(fd)
 
 
 def main():

@@ -36,8 +36,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from gspo_trl.rewards.execution import _pump, pipes, servers
 from gspo_trl.rewards.execution import identity as ident
-from gspo_trl.rewards.execution import pipes, servers
 from gspo_trl.rewards.execution.jail import (
     IN_SANDBOX_DIR,
     Limits,
@@ -231,7 +231,7 @@ def _launch(
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        ready = _read_ready(ready_r)
+        ready = _pump.read_ready(ready_r)
         for fd in (out_r, err_r, result_r):
             os.close(fd)
         if not small:
@@ -248,17 +248,6 @@ def _launch(
                     or f"exit status {proc.returncode}")  # fmt: skip
     wall_s = time.monotonic() - start
     return RunResult(proc.returncode, stdout, stderr, verdict, timed_out, capped, wall_s, mode, fault)
-
-
-def _read_ready(fd: int) -> bytes:
-    """``_harness``'s ready byte, ``!`` and its error, or b"" when it said nothing; closes ``fd``."""
-    os.set_blocking(fd, False)
-    try:
-        return os.read(fd, 512)
-    except OSError:
-        return b""
-    finally:
-        os.close(fd)
 
 
 def _run_in_server(job: dict[str, Any], stdin: bytes, limits: Limits, nonce: str) -> RunResult:
