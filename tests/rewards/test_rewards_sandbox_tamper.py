@@ -11,6 +11,7 @@ reuse, and a job that never ran its code runs again in a fresh sandbox (and is r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -200,21 +201,25 @@ def test_a_batch_the_sandbox_failed_raises_an_alarm():
 
 
 # Under a cpu cgroup (containers, slurm) jobs compete with the trainer by weight (outside one,
-# each job's new session is its own autogroup and a nice value changes nothing): two busy
-# loops share one CPU with the reward, and honest jobs need ~0.3 s of CPU each.
+# each job's new session is its own autogroup and a nice value changes nothing): a busy loop
+# shares one CPU with the reward, and honest jobs need ~0.3 s of CPU each: at nice 19 (weight
+# 15 against the loop's 1024) that is over 20 s, past the 10 s timeout; at nice 0 about 1 s.
 STARVED = """
 import json, os, subprocess, sys
 for group in sys.argv[3:]:
     with open(group + "/cgroup.procs", "w") as f:
         f.write(str(os.getpid()))
-hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+# The busy loop dies with us (PR_SET_PDEATHSIG), whatever happens to us.
+loop = "import ctypes\\nctypes.CDLL(None).prctl(1, 9)\\nwhile True:\\n    pass"
+hog = subprocess.Popen([sys.executable, "-c", loop])
 from gspo_trl import rewards
-reward = rewards.get("code", timeout=6.0, max_workers=2, sandbox=sys.argv[1])
+reward = rewards.get("code", timeout=10.0, max_workers=2, sandbox=sys.argv[1])
 tests = [[{"input": "3\\n", "output": "9\\n"}]] * 8
 honest = "```python\\ns = sum(range(8_000_000))\\nn = int(input())\\nprint(n * n)\\n```"
 attacker = "```python\\n" + sys.argv[2] + "s = sum(range(8_000_000))\\nn = int(input())\\nprint(n * n)\\n```"
-scores = [reward([attacker] + [honest] * 7, tests)] + [reward([honest] * 8, tests) for _ in range(2)]
-for hog in hogs:
+try:
+    scores = [reward([attacker] + [honest] * 7, tests)] + [reward([honest] * 8, tests) for _ in range(2)]
+finally:
     hog.kill()
 print(json.dumps(scores))
 """
@@ -249,9 +254,15 @@ def _one_cpu_cgroup(name: str) -> list[Path]:
 
 
 def _remove(group: Path) -> None:
-    """rmdir once the subprocess's sandboxes (which die with it, asynchronously) have left."""
+    """Kill what is left in the group (every process in it is this test's), then rmdir once
+    they are gone (the subprocess's sandboxes die with it, asynchronously)."""
+    import signal
+
     deadline = time.monotonic() + 30
-    while (group / "cgroup.procs").read_text().strip() and time.monotonic() < deadline:
+    while (pids := (group / "cgroup.procs").read_text().split()) and time.monotonic() < deadline:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
         time.sleep(0.05)
     group.rmdir()
 
