@@ -13,6 +13,11 @@ is left, every honest job scored right, and the hostile job ended within its wal
 plus a margin. ``tests/rewards/test_rewards_sandbox_hostile.py`` runs it and requires
 every row contained. The code-injection case writes x86_64 machine code: elsewhere it only
 tries to open ``/proc/1/mem``.
+
+After every case of a mode, still in the same (reused) sandboxes, ``HONEST_BATCH`` honest
+completions go through ``rewards.get("code")`` in groups of 8, half of them allocating 64 MiB
+(what a lowered RLIMIT_DATA fails). The totals: hostile completions contained per mode (N/M)
+and that honest batch (goal 32/32; 9/32 when a job could lower the server's limits).
 """
 
 from __future__ import annotations
@@ -29,12 +34,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from gspo_trl import rewards
 from gspo_trl.rewards.execution import identity, sandbox, servers
 
 LIMITS = sandbox.Limits(wall_s=3.0, cpu_s=3, memory_mb=512, processes=4)
 MARGIN_S = 5.0  # clean-up after a CPU-bound daemon took 4 s at a load of 25 on 2 cores
 HONEST_JOBS = 8
 HONEST = "n = int(input())\nprint(n * n)"
+MEMORY_HEAVY = "block = bytearray(64 << 20)\nn = int(input())\nprint(n * n)"
+HONEST_BATCH, GROUP = 32, 8
 _FFI = (
     "import ctypes, json, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
     "ADD_KEY, KEYCTL = {'x86_64': (248, 250), 'aarch64': (217, 219)}.get(os.uname().machine, (-1, -1))\n"
@@ -144,6 +152,45 @@ SYSCTL = (
     "print(json.dumps({'written': written}))"
 )
 
+# Each aims at the fork server (pid 1 in bwrap) and the parent (the trainer in rlimit mode).
+_AIM = (
+    "import json, os, resource\ndone = []\nfor pid in {{1, os.getppid()}}:\n    try:\n        {}\n"
+    "        done.append(pid)\n    except OSError:\n        pass\nprint(json.dumps({{'changed': done}}))"
+)
+LOWER_FSIZE = _AIM.format("resource.prlimit(pid, resource.RLIMIT_FSIZE, (1, 1))")
+LOWER_DATA = _AIM.format("resource.prlimit(pid, resource.RLIMIT_DATA, (60 << 20, 60 << 20))")
+RENICE = _AIM.format("os.setpriority(os.PRIO_PROCESS, pid, 19)")
+SCHED_IDLE = _AIM.format("os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))")
+ONE_CPU = _AIM.format("os.sched_setaffinity(pid, {min(os.sched_getaffinity(pid))})")
+# What the next job inherits: must be the sandbox's own settings.
+SETTINGS = (
+    "import json, os, resource\nprint(json.dumps({'nice': os.getpriority(os.PRIO_PROCESS, 0), "
+    "'policy': os.sched_getscheduler(0), 'cpus': len(os.sched_getaffinity(0)), "
+    "'fsize': resource.getrlimit(resource.RLIMIT_FSIZE)[1], "
+    "'data': resource.getrlimit(resource.RLIMIT_DATA)[1]}))"
+)
+FILE_FLOOD = (
+    "import errno, json, os\nn = 0\nos.close(os.open('seed', os.O_CREAT | os.O_WRONLY))\ntry:\n"
+    "    while True:\n        if n % 2:\n            os.link('seed', 'l%d' % n)\n        else:\n"
+    "            os.close(os.open('f%d' % n, os.O_CREAT | os.O_WRONLY))\n        n += 1\n"
+    "        if n % 2000 == 0:\n            print(json.dumps({'files': n}), flush=True)\n"
+    "except OSError as err:\n    print(json.dumps({'files': n, 'error': errno.errorcode[err.errno]}))"
+)
+
+
+def _untouched(record: dict) -> bool:
+    """The attack changed no process, and the next job carries the sandbox's own settings."""
+    import resource
+
+    own = {
+        "nice": 0,
+        "policy": os.SCHED_OTHER,
+        "cpus": len(os.sched_getaffinity(0)),
+        "fsize": LIMITS.file_mb << 20,
+        "data": resource.getrlimit(resource.RLIMIT_DATA)[1],
+    }
+    return not record.get("changed") and all(record.get(k) == v for k, v in own.items())
+
 
 @dataclass(frozen=True)
 class Case:
@@ -151,6 +198,7 @@ class Case:
     program: str
     got_nothing: Callable[[dict], bool]  # from the hostile job's JSON line
     follow_up: str | None = None  # a job run next in the same sandbox; its JSON joins the record
+    honest: str = HONEST  # what the honest jobs after it run
 
 
 CASES = [
@@ -172,6 +220,22 @@ CASES = [
         follow_up=KEYRING_READ,
     ),
     Case("IPC namespace sysctl writes", SYSCTL, lambda r: not r.get("written")),
+    Case("prlimit64(server, RLIMIT_FSIZE, 1)", LOWER_FSIZE, _untouched, follow_up=SETTINGS),
+    Case(
+        "prlimit64(server, RLIMIT_DATA, 60 MB)",
+        LOWER_DATA,
+        _untouched,
+        follow_up=SETTINGS,
+        honest=MEMORY_HEAVY,
+    ),
+    Case("setpriority(server, 19)", RENICE, _untouched, follow_up=SETTINGS),
+    Case("sched_setscheduler(server, SCHED_IDLE)", SCHED_IDLE, _untouched, follow_up=SETTINGS),
+    Case("sched_setaffinity(server, one CPU)", ONE_CPU, _untouched, follow_up=SETTINGS),
+    Case(
+        "dentry flood: empty files + hard links",
+        FILE_FLOOD,
+        lambda r: r.get("error") == "ENOSPC" and r.get("files", 0) <= LIMITS.tmpfs_files,
+    ),
 ]
 CENSUS = (
     "import json, os\nrows = open('/proc/sysvipc/shm').readlines()[1:]\n"
@@ -262,7 +326,7 @@ def run_case(case: Case, mode: str) -> Row:
         sysv_bytes += census.get("sysv_bytes", 0)
         tmpfs = census.get("tmpfs", 0)
     honest = sum(
-        run_job(HONEST, mode, f"{n}\n".encode()).stdout.strip() == str(n * n).encode()
+        run_job(case.honest, mode, f"{n}\n".encode()).stdout.strip() == str(n * n).encode()
         for n in range(HONEST_JOBS)
     )
     same = servers.idle_pids() == pool if mode == "bwrap" else None
@@ -277,10 +341,24 @@ def run_case(case: Case, mode: str) -> Row:
     return Row(case.name, mode, contained, got, processes_left, sysv, memory, same, honest, wall)
 
 
-def battery(mode: str) -> list[Row]:
+def battery(mode: str) -> tuple[list[Row], int]:
+    """Every case, then the honest batch in the sandboxes the cases left: (rows, honest scored 1.0)."""
     rows = [run_case(case, mode) for case in CASES]
+    honest = honest_batch(mode)
     sandbox.shutdown()
-    return rows
+    return rows, honest
+
+
+def honest_batch(mode: str) -> int:
+    """``HONEST_BATCH`` honest completions through the code reward, in groups of ``GROUP``."""
+    reward = rewards.get("code", timeout=LIMITS.wall_s, memory_mb=LIMITS.memory_mb, sandbox=mode)
+    programs = [HONEST if i % 2 else MEMORY_HEAVY for i in range(HONEST_BATCH)]
+    tests = [{"input": "7\n", "output": "49\n"}]
+    scores = []
+    for start in range(0, HONEST_BATCH, GROUP):
+        group = [f"```python\n{p}\n```" for p in programs[start : start + GROUP]]
+        scores += reward(group, tests=[tests] * len(group))
+    return sum(score == 1.0 for score in scores)
 
 
 def table(rows: list[Row]) -> str:
@@ -308,10 +386,18 @@ def main(argv: list[str] | None = None) -> int:
     if "bwrap" in modes and not sandbox.bwrap_works():
         print("bwrap: not usable here, skipped")
         modes.remove("bwrap")
-    rows = [row for mode in modes for row in battery(mode)]
+    results = {mode: battery(mode) for mode in modes}
+    rows = [row for mode_rows, _ in results.values() for row in mode_rows]
     print(f"machine: {platform.machine()}, load average {os.getloadavg()[0]:.2f}, uid {os.geteuid()}")
     print(table(rows))
-    return 0 if all(r.contained for r in rows) else 1
+    for mode, (mode_rows, honest) in results.items():
+        contained = sum(r.contained for r in mode_rows)
+        print(
+            f"{mode}: hostile completions contained {contained}/{len(mode_rows)}; "
+            f"honest batch after the hostile batch {honest}/{HONEST_BATCH}"
+        )
+    ok = all(r.contained for r in rows) and all(h == HONEST_BATCH for _, h in results.values())
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -76,6 +76,44 @@ class _Row:
     entry_point: str | None
 
 
+@dataclass
+class _RunCount:
+    """One completion's runs, and how many failed for the sandbox's reasons or the clock's."""
+
+    runs: int = 0
+    sandbox_faults: int = 0
+    timeouts: int = 0
+
+
+TIMEOUT_ALARM_SHARE = 0.5  # of a batch's runs (at least 8), see ``_alarm``
+
+
+def _alarm(counts: list[_RunCount], completions: int) -> None:
+    """Warn about a batch of zeros the completions did not earn.
+
+    A sandbox fault is never the completion's doing (its code never ran, or the server was
+    lost), and half a batch timing out is the signature of a starved sandbox: a fork server
+    reniced or set to ``SCHED_IDLE`` by a job once turned every later job of a busy cpu cgroup
+    into a timeout. Both cost the honest completions their reward silently, so they are named.
+    """
+    runs = sum(c.runs for c in counts)
+    faults, timeouts = sum(c.sandbox_faults for c in counts), sum(c.timeouts for c in counts)
+    if faults:
+        log.warning(
+            "code: %d of %d runs in this batch of %d completions failed in the sandbox, not in the "
+            "completion's code (scored 0; see the sandbox warnings): a completion may be tampering "
+            "with the sandbox, or the machine is out of processes or memory",
+            faults, runs, completions,
+        )  # fmt: skip
+    if runs >= 8 and timeouts > TIMEOUT_ALARM_SHARE * runs:
+        log.warning(
+            "code: %d of %d runs in this batch of %d completions timed out: unless these programs "
+            "are slow by nature, the sandbox is starved of CPU (a busy cpu cgroup, or a lowered "
+            "priority); raise `timeout` or give the reward more cores",
+            timeouts, runs, completions,
+        )  # fmt: skip
+
+
 @register(
     "code",
     factory=True,
@@ -133,12 +171,15 @@ class CodeReward:
             program = last_code_block(text) if len(text) <= MAX_COMPLETION_CHARS else None
             if program is not None:
                 rows.append(_Row(index, program, cases, name))
+        faults: list[_RunCount] = []
         with ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="code-reward") as pool:
-            for row, score in zip(rows, pool.map(self._score, rows), strict=True):
+            for row, (score, count) in zip(rows, pool.map(self._score, rows), strict=True):
                 scores[row.index] = score
+                faults.append(count)
+        _alarm(faults, len(texts))
         return scores
 
-    def _score(self, row: _Row) -> float:
+    def _score(self, row: _Row) -> tuple[float, _RunCount]:
         """Run the row's cases one after another within its time budget."""
         if isinstance(row.cases, str):
             jobs = [
@@ -154,22 +195,24 @@ class CodeReward:
             ]
         else:
             jobs = [(self._job(row.program, case), case) for case in row.cases]
-        deadline, passed = time.monotonic() + self.total_timeout, 0
+        deadline, passed, count = time.monotonic() + self.total_timeout, 0, _RunCount()
         for job, case in jobs:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
+            count.runs += 1
             try:
-                ok = self._passes(job, case, replace(self.limits, wall_s=min(self.limits.wall_s, remaining)))
+                limits = replace(self.limits, wall_s=min(self.limits.wall_s, remaining))
+                ok = self._passes(job, case, limits, count)
             except Exception as err:  # the sandbox itself failed: this run fails, the call goes on
                 log.warning("code: a run of row %d failed in the sandbox (%s: %s); it counts as failed",
                             row.index, type(err).__name__, err)  # fmt: skip
-                ok = False
+                ok, count.sandbox_faults = False, count.sandbox_faults + 1
             passed += ok
             if not ok and self.scoring == "binary":
                 break
         fraction = passed / len(jobs)
-        return fraction if self.scoring == "fraction" else float(fraction == 1.0)
+        return (fraction if self.scoring == "fraction" else float(fraction == 1.0)), count
 
     @staticmethod
     def _job(program: str, case: StdioTest | CallTest) -> dict[str, Any]:
@@ -177,9 +220,13 @@ class CodeReward:
             return {"kind": "call", "solution": program, "fn_name": case.fn_name, "args": list(case.args)}
         return {"kind": "stdio", "solution": program}
 
-    def _passes(self, job: dict[str, Any], case: StdioTest | CallTest | None, limits: Any) -> bool:
+    def _passes(
+        self, job: dict[str, Any], case: StdioTest | CallTest | None, limits: Any, count: _RunCount
+    ) -> bool:
         stdin = case.input.encode() if isinstance(case, StdioTest) else b""
         result = sandboxing.run(job, stdin=stdin, limits=limits, mode=self.sandbox_mode)
+        count.sandbox_faults += result.sandbox_fault
+        count.timeouts += result.timed_out and not result.sandbox_fault
         if result.timed_out or result.output_capped:
             return False
         if isinstance(case, StdioTest):

@@ -1,6 +1,6 @@
 """Runs inside the sandbox, before and around the untrusted code. Standard library only.
 
-Started as ``python -I -S _harness.py CONFIG_FD RESULT_FD``. It reads its job
+Started as ``python -I -S _harness.py CONFIG_FD RESULT_FD READY_FD``. It reads its job
 from CONFIG_FD (so nothing about the tests sits on disk), lowers its resource limits
 (irreversibly: hard limits), in the rlimit mode also tries to leave the network behind in
 new user + network namespaces, then either
@@ -16,6 +16,13 @@ new user + network namespaces, then either
   ``<nonce> <json verdict>`` to RESULT_FD. No record (``os._exit``, a kill, a crash)
   means failure; ``SystemExit`` before or during the tests is a failure, and so is any
   printed "success" text, which goes to stdout and is ignored.
+
+READY_FD gets one byte, ``r`` (``u`` when its writable places could not be capped in files,
+see ``_tmpfs``), once the job is set up and just before its code runs, and is closed; ``!``
+and the error instead when setting it up failed (exit status ``HARNESS_FAILED``). Neither
+``r`` nor ``u`` means the job's code never ran: a failure of the sandbox, not of the
+completion (a reused sandbox whose limits an earlier job lowered failed every later job that
+way, and scored them 0 as if their code had failed).
 """
 
 import builtins
@@ -27,10 +34,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _seccomp
+import _tmpfs
 
 _PRISTINE_BUILTINS = dict(vars(builtins))
 _PLAIN = (int, float, complex, str, bytes, bool, type(None))
 _CONTAINERS = (list, tuple, set, frozenset, dict)
+HARNESS_FAILED = 111
 
 
 def _set_limits(limits, nproc_overhead):
@@ -131,19 +140,25 @@ def _run_call(job):
     return _as_json(fn(*job["args"]))
 
 
-def run_job(job, result_fd, network_left=True):
-    """Lower the limits, take a fresh session keyring, install the seccomp filter, then run
-    the job; never returns (execs or ``os._exit``s)."""
-    _set_limits(job["limits"], job.get("nproc_overhead", 0))
-    _seccomp.fresh_session_keyring()
-    _seccomp.install()
+def run_job(job, result_fd, network_left=True, ready_fd=None, files_capped=True):
+    """Lower the limits, take a fresh session keyring, install the seccomp filter, say ready on
+    ``ready_fd``, then run the job; never returns (execs or ``os._exit``s)."""
+    try:
+        _set_limits(job["limits"], job.get("nproc_overhead", 0))
+        _seccomp.fresh_session_keyring()
+        _seccomp.install()
+        if job["kind"] == "stdio":
+            if not network_left:  # the parent logs it; nothing of the job has run yet
+                os.write(result_fd, f"{job['nonce']} {json.dumps({'network_isolated': False})}\n".encode())
+            os.close(result_fd)
+            solution = job["workdir"] + "/solution.py"
+            with open(solution, "w") as f:
+                f.write(job["solution"])
+    except BaseException as err:
+        _say(ready_fd, b"!" + f"{type(err).__name__}: {err}"[:300].encode(errors="replace"))
+        os._exit(HARNESS_FAILED)
+    _say(ready_fd, b"r" if files_capped else b"u")
     if job["kind"] == "stdio":
-        if not network_left:  # the parent logs it; nothing of the job has run yet
-            os.write(result_fd, f"{job['nonce']} {json.dumps({'network_isolated': False})}\n".encode())
-        os.close(result_fd)
-        solution = job["workdir"] + "/solution.py"
-        with open(solution, "w") as f:
-            f.write(job["solution"])
         os.execv(sys.executable, [sys.executable, "-I", "-S", solution])
     nonce = job.pop("nonce")
     os.set_inheritable(result_fd, False)
@@ -166,16 +181,32 @@ def run_job(job, result_fd, network_left=True):
     os._exit(0)
 
 
+def _say(ready_fd, message):
+    if ready_fd is not None:
+        with contextlib.suppress(OSError):
+            os.write(ready_fd, message)
+        os.close(ready_fd)
+
+
 def main():
-    config_fd, result_fd = int(sys.argv[1]), int(sys.argv[2])
+    config_fd, result_fd, ready_fd = (int(arg) for arg in sys.argv[1:4])
     with contextlib.suppress(OSError, AttributeError):  # die with the parent (rlimit mode)
         import ctypes
 
         ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
     with os.fdopen(config_fd, "rb") as config_file:
         job = json.loads(config_file.read())
-    network_left = _leave_network() if job["mode"] == "rlimit" else True
-    run_job(job, result_fd, network_left)
+    network_left = True
+    files_cap = job["limits"]["tmpfs_files"]
+    if job["mode"] == "rlimit":  # the cwd is a capped tmpfs of the job's own namespaces
+        extra = _tmpfs.CLONE_NEWNET | _tmpfs.CLONE_NEWIPC
+        capped = _tmpfs.mount_capped({job["workdir"]: job["limits"]["tmpfs_mb"]}, files_cap, extra)
+        if capped is None:
+            network_left = _leave_network()
+    else:  # a fresh bwrap sandbox: cap its /tmp and /dev/shm as a server does
+        places = {"/tmp": job["limits"]["tmpfs_mb"], "/dev/shm": job["limits"]["shm_mb"]}
+        capped = _tmpfs.mount_capped(places, files_cap)
+    run_job(job, result_fd, network_left, ready_fd, files_capped=capped is True)
 
 
 if __name__ == "__main__":

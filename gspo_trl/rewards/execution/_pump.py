@@ -59,3 +59,16 @@ def pump(stdin, stdin_fd, read_fds, wall_s, cap, start):
             with contextlib.suppress(OSError):
                 os.close(stdin_fd)
     return {fd: bytes(buf) for fd, buf in outputs.items()}, timed_out, capped
+
+
+def read_ready(fd):
+    """What the harness said on its ready pipe once the job is over (``_harness``: ``r`` or ``u``
+    when the job's code started, ``!`` and an error when setting it up failed, b"" when it said
+    nothing); never blocks, closes ``fd``."""
+    os.set_blocking(fd, False)
+    try:
+        return os.read(fd, 512)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)

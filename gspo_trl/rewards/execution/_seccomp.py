@@ -14,6 +14,28 @@ both modes and across ``fork``/``execve``; the fork server stays unfiltered. Wha
 * ``unshare``, ``setns``, ``clone`` with a new-namespace flag: a job's own user namespace
   would let it mount an uncapped tmpfs or hide processes in a nested pid namespace.
 
+and, so that nothing a job does to another process outlives the job, every call that sets
+a property of a process other than the caller. prlimit(2): a process may change another's
+limits when its real uid matches the target's real, effective and saved uids (and likewise
+for gids), and in a reused sandbox the fork server shares the job's uid; setpriority(2) and
+sched_setscheduler(2) likewise let a process renice or reschedule any process of its own
+uid. A job that lowered the server's RLIMIT_FSIZE to 1 byte made every later job of that
+server fail before it ran (the server passes its limits on to every fork); ``SCHED_IDLE`` or
+nice 19 on the server made later jobs time out under a cpu cgroup. So (``OWN_PROCESS_ONLY``):
+
+* ``prlimit64``, ``sched_setscheduler``, ``sched_setparam``, ``sched_setattr``,
+  ``sched_setaffinity``, ``migrate_pages``, ``move_pages``: only with pid 0 (the caller);
+  ``setrlimit``, ``nice()``, ``os.sched_setaffinity(0, ...)`` keep working;
+* ``setpriority`` and ``ioprio_set``: only with who 0 and never for a whole uid
+  (``PRIO_USER``, ``IOPRIO_WHO_USER``: the server is of that uid);
+* ``kill`` with pid -1 (every process the caller may signal: in the rlimit mode as an
+  ordinary user, the trainer too);
+* ``process_madvise``, ``pidfd_getfd``, ``kcmp``, ``perf_event_open``: no job needs to look
+  into or act on another process's memory, files or counters.
+
+The parent also checks the server's limits, priority, policy and affinity before reusing it
+(``servers``): the filter is the first line, the check the second.
+
 Any other architecture's calling convention (i386 through ``int 0x80``, x32) kills the
 process. Machines other than x86_64 and aarch64 get no filter (:func:`available`).
 """
@@ -42,6 +64,20 @@ _NR = {
     "setns": (308, 268),
     "clone": (56, 220),
     "clone3": (435, 435),
+    "process_madvise": (440, 440),
+    "pidfd_getfd": (438, 438),
+    "kcmp": (312, 272),
+    "perf_event_open": (298, 241),
+    "prlimit64": (302, 261),
+    "sched_setscheduler": (144, 119),
+    "sched_setparam": (142, 118),
+    "sched_setattr": (314, 274),
+    "sched_setaffinity": (203, 122),
+    "migrate_pages": (256, 238),
+    "move_pages": (279, 239),
+    "setpriority": (141, 140),
+    "ioprio_set": (251, 30),
+    "kill": (62, 129),
 }
 DENIED = (
     "ptrace",
@@ -58,14 +94,31 @@ DENIED = (
     "msgget",
     "unshare",
     "setns",
+    "process_madvise",
+    "pidfd_getfd",
+    "kcmp",
+    "perf_event_open",
 )
+# Allowed only when their first argument (a pid) is 0, the caller itself.
+OWN_PROCESS_ONLY = (
+    "prlimit64",
+    "sched_setscheduler",
+    "sched_setparam",
+    "sched_setattr",
+    "sched_setaffinity",
+    "migrate_pages",
+    "move_pages",
+)
+# (which, who): allowed only with who 0 and ``which`` not a whole uid.
+PRIO_USER, IOPRIO_WHO_USER = 2, 3
+WHOLE_UID = {"setpriority": PRIO_USER, "ioprio_set": IOPRIO_WHO_USER}
 # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
 NEW_NAMESPACE_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 X32_SYSCALL_BIT = 0x40000000
 
 _LD_ABS_W, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 _ALLOW, _KILL_PROCESS, _ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
-_OFFSET_NR, _OFFSET_ARCH, _OFFSET_ARG0 = 0, 4, 16
+_OFFSET_NR, _OFFSET_ARCH, _OFFSET_ARG0, _OFFSET_ARG1 = 0, 4, 16, 24  # low words (little-endian)
 _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 38, 22, 2
 
 
@@ -85,28 +138,47 @@ def number(name):
 
 
 def program():
-    """The classic-BPF program as bytes (struct sock_filter[]) for this machine."""
+    """The classic-BPF program as bytes (struct sock_filter[]) for this machine.
+
+    A pid argument is compared on its low 32 bits: the kernel reads it as a 32-bit ``pid_t``.
+    """
     arch = machine()
-    # (code, jump-true target, jump-false target, k); targets are labels resolved below
+    # (code, jump-true label, jump-false label, k), or a bare label name marking the next one
     body = [(_LD_ABS_W, None, None, _OFFSET_ARCH), (_JEQ, "next", "kill", _AUDIT_ARCH[arch])]
     body.append((_LD_ABS_W, None, None, _OFFSET_NR))
     if arch == "x86_64":
         body.append((_JGE, "kill", "next", X32_SYSCALL_BIT))
     body += [(_JEQ, "deny", "next", number(name)) for name in DENIED]
+    body += [(_JEQ, "own_pid", "next", number(name)) for name in OWN_PROCESS_ONLY]
+    body += [(_JEQ, f"whole_uid_{name}", "next", number(name)) for name in WHOLE_UID]
+    body.append((_JEQ, "kill_all", "next", number("kill")))
     body.append((_JEQ, "enosys", "next", number("clone3")))
     body.append((_JEQ, "next", "allow", number("clone")))
     body += [(_LD_ABS_W, None, None, _OFFSET_ARG0), (_JSET, "deny", "allow", NEW_NAMESPACE_FLAGS)]
+    body += ["own_pid", (_LD_ABS_W, None, None, _OFFSET_ARG0), (_JEQ, "allow", "deny", 0)]
+    for name, whole_uid in WHOLE_UID.items():
+        body += [f"whole_uid_{name}", (_LD_ABS_W, None, None, _OFFSET_ARG0)]
+        body += [(_JEQ, "deny", "next", whole_uid), (_LD_ABS_W, None, None, _OFFSET_ARG1)]
+        body.append((_JEQ, "allow", "deny", 0))
+    body += ["kill_all", (_LD_ABS_W, None, None, _OFFSET_ARG0), (_JEQ, "deny", "allow", 0xFFFFFFFF)]
     ends = {
         "allow": _ALLOW,
         "deny": _ERRNO | errno.EPERM,
         "enosys": _ERRNO | errno.ENOSYS,
         "kill": _KILL_PROCESS,
     }
-    labels = {name: len(body) + i for i, name in enumerate(ends)}
+    code, labels = [], {}
+    for item in body:
+        if isinstance(item, str):
+            labels[item] = len(code)
+        else:
+            code.append(item)
+    labels.update({name: len(code) + i for i, name in enumerate(ends)})
     out = b""
-    for index, (code, true, false, k) in enumerate(body):
+    for index, (op, true, false, k) in enumerate(code):
         jumps = [0 if t in (None, "next") else labels[t] - index - 1 for t in (true, false)]
-        out += struct.pack("HBBI", code, jumps[0], jumps[1], k)
+        assert all(0 <= j < 256 for j in jumps), "a BPF jump is 8 bits"
+        out += struct.pack("HBBI", op, jumps[0], jumps[1], k)
     for value in ends.values():
         out += struct.pack("HBBI", _RET, 0, 0, value)
     return out

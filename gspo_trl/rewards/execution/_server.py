@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _harness as harness
 import _pump
 import _seccomp
+import _tmpfs
 
 CONTROL_IN = 0
 WRITABLE = ("/tmp", "/dev/shm")
@@ -151,6 +152,7 @@ def _run(request, control_out):
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     res_r, res_w = os.pipe()
+    ready_r, ready_w = os.pipe()
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:
@@ -159,14 +161,14 @@ def _run(request, control_out):
             os.dup2(in_r, 0)
             os.dup2(out_w, 1)
             os.dup2(err_w, 2)
-            for fd in (in_r, in_w, out_r, out_w, err_r, err_w, res_r, control_out):
+            for fd in (in_r, in_w, out_r, out_w, err_r, err_w, res_r, ready_r, control_out):
                 with contextlib.suppress(OSError):
                     os.close(fd)
             os.chdir("/tmp/job")
-            harness.run_job(job, res_w)
+            harness.run_job(job, res_w, ready_fd=ready_w)
         finally:
-            os._exit(111)
-    for fd in (in_r, out_w, err_w, res_w):
+            os._exit(harness.HARNESS_FAILED)
+    for fd in (in_r, out_w, err_w, res_w, ready_w):
         os.close(fd)
     outputs, timed_out, capped = _pump.pump(
         stdin, in_w, [out_r, err_r, res_r], limits["wall_s"], limits["output_kb"] << 10, start
@@ -176,7 +178,10 @@ def _run(request, control_out):
     _, status = os.waitpid(pid, 0)
     for fd in (out_r, err_r, res_r):
         os.close(fd)
-    clean = _clean_up()
+    ready = _pump.read_ready(ready_r)
+    # A job that never ran its code, unless the clock stopped it first: our state is suspect.
+    harness_failed = ready not in (b"r", b"u") and not timed_out
+    clean = _clean_up() and not harness_failed
     reply = {
         "returncode": os.waitstatus_to_exitcode(status),
         "stdout": base64.b64encode(outputs[out_r]).decode(),
@@ -185,11 +190,17 @@ def _run(request, control_out):
         "timed_out": timed_out,
         "capped": capped,
         "clean": clean,
+        "harness_failed": harness_failed,
+        "harness_error": ready[1:].decode(errors="replace") or f"exit {os.waitstatus_to_exitcode(status)}",
     }
     return reply, clean
 
 
 def main():
+    """argv: the MiB of /tmp and /dev/shm and the files each may hold (``_tmpfs``; before we
+    become non-dumpable, which makes /proc/self/uid_map unwritable to us)."""
+    tmp_mb, shm_mb, files = (int(arg) for arg in sys.argv[1:4])
+    files_capped = _tmpfs.mount_capped({"/tmp": tmp_mb, "/dev/shm": shm_mb}, files) is True
     ctypes.CDLL(None).prctl(4, 0)  # PR_SET_DUMPABLE 0: jobs cannot ptrace or write our memory
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # init ignores what it has no handler for
     _seccomp.fresh_session_keyring()
@@ -202,6 +213,7 @@ def main():
         if request is None:
             return
         reply, clean = _run(request, control_out)
+        reply["files_capped"] = files_capped
         _write_frame(control_out, reply)
         if not clean:
             return  # the parent sees EOF and starts a fresh sandbox

@@ -225,13 +225,23 @@ def python_roots(python: str) -> list[str]:
 
 
 def remove_tree(path: str) -> None:
-    """rmtree that first restores permissions a sandboxed program may have removed."""
+    """rmtree that first restores permissions a sandboxed program may have removed, inside
+    ``path`` only: never on its parent (once, two processes removing the same stale directory
+    made the loser chmod the parent, the host's /tmp, to 0700), and what is gone already is
+    not an error."""
+    root = os.path.abspath(path)
 
-    def fix(func, target, _exc):  # type: ignore[no-untyped-def]
+    def fix(func, target, exc_info):  # type: ignore[no-untyped-def]
+        if isinstance(exc_info[1], FileNotFoundError):
+            return
         with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(target), 0o700)
+            if os.path.abspath(target) != root:
+                os.chmod(os.path.dirname(target), 0o700)
             os.chmod(target, 0o700)
         with contextlib.suppress(OSError):
             func(target)
 
-    shutil.rmtree(path, onerror=fix)
+    try:
+        shutil.rmtree(path, onerror=fix)
+    except RecursionError:  # Python < 3.12 recurses per level: a job nested directories deeper
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", path], capture_output=True, check=False)

@@ -11,9 +11,11 @@ import atexit
 import functools
 import logging
 import os
+import queue
 import re
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,7 @@ from typing import Any
 from gspo_trl.rewards.execution import identity as ident
 
 log = logging.getLogger(__name__)
-IN_SANDBOX_FILES = ("_harness.py", "_server.py", "_pump.py", "_seccomp.py")
+IN_SANDBOX_FILES = ("_harness.py", "_server.py", "_pump.py", "_seccomp.py", "_tmpfs.py")
 IN_SANDBOX_DIR = "/opt/gspo"
 
 
@@ -35,7 +37,9 @@ class Limits:
     ``memory_mb // processes``. That bounds what the job maps; ``tmpfs_mb`` (/tmp) and
     ``shm_mb`` (/dev/shm, bwrap only) are file systems in memory, on top of that. Memory
     that would be neither mapped nor in those (memfds, SysV segments, a tmpfs of the job's
-    own) is refused by ``_seccomp``'s filter.
+    own) is refused by ``_seccomp``'s filter. ``tmpfs_files`` caps the files, directories and
+    links of each writable tmpfs (its ``nr_inodes``, see ``_tmpfs``): each costs ~1 KiB of
+    kernel memory that ``tmpfs_mb`` does not count, so 10,000 bound it to ~10 MiB.
     """
 
     wall_s: float = 10.0
@@ -47,6 +51,7 @@ class Limits:
     output_kb: int = 1024
     tmpfs_mb: int = 64
     shm_mb: int = 16
+    tmpfs_files: int = 10_000
 
 
 def as_user(uid: int | None) -> dict[str, Any]:
@@ -74,6 +79,17 @@ def bwrap_argv(python: str, limits: Limits, run_id: str) -> list[str]:
     for key, value in sandbox_env(run_id).items():
         argv += ["--setenv", key, value]
     return [*argv, "--chdir", "/tmp"]
+
+
+@functools.lru_cache(maxsize=1)
+def warn_files_uncapped() -> None:
+    """Once per process: ``_tmpfs`` could not cap the files of a job's writable places."""
+    log.warning(
+        "sandbox: the kernel refused the namespaces that cap the number of files in a job's "
+        "writable places (their bytes are capped): a job can hold kernel memory with millions of "
+        "empty files while it runs (on Ubuntu 24.04 AppArmor's bwrap profile refuses nested "
+        "user namespaces)"
+    )
 
 
 def sandbox_env(run_id: str, home: str = "/tmp") -> dict[str, str]:
@@ -104,6 +120,44 @@ def remove_stale_dirs() -> int:
     if removed:
         log.info("removed %d sandbox directories left by dead processes", removed)
     return removed
+
+
+_removals: queue.SimpleQueue[str] = queue.SimpleQueue()
+_remover: threading.Thread | None = None
+_remover_lock = threading.Lock()
+
+
+def remove_later(path: str) -> None:
+    """Remove a run's private directory on a background thread, so the reward call never waits.
+
+    Why: in the rlimit mode a job whose kernel refuses it a capped tmpfs (``_tmpfs``) writes
+    on the host's disk, and removing a flood of files took 11-88 s after a 3 s timeout, all of
+    it inside the reward call. Nothing leaks: what is still queued when this process dies
+    carries its pid in the name, and :func:`remove_stale_dirs` removes it on the next start.
+    """
+    global _remover
+    _removals.put(path)
+    with _remover_lock:
+        if _remover is None:
+            _remover = threading.Thread(target=_remove_queued, name="sandbox-remover", daemon=True)
+            _remover.start()
+
+
+def _remove_queued() -> None:
+    global _remover
+    while True:
+        try:
+            path = _removals.get(timeout=1.0)
+        except queue.Empty:
+            with _remover_lock:  # exit only with nothing queued: remove_later starts a new one
+                if _removals.empty():
+                    _remover = None
+                    return
+            continue
+        try:
+            ident.remove_tree(path)
+        except Exception as err:  # never lose the thread; a dead owner's leftovers go at next start
+            log.warning("could not remove sandbox directory %s (%s: %s)", path, type(err).__name__, err)
 
 
 def _alive(pid: int) -> bool:

@@ -36,16 +36,18 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from gspo_trl.rewards.execution import _pump, pipes, servers
 from gspo_trl.rewards.execution import identity as ident
-from gspo_trl.rewards.execution import pipes, servers
 from gspo_trl.rewards.execution.jail import (
     IN_SANDBOX_DIR,
     Limits,
     as_user,
     bwrap_argv,
     private_dir,
+    remove_later,
     sandbox_env,
     shared_code_dir,
+    warn_files_uncapped,
 )
 
 __all__ = [
@@ -72,6 +74,11 @@ class RunResult:
     output_capped: bool
     wall_s: float
     mode: str
+    # The sandbox, not the completion, failed: the job's code never ran (``_harness``'s ready
+    # byte never came, in a fresh sandbox too) or the server was lost mid-job. Scores 0 like a
+    # failure, but the reward counts these and warns (a batch of them is an attack or a broken
+    # machine, never the policy's doing).
+    sandbox_fault: bool = False
 
 
 class SandboxUnavailable(RuntimeError):
@@ -163,7 +170,7 @@ def run(
             if uid is None:
                 ident.kill_marked(run_id)
             if workdir is not None:
-                ident.remove_tree(workdir)
+                remove_later(workdir)
 
 
 def _launch(
@@ -182,13 +189,14 @@ def _launch(
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
+    ready_r, ready_w = os.pipe()
     env = sandbox_env(run_id, home=workdir or "/tmp")
     if mode == "bwrap":
         harness = f"{IN_SANDBOX_DIR}/_harness.py"
         argv = [*bwrap_argv(python, limits, run_id), "--", python, "-I", "-S", harness]
     else:
         argv = [python, "-I", "-S", f"{shared_code_dir()}/_harness.py"]
-    argv += [str(config_r), str(result_w)]
+    argv += [str(config_r), str(result_w), str(ready_w)]
     data = json.dumps(config).encode()
     small = len(data) < 60_000  # fits in the pipe buffer: no writer thread needed
     if small:
@@ -201,18 +209,18 @@ def _launch(
             stdin=in_r,
             stdout=out_w,
             stderr=err_w,
-            pass_fds=(config_r, result_w),
+            pass_fds=(config_r, result_w, ready_w),
             cwd=workdir or "/",
             env=env,
             start_new_session=True,
             **as_user(uid),
         )
     except BaseException:
-        for fd in (in_w, out_r, err_r, result_r):
+        for fd in (in_w, out_r, err_r, result_r, ready_r):
             os.close(fd)
         raise
     finally:
-        for fd in (config_r, result_w, in_r, out_w, err_w):
+        for fd in (config_r, result_w, in_r, out_w, err_w, ready_w):
             os.close(fd)
     feeder = threading.Thread(target=pipes.feed, args=(config_w, data), daemon=True)
     if not small:
@@ -223,6 +231,7 @@ def _launch(
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+        ready = _pump.read_ready(ready_r)
         for fd in (out_r, err_r, result_r):
             os.close(fd)
         if not small:
@@ -231,9 +240,14 @@ def _launch(
     if verdict is not None and verdict.get("network_isolated") is False:
         _warn_network_once()
     stdout, stderr = outputs[out_r], outputs[err_r]
-    return RunResult(
-        proc.returncode, stdout, stderr, verdict, timed_out, capped, time.monotonic() - start, mode
-    )
+    if ready == b"u":
+        warn_files_uncapped()
+    fault = ready not in (b"r", b"u") and not timed_out
+    if fault:
+        log.warning("sandbox: a job failed before its code ran (%s)", ready[1:].decode(errors="replace")
+                    or f"exit status {proc.returncode}")  # fmt: skip
+    wall_s = time.monotonic() - start
+    return RunResult(proc.returncode, stdout, stderr, verdict, timed_out, capped, wall_s, mode, fault)
 
 
 def _run_in_server(job: dict[str, Any], stdin: bytes, limits: Limits, nonce: str) -> RunResult:
@@ -241,9 +255,12 @@ def _run_in_server(job: dict[str, Any], stdin: bytes, limits: Limits, nonce: str
     start = time.monotonic()
     try:
         reply = servers.run(job, stdin, limits, ident.sandbox_python(os.geteuid() == 0))
+    except servers.HarnessFailed as err:
+        log.warning("sandbox: %s; the job fails", err)
+        return RunResult(None, b"", b"", None, False, False, time.monotonic() - start, "bwrap", True)
     except (servers.ServerGone, ident.Unkillable) as err:
         log.warning("sandbox server lost during a job (%s); the job fails and is replaced", err)
-        return RunResult(None, b"", b"", None, True, False, time.monotonic() - start, "bwrap")
+        return RunResult(None, b"", b"", None, True, False, time.monotonic() - start, "bwrap", True)
     out = {k: base64.b64decode(reply[k]) for k in ("stdout", "stderr", "result")}
     return RunResult(
         reply["returncode"],

@@ -4,9 +4,13 @@ A fresh sandbox per test run spends most of its time starting bwrap and Python; 
 sandbox pays that once and then forks per job (see ``_server`` for how jobs are
 kept apart). Each server holds its own unprivileged uid (when we are root) for its whole
 life, runs one job at a time, and is replaced after ``MAX_JOBS`` jobs, after any job it
-could not clean up after, after any failure of the control channel, and when its init is
-no longer the server we started (:meth:`_Server.tampered`, checked from outside before
-every reuse). ``shutdown()`` kills them all (also run at exit).
+could not clean up after, after any failure of the control channel, when its init is no
+longer the server we started or no longer carries the limits, priority, scheduling policy
+and affinity bwrap started it with (:meth:`_Server.tampered`, checked from outside before
+every reuse, see ``server_state``), and after a job that failed before running its code (the
+harness could not set the job up: the server's state was tampered with; that job is run
+again once in a fresh sandbox, so an attacker cannot turn honest jobs into zeros).
+``shutdown()`` kills them all (also run at exit).
 """
 
 from __future__ import annotations
@@ -24,15 +28,28 @@ import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 from gspo_trl.rewards.execution import identity as ident
-from gspo_trl.rewards.execution.jail import IN_SANDBOX_DIR, Limits, as_user, bwrap_argv, sandbox_env
+from gspo_trl.rewards.execution import server_state
+from gspo_trl.rewards.execution.jail import (
+    IN_SANDBOX_DIR,
+    Limits,
+    as_user,
+    bwrap_argv,
+    sandbox_env,
+    warn_files_uncapped,
+)
+from gspo_trl.rewards.execution.server_state import InitProcess
 
 log = logging.getLogger(__name__)
 MAX_JOBS = 500
 CONTROL_MARGIN_S = 10.0  # beyond the job's wall limit, for the server's own clean-up
+
+
+class HarnessFailed(RuntimeError):
+    """A job failed before its code ran, in a fresh sandbox too: it cannot be scored."""
 
 
 class ServerGone(RuntimeError):
@@ -55,6 +72,7 @@ class _Server:
             "-I",
             "-S",
             f"{IN_SANDBOX_DIR}/_server.py",
+            *(str(n) for n in (limits.tmpfs_mb, limits.shm_mb, limits.tmpfs_files)),
         ]
         try:
             self.proc = subprocess.Popen(
@@ -71,19 +89,21 @@ class _Server:
             raise
         self.jobs = 0
         self.cmdline = b"".join(arg.encode() + b"\0" for arg in argv[argv.index("--") + 1 :])
-        self.init: _Init | None = None
+        self.init: InitProcess | None = None
 
     def tampered(self) -> str | None:
         """Why this sandbox must not be reused, or None: its init (the server, pid 1 inside)
         must be the process we started, still non-dumpable, untraced, not stopped, with one
-        thread and no child left (every process of the namespace descends from it)."""
-        now = _Init.of(self.proc.pid)
+        thread and no child left (every process of the namespace descends from it), and carry
+        bwrap's limits, priority, policy and affinity (what its jobs inherit)."""
+        now = InitProcess.of(self.proc.pid)
         if now is None:
             return "its init is gone"
         if now.cmdline != self.cmdline:
             return f"its init runs another command ({now.cmdline[:80]!r})"
         self.init = self.init or now
-        return self.init.differs(now, self.uid if self.uid is not None else os.getuid())
+        uid = self.uid if self.uid is not None else os.getuid()
+        return self.init.differs(now, uid) or server_state.changed(self.proc.pid, now.pid)
 
     def run(self, job: dict[str, Any], stdin: bytes, wall_s: float) -> dict[str, Any]:
         payload = json.dumps({"job": job, "stdin": base64.b64encode(stdin).decode()}).encode()
@@ -131,78 +151,41 @@ class _Server:
             self._uid_hold.__exit__(None, None, None)
 
 
-@dataclass(frozen=True)
-class _Init:
-    """What identifies a sandbox's init from outside: its host pid, start time and command
-    line, with what must stay true of it between jobs."""
-
-    pid: int
-    start: str
-    cmdline: bytes
-    owner: int  # /proc/<pid>/status's owner: root while non-dumpable, the uid once dumpable
-    tracer: str
-    state: str
-    threads: int
-    children: str
-
-    @classmethod
-    def of(cls, bwrap_pid: int) -> _Init | None:
-        """bwrap's only child is the sandbox's init (``--as-pid-1``)."""
-        try:
-            with open(f"/proc/{bwrap_pid}/task/{bwrap_pid}/children") as f:
-                kids = f.read().split()
-            if len(kids) != 1:
-                return None
-            pid = int(kids[0])
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            with open(f"/proc/{pid}/status") as f:
-                status = dict(line.split(":", 1) for line in f if ":" in line)
-                owner = os.fstat(f.fileno()).st_uid
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmdline = f.read()
-            tasks = os.listdir(f"/proc/{pid}/task")
-            children = ""
-            for tid in tasks:
-                with open(f"/proc/{pid}/task/{tid}/children") as f:
-                    children += f.read()
-        except (OSError, ValueError):
-            return None
-        return cls(
-            pid,
-            fields[19],
-            cmdline,
-            owner,
-            status["TracerPid"].strip(),
-            fields[0],
-            len(tasks),
-            children.strip(),
-        )
-
-    def differs(self, now: _Init, sandbox_uid: int) -> str | None:
-        if (now.pid, now.start) != (self.pid, self.start):
-            return "its init is not the process it started with"
-        if now.owner == sandbox_uid:
-            return "its init became dumpable (an execve?)"
-        if now.tracer != "0" or now.state in ("T", "t"):
-            return f"its init is traced or stopped (tracer {now.tracer}, state {now.state})"
-        if now.threads != 1 or now.children:
-            return f"processes outlived the job (init threads {now.threads}, children {now.children!r})"
-        return None
-
-
-_idle: dict[tuple[str, int], list[_Server]] = {}
+_idle: dict[tuple[str, int, int, int], list[_Server]] = {}
 _lock = threading.Lock()
 _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-spawner")
 
 
 def run(job: dict[str, Any], stdin: bytes, limits: Limits, python: str) -> dict[str, Any]:
-    """Run one job in an idle server sandbox (started if none), return the server's reply."""
-    key = (python, limits.tmpfs_mb, limits.shm_mb)
+    """Run one job in an idle server sandbox (started if none), return the server's reply.
+
+    A job the server could not start (``harness_failed``: its code never ran) retires that
+    server and runs once more in a fresh one; :class:`HarnessFailed` if it fails there too.
+    """
+    reply = _run_once(job, stdin, limits, python)
+    if reply.get("harness_failed"):
+        log.warning(
+            "sandbox: a job failed before its code ran (%s); that sandbox was tampered with by an "
+            "earlier job and is retired, the job runs again in a fresh one",
+            reply.get("harness_error", "no detail"),
+        )
+        reply = _run_once(job, stdin, limits, python, fresh=True)
+        if reply.get("harness_failed"):
+            raise HarnessFailed(
+                f"a job failed before its code ran, in a fresh sandbox too: {reply['harness_error']}"
+            )
+    return reply
+
+
+def _run_once(
+    job: dict[str, Any], stdin: bytes, limits: Limits, python: str, fresh: bool = False
+) -> dict[str, Any]:
+    key = (python, limits.tmpfs_mb, limits.shm_mb, limits.tmpfs_files)
     config = {**job, "mode": "bwrap", "limits": asdict(limits)}
     for attempt in (1, 2):
-        with _lock:
-            server = _idle.get(key, []).pop() if _idle.get(key) else None
+        server = None
+        if not fresh:
+            server = _take_idle(key)
         if server is None:
             # bwrap's --die-with-parent follows the *thread* that started it, so servers are
             # started from one thread that lives as long as the process, not from the caller's.
@@ -214,7 +197,9 @@ def run(job: dict[str, Any], stdin: bytes, limits: Limits, python: str) -> dict[
             server.close()
             if attempt == 2 or err.job_started:
                 raise
-    if not reply.get("clean"):
+    if reply.get("files_capped") is False:
+        warn_files_uncapped()
+    if not reply.get("clean") and not reply.get("harness_failed"):
         log.warning("sandbox server could not clean up after a job (left files or processes); replaced")
     tampered = None if server.proc.poll() is not None else server.tampered()
     if tampered:
@@ -225,6 +210,22 @@ def run(job: dict[str, Any], stdin: bytes, limits: Limits, python: str) -> dict[
         with _lock:
             _idle.setdefault(key, []).append(server)
     return reply
+
+
+def _take_idle(key: tuple[str, int, int, int]) -> _Server | None:
+    """An idle server still as we left it (:meth:`_Server.tampered` again: nothing may have
+    changed it while idle, but a job never lands in a sandbox that was not checked right before)."""
+    while True:
+        with _lock:
+            server = _idle.get(key, []).pop() if _idle.get(key) else None
+        if server is None:
+            return None
+        tampered = None if server.proc.poll() is None else "it exited"
+        tampered = tampered or server.tampered()
+        if not tampered:
+            return server
+        log.warning("idle sandbox retired before reuse: %s", tampered)
+        server.close()
 
 
 def idle_pids() -> list[int]:

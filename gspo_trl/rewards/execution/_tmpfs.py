@@ -1,0 +1,64 @@
+"""Writable places with a cap on files, not only bytes. Runs inside the sandbox; standard library only.
+
+Why: a tmpfs's ``size=`` counts file contents, not inodes or directory entries, and bwrap's
+``--tmpfs`` takes no other option. Empty files and hard links cost no bytes, so a job could
+create millions of them in its /tmp and hold ~400 MB of kernel memory (inodes, dentries)
+beyond every cap; in the rlimit mode, whose cwd was on the host's disk, removing them after
+the job blocked the reward call 11-88 s past a 3 s timeout. tmpfs(5): ``nr_inodes`` is "the
+maximum number of inodes for this instance", and tmpfs reserves one for every hard link
+as well, so it bounds both.
+
+:func:`mount_capped` makes a user and mount namespace of our own (so an unprivileged process
+may mount; user_namespaces(7)), maps our uid and gid to themselves, mounts a fresh tmpfs
+with ``size=`` and ``nr_inodes=`` over each place, then drops every capability (capset with
+empty sets): the namespace's owner would otherwise hold CAP_SYS_ADMIN in it, and a job that
+runs without an exec (``call`` and ``check`` jobs) could mount an uncapped tmpfs. The mounts
+die with the namespace's last process, freed by the kernel there, not by the trainer.
+"""
+
+import ctypes
+import os
+
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWIPC = 0x00020000, 0x10000000, 0x40000000, 0x08000000
+MS_NOSUID, MS_NODEV = 2, 4
+_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def mount_capped(places, inodes, extra_namespaces=0):
+    """Mount ``{path: size_mb}`` as capped tmpfs (``inodes`` files each) in namespaces of our own,
+    also unsharing ``extra_namespaces`` (clone flags), and chdir to the first place. True when
+    every place is capped; False when a mount failed; None when the kernel refused the new
+    namespaces (then nothing changed)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid, gid = os.getuid(), os.getgid()
+    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | extra_namespaces) != 0:
+        return None
+    try:
+        maps = {"setgroups": "deny", "uid_map": f"{uid} {uid} 1", "gid_map": f"{gid} {gid} 1"}
+        for name, text in maps.items():
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+    except OSError:
+        return _drop_capabilities(libc) and False
+    mounted = True
+    for place, size_mb in places.items():
+        options = f"size={size_mb << 20},nr_inodes={inodes},mode=1777".encode()
+        if libc.mount(b"tmpfs", place.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
+            mounted = False
+    os.chdir(next(iter(places)))  # the old cwd is the directory now hidden under the mount
+    return _drop_capabilities(libc) and mounted
+
+
+def _drop_capabilities(libc):
+    """Empty effective, permitted and inheritable sets (for good: they cannot be raised again)."""
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_uint32) for name in ("effective", "permitted", "inheritable")]
+
+    empty = (Data * 2)()
+    if libc.capset(ctypes.byref(Header(_CAPABILITY_VERSION_3, 0)), empty) != 0:
+        raise OSError(ctypes.get_errno(), "capset: cannot drop the namespace's capabilities")
+    return True
