@@ -126,17 +126,14 @@ def preflight(recipe: Recipe, processes: int | None = None, model_cached: bool =
     check_reward_construction(recipe)
     check_model_path(recipe, offline_cache=model_cached)
     check_output_dir(output_dir_of(recipe))
-    from gspo_trl.data.loading import load_data  # `datasets` is slow to import: only past the checks
+    from gspo_trl.data.loading import load_splits, training_splits  # `datasets` is slow: only past the checks
 
     budget = prompt_budget(recipe, model_files(recipe))
-
-    def check_rows(rows: Any, source: str) -> None:
-        check_code_tests(recipe, rows, source)
-        check_prompt_lengths(rows, source, budget)
-
-    train, evaluation = load_data(
-        recipe.data, required_columns=sorted(required_columns(recipe)), check=check_rows
-    )
+    splits = load_splits(recipe.data, required_columns=sorted(required_columns(recipe)))
+    for split in splits:  # rows in source order, so an error names a row by its index in the file
+        check_code_tests(recipe, split.rows, split.source)
+        check_prompt_lengths(split.rows, split.source, budget)
+    train, evaluation = training_splits(splits, recipe.data)
     check_columns(recipe, train.column_names)
     check_rows_fill_a_batch(recipe, len(train), processes)
     if recipe.heldout is not None and evaluation is None:
