@@ -84,7 +84,9 @@ class ObservedTrainer(GSPOTrainer):
 
     - `token_log_ratio_std`: the std of logp_new - logp_old over the response tokens (the
       diagnostics log only the sequence-level log s_i). TRL's `_compute_loss` makes one
-      `_get_per_token_logps_and_entropies` call, the policy pass (trl/trainer/grpo_trainer.py:3030),
+      `_get_per_token_logps_and_entropies` call, the policy pass
+      (`per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(`,
+      trl/trainer/grpo_trainer.py:3030),
       and reads `inputs["old_per_token_logps"]` (:3065).
     - `routing_token_std` / `routing_seq_std`: the part of the ratio that routing alone makes, the
       std over response tokens (and over responses, of the per-response mean) of logp with the
@@ -185,10 +187,12 @@ def recipe_for(warm: Path, run_dir: Path, arm: Arm, seed: int, steps: int, smoke
     overrides: dict[str, Any] = {
         "model.name_or_path": str(warm),
         # TRL's SFTTrainer saves the warm start with output_router_logits: true
-        # (trl/trainer/sft_trainer.py:1210), and HF generate then computes the load-balancing loss
+        # (`text_config.output_router_logits = self.aux_loss_enabled`, trl/trainer/sft_trainer.py:1210),
+        # and HF generate then computes the load-balancing loss
         # over a cached step's router logits against the whole attention mask and fails
-        # (transformers/models/qwen3_moe/modeling_qwen3_moe.py:573). GRPO asks for the router
-        # logits in its loss forward itself (trl/trainer/grpo_trainer.py:1492).
+        # (`flat_mask.repeat_interleave(top_k)`, transformers/models/qwen3_moe/modeling_qwen3_moe.py:572).
+        # GRPO asks for the router logits in its loss forward itself
+        # (`model_inputs["output_router_logits"] = True`, trl/trainer/grpo_trainer.py:1492).
         "model.extra_init_kwargs": {"output_router_logits": False},
         "output_dir": str(run_dir),
         "algorithm": arm.algorithm,

@@ -100,9 +100,10 @@ def model_files(recipe: Recipe) -> Path | None:
 def check_one_gpu_per_process(n_gpu: int, recipe_source: str, model_init_kwargs: Mapping[str, Any]) -> None:
     """Refuse, before the model loads, the launch TRL refuses after: one process, several GPUs.
 
-    `n_gpu` is `TrainingArguments.n_gpu`: `torch.cuda.device_count()` when no launcher set up a
-    process group (transformers/training_args.py:1917), else 1. `Trainer.__init__` resets it to
-    1 only for a model split over devices with `device_map` (trainer.py:490), and then
+    `n_gpu` is `TrainingArguments.n_gpu`: the number of visible GPUs when no launcher set up a
+    process group (`self._n_gpu = torch.cuda.device_count()`, transformers/training_args.py:1917),
+    else 1. `Trainer.__init__` resets it to 1 only for a model split over devices with `device_map`
+    (`self.args._n_gpu = 1`, transformers/trainer.py:490), and then
     GRPOTrainer raises "does not support `nn.DataParallel`" on `args.n_gpu > 1`
     (trl/trainer/grpo_trainer.py:975).
     """
