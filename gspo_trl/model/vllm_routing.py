@@ -2,16 +2,11 @@
 
 Routing replay "engine" (R3) replays, in the pi_old forward and the updates, the top-k experts
 the inference engine used when it sampled a completion. vLLM 0.31 returns them per completion
-as `CompletionOutput.routed_experts`, `[prompt_len + completion_len - 1, num_layers, top_k]`
-(`routed_experts: np.ndarray | None = None`, `vllm/outputs.py:64`; `token_end = request.num_tokens - 1`,
-`vllm/distributed/aux_output_connector/connector.py:112-129`: the last sampled token is never fed
-back), when the engine is built with `enable_return_routed_experts=True`
-(`enable_return_routed_experts: bool = False`, `vllm/entrypoints/llm.py:206`) and runs Model
-Runner V2 with prefix caching on (`"AuxOutput Connector requires prefix caching."`,
-`vllm/config/vllm.py:1169-1181`). TRL builds its colocated `LLM(...)` with fixed keyword
-arguments and drops everything but token ids and log-probs (`self.llm = LLM(`,
-`trl/generation/vllm_generation.py:347-364`;
-`all_logprobs, all_logprob_token_ids = extract_logprobs(all_outputs)`, `:729-733`), so:
+as `CompletionOutput.routed_experts`, `[prompt_len + completion_len - 1, num_layers, top_k]` (the
+last sampled token is never fed back), when the engine is built with
+`enable_return_routed_experts=True` and runs Model Runner V2 with prefix caching on. TRL builds
+its colocated `LLM(...)` with fixed keyword arguments and drops everything but token ids and
+log-probs (`self.llm = LLM(`, `trl/generation/vllm_generation.py:347-364`), so:
 
 - `returning_engine_routing()`, around the trainer's construction, builds the engine with the
   keys it needs (`engine_routing_llm_kwargs`) and keeps each `generate`'s routing on the
@@ -25,8 +20,8 @@ arguments and drops everything but token ids and log-probs (`self.llm = LLM(`,
   right-padded to C, `(B, num_layers, P + C, top_k)`.
 
 Positions the engine never routed (padding, and each completion's last token, whose output
-predicts no scored token) hold `unknown_experts(top_k)`. docs/moe-engine-routing.md has the
-vLLM and TRL lines this rests on.
+predicts no scored token) hold `unknown_experts(top_k)`. docs/moe-engine-routing.md quotes the
+vLLM and TRL lines this rests on (vllm/outputs.py, the aux-output connector, vllm/config/vllm.py).
 """
 
 from __future__ import annotations
