@@ -48,8 +48,8 @@ DRY_RUN_UPDATES = 2
 DRY_RUN_GPU = "H200"
 """The GPU row whose floor a --dry-run prints (the GPU this bench is sized for)."""
 TRL_MIN_LENGTH, TRL_MAX_LENGTH = "completions/min_length", "completions/max_length"
-"""TRL's own keys (trl/trainer/grpo_trainer.py:2297-2298): the window's mean of each generation's
-shortest and longest completion, in tokens."""
+"""TRL's own keys (`"completions/min_length"`, trl/trainer/grpo_trainer.py:2297-2298): the window's
+mean of each generation's shortest and longest completion, in tokens."""
 PHASES = (*names.PHASES, names.PHASE_OTHER)
 OUTPUT = "gpu_bench.json"
 

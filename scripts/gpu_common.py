@@ -77,7 +77,8 @@ def run_overrides(model_dir: Path, args: argparse.Namespace, run_dir: Path) -> d
     (trl/trainer/grpo_trainer.py:1171-1173, `generation_kwargs.update(args.generation_kwargs)`),
     and transformers adds a `MinNewTokensLengthLogitsProcessor` for `min_new_tokens`
     (transformers/generation/utils.py:1355-1366), which sets the EOS scores to -inf until that
-    many tokens are new (logits_process.py:164-175). With vLLM the same dict would go to
+    many tokens are new (`class MinNewTokensLengthLogitsProcessor(LogitsProcessor):`,
+    transformers/generation/logits_process.py:164-175). With vLLM the same dict would go to
     SamplingParams, which names this `min_tokens`: these scripts never use vLLM.
     """
     return {

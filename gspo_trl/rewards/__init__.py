@@ -10,6 +10,12 @@ the aliases ``accuracy``, ``repetition_penalty``, ``soft_overlong_punishment``) 
 pools and sandboxes start on a reward's first call.
 """
 
+if __name__ != "gspo_trl.rewards":  # a checkout's top-level rewards/ is a link to this folder
+    raise ImportError(
+        f"the verifier library is imported as gspo_trl.rewards, not {__name__!r} (rewards/ in a "
+        "checkout is its source folder): write `from gspo_trl import rewards`"
+    )
+
 from gspo_trl.rewards import code, cosine, math_verify_reward, shaping  # noqa: F401  (registers the built-ins)
 from gspo_trl.rewards.errors import RewardParameterError, RewardRegistrationError, UnknownRewardError
 from gspo_trl.rewards.registry import (

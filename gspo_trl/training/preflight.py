@@ -104,9 +104,10 @@ def model_files(recipe: Recipe) -> Path | None:
 def check_one_gpu_per_process(n_gpu: int, recipe_source: str, model_init_kwargs: Mapping[str, Any]) -> None:
     """Refuse, before the model loads, the launch TRL refuses after: one process, several GPUs.
 
-    `n_gpu` is `TrainingArguments.n_gpu`: `torch.cuda.device_count()` when no launcher set up a
-    process group (transformers/training_args.py:1917), else 1. `Trainer.__init__` resets it to
-    1 only for a model split over devices with `device_map` (trainer.py:490), and then
+    `n_gpu` is `TrainingArguments.n_gpu`: the number of visible GPUs when no launcher set up a
+    process group (`self._n_gpu = torch.cuda.device_count()`, transformers/training_args.py:1917),
+    else 1. `Trainer.__init__` resets it to 1 only for a model split over devices with `device_map`
+    (`self.args._n_gpu = 1`, transformers/trainer.py:490), and then
     GRPOTrainer raises "does not support `nn.DataParallel`" on `args.n_gpu > 1`
     (trl/trainer/grpo_trainer.py:975).
     """
@@ -146,17 +147,14 @@ def preflight(recipe: Recipe, processes: int | None = None, model_cached: bool =
 
 def _checked_data(recipe: Recipe, processes: int, problems: Any) -> PreparedData:
     """The data loaded with every row checked, the columns the rewards read, and one batch's rows."""
-    from gspo_trl.data.loading import load_data  # `datasets` is slow to import: only when needed
+    from gspo_trl.data.loading import load_splits, training_splits  # `datasets` is slow: only when needed
 
     budget = prompt_budget(recipe, model_files(recipe))
-
-    def check_rows(rows: Any, source: str) -> None:
-        check_code_tests(recipe, rows, source)
-        check_prompt_lengths(rows, source, budget)
-
-    train, evaluation = load_data(
-        recipe.data, required_columns=sorted(required_columns(recipe)), check=check_rows
-    )
+    splits = load_splits(recipe.data, required_columns=sorted(required_columns(recipe)))
+    for split in splits:  # rows in source order, so an error names a row by its index in the file
+        check_code_tests(recipe, split.rows, split.source)
+        check_prompt_lengths(split.rows, split.source, budget)
+    train, evaluation = training_splits(splits, recipe.data)
     check_columns(recipe, train.column_names)
     problems.run(check_rows_fill_a_batch, recipe, len(train), processes, reads=ROLLOUT_KEYS)
     if recipe.heldout is not None and evaluation is None:

@@ -8,7 +8,8 @@ routers gspo_trl.model.routing knows (free for a dense model: nothing is attache
 
 - records the routing of pi_old's forward (TRL's no-grad `old_per_token_logps` pass) and puts it
   in the rollout batch under `ROUTED_EXPERTS`, where TRL's `shuffle_sequence_dict` and
-  `split_tensor_dict` (trl/trainer/utils.py:1092, 1057) move it with its rows like any tensor;
+  `split_tensor_dict` (`def shuffle_sequence_dict(`, trl/trainer/utils.py:1092; `def split_tensor_dict(`,
+  :1057) move it with its rows like any tensor;
 - in each update forward, compares the router's own choice with that routing (the flip rate,
   logged as gspo/mb{k}/routing/*), and with `moe.routing_replay: old` forces it;
 - with `routing_replay: engine`, forces the routing vLLM used while sampling in pi_old's forward
@@ -78,10 +79,10 @@ def flip_counts(
     """Flips of one pass at the positions that score a response token: per layer (layers,), the
     token count, and each response's rate (B,) (NaN for a response without tokens).
 
-    `flips` is (B, layers, P + C) over TRL's `torch.cat([prompt_ids, completion_ids], dim=1)`
-    (grpo_trainer.py:3024), the mask (B, C). Response token j's log-prob is read at position
-    P - 1 + j (the last prompt token for j = 0), so those positions count, and the last response
-    token's own position, which scores nothing (and has no engine routing), does not."""
+    `flips` is (B, layers, P + C) over TRL's `input_ids = torch.cat([prompt_ids, completion_ids], dim=1)`
+    (trl/trainer/grpo_trainer.py:3024), the mask (B, C). Response token j's log-prob is read at position P - 1
+    + j (the last prompt token for j = 0), so those positions count, and the last response token's own
+    position, which scores nothing (and has no engine routing), does not."""
     mask = completion_mask.float()
     width = mask.shape[1]
     flipped = flips[:, :, -width - 1 : -1].float() * mask[:, None, :]
@@ -172,7 +173,9 @@ class MoeRouting:
     # --- rollout: pi_old's forward ---------------------------------------------------------
     def begin_rollout(self, training: bool) -> None:
         """A rollout batch starts; its first no-grad forward is pi_old's (TRL computes
-        `old_per_token_logps` before the reference model's, grpo_trainer.py:2645-2700)."""
+        `old_per_token_logps` before the reference model's:
+        `old_per_token_logps, _, _ = self._get_per_token_logps_and_entropies(`,
+        trl/trainer/grpo_trainer.py:2645-2700)."""
         self._old_forward_pending = self.enabled and training
         self._rollout_routing = None
 

@@ -3,8 +3,9 @@
 transformers 5 gives every mixture-of-experts family a router module whose forward returns
 `(router_logits, router_scores, router_indices)`: logits over all experts (tokens, E), the gate
 weights of the chosen experts (tokens, k) and their indices (tokens, k); the sparse block feeds
-the last two to its experts (`Qwen3MoeTopKRouter.forward` and `Qwen3MoeSparseMoeBlock.forward`,
-transformers/models/qwen3_moe/modeling_qwen3_moe.py:258-281 in 5.17). Replaying a routing
+the last two to its experts (`return router_logits, router_scores, router_indices`,
+`_, routing_weights, selected_experts = self.gate(hidden_states_reshaped)`,
+transformers/models/qwen3_moe/modeling_qwen3_moe.py:258-281). Replaying a routing
 replaces the indices and recomputes the gate weights *at those experts* from the current logits,
 so the router keeps its gradient. That recomputation is the one thing that differs by family: it
 is a family's `scores_at`, written beside the transformers lines it mirrors, one file a family
