@@ -4,7 +4,7 @@
 and `use_vllm` is set to True" when it builds its engine (trl/generation/vllm_generation.py:294),
 peft is imported when the LoRA config is built, and `accelerate launch` with a DeepSpeed config
 or a GRPOConfig `deepspeed` file imports deepspeed when the Trainer sets up. Each is tested the
-way TRL tests vLLM, `importlib.util.find_spec(name) is not None` (trl/import_utils.py:31), so
+way TRL tests vLLM, `spec = importlib.util.find_spec(pkg_name)` (trl/import_utils.py:31), so
 nothing heavy is imported here; a finder that refuses the name counts as missing.
 """
 

@@ -41,8 +41,9 @@ def cpu_mixed_precision(
     """(bf16, use_cpu) for a config, one rule for `GSPOConfig(...)` and a recipe (whose unset
     keys reach GSPOConfig as None). On a machine without a GPU, `use_cpu` left unset becomes
     True: transformers refuses `bf16` there otherwise ("Your setup doesn't support bf16/gpu",
-    transformers/training_args.py:1747). `bf16` left unset stays TRL's default (True, trl/trainer/
-    base_config.py:108) on a GPU and becomes False for a CPU run: bf16 autocast on CPU is slow and
+    transformers/training_args.py:1747). `bf16` left unset stays TRL's default on a GPU
+    (`self.bf16 = not (self.fp16) if self.bf16 is None else self.bf16`, trl/trainer/base_config.py:108)
+    and becomes False for a CPU run: bf16 autocast on CPU is slow and
     not what a CPU run wants. An explicit `bf16: true` on CPU is kept (autocast on CPU)."""
     on_cpu = bool(use_cpu) or not gpu_available
     if use_cpu is None:

@@ -17,7 +17,9 @@ the order of their events and of their callbacks:
 
 This module is the one place of the package that names TRL's and transformers' private Trainer
 methods (tests/training/test_trl_private_methods.py checks it): each override quotes the TRL
-line it relies on, so a TRL upgrade that moves one breaks here and nowhere else.
+line it relies on, so a TRL upgrade that moves one breaks here and nowhere else. Lines cited as
+`grpo_trainer.py:N` are TRL's trainer (`class GRPOTrainer(_BaseTrainer):`,
+trl/trainer/grpo_trainer.py:140), tests/test_upstream_pins.py checks each quote.
 """
 
 from __future__ import annotations

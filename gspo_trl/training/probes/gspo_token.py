@@ -1,6 +1,6 @@
 """GSPO-token (`GSPOConfig(gspo_token=True)`, with `importance_sampling_level="token"`).
 
-TRL reads `inputs["old_per_token_logps"]` after computing `per_token_logps` (grpo_trainer.py:3030,
+TRL reads `inputs["old_per_token_logps"]` after computing `per_token_logps` (trl/trainer/grpo_trainer.py:3030,
 then `old_per_token_logps = inputs.get("old_per_token_logps")`); this probe sets it, in the loss's
 own copy of the minibatch, to `per_token_logps.detach() - sg[log s_i]`, so TRL's token ratio
 becomes exp(sg[log s_i] + logp_it - sg[logp_it]): every token carries the value (and the clip
