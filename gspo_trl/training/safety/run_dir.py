@@ -3,9 +3,9 @@
 `claim_run_dir` is what `gspo-trl train` does with its output_dir after the preflight checks
 and before anything heavy is imported, so each refusal below takes as long as `validate`:
 
-- a lock file (LOCK_FILE) naming the holder (pid, host, start) keeps a second run out while
-  the first lives; one left by a dead process on this host (kill -9, a crash) is taken over
-  with a warning, one from another host is reported with how to remove it;
+- a lock file (LOCK_FILE) held with flock and naming the holder (pid, host, start) keeps a
+  second run out while the first lives; the kernel lets go of a dead holder's lock (kill -9, a
+  crash), and the next run takes it over with a warning naming the run that left it;
 - a directory holding a previous run's training output (checkpoints, trainer_state.json,
   metrics.jsonl) is refused unless the launch says what to do with it: `--resume` continues
   it, `--overwrite` deletes its checkpoints and logs first (what the HF Trainer's users know
@@ -24,6 +24,7 @@ same decisions from the same files.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -284,8 +285,18 @@ def _alive(pid: int, started: str | None) -> bool:
 
 
 class RunLock:
-    """OUTPUT_DIR/LOCK_FILE, created atomically (a hard link of a complete file: no reader ever
-    sees it empty, and link is atomic on NFS too) and holding its holder as JSON."""
+    """OUTPUT_DIR/LOCK_FILE, held with `fcntl.flock` for the life of the run and holding its
+    holder as JSON (for the message a second run gets).
+
+    The kernel decides who holds it: one process among any number racing, and a holder that
+    dies (kill -9, a crash, OOM) lets go with its last file descriptor, so a stale lock is never
+    removed by anyone and no take-over can race another. The file is never unlinked (a process
+    blocked on an unlinked file would lock a name no one else sees); a clean release empties
+    it, so a file still naming a holder that no longer runs is what a crashed run left: taking
+    it over is announced. A recorded holder that still runs but holds no flock (a gspo-trl older
+    than this lock) is respected. On NFS, Linux implements flock with the server's byte-range
+    locks (nfs(5), "local_lock"), so it holds across hosts too.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -295,58 +306,80 @@ class RunLock:
             "process_start": _process_start(os.getpid()),
             "since": time.strftime("%Y-%m-%d %H:%M:%S"),
         }
-        self.held = False
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
 
     def acquire(self) -> None:
-        for _ in range(2):  # a second try after removing a stale lock
-            temporary = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-            try:
-                temporary.write_text(json.dumps(self.holder), encoding="utf-8")
-                os.link(temporary, self.path)
-                self.held = True
-                return
-            except FileExistsError:
-                self._remove_if_stale()
-            except OSError as error:
-                raise RunDirError(
-                    f"output_dir: cannot write the run lock {self.path}: {error.strerror}"
-                ) from None
-            finally:
-                with contextlib.suppress(OSError):
-                    temporary.unlink()
-        raise RunDirError(f"output_dir: could not take the run lock {self.path}; another run keeps taking it")
-
-    def _remove_if_stale(self) -> None:
         try:
-            holder = json.loads(self.path.read_text(encoding="utf-8"))
-            pid, host = int(holder["pid"]), str(holder["host"])
-        except FileNotFoundError:
-            return  # released meanwhile: try again
-        except (OSError, ValueError, KeyError, TypeError):
-            logger.warning("output_dir: removing an unreadable run lock %s", self.path)
-            self.path.unlink(missing_ok=True)
-            return
-        if host == socket.gethostname() and not _alive(pid, holder.get("process_start")):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        except OSError as error:
+            raise RunDirError(
+                f"output_dir: cannot open the run lock {self.path}: {error.strerror}; "
+                "remove what is there or give another output_dir"
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            recorded = _read_holder(fd)
+            os.close(fd)
+            raise self._in_use(recorded) from None
+        except OSError as error:
+            os.close(fd)
+            raise RunDirError(f"output_dir: cannot lock {self.path}: {error.strerror}") from None
+        recorded = _read_holder(fd)
+        if recorded is not None and self._still_running(recorded):
+            os.close(fd)  # an older gspo-trl's lock (no flock), its run still alive
+            raise self._in_use(recorded)
+        if recorded is not None:
             logger.warning(
-                "output_dir: taking over the lock %s of pid %d (started %s), which no longer runs",
+                "output_dir: taking over the lock %s of pid %s (started %s), which no longer runs",
                 self.path,
-                pid,
-                holder.get("since"),
+                recorded.get("pid"),
+                recorded.get("since"),
             )
-            self.path.unlink(missing_ok=True)
-            return
-        elsewhere = (
-            "" if host == socket.gethostname() else " (another host: if that run is gone, delete the lock)"
-        )
-        raise RunDirError(
-            f"output_dir {str(self.path.parent)!r} is in use by another run: pid {pid} on {host}, since "
-            f"{holder.get('since')}{elsewhere}; wait for it or give another output_dir"
+        elif os.fstat(fd).st_size:
+            logger.warning("output_dir: taking over an unreadable run lock %s", self.path)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(self.holder).encode(), 0)
+        self._fd = fd
+
+    def _still_running(self, recorded: dict[str, Any]) -> bool:
+        try:
+            pid, host = int(recorded["pid"]), str(recorded["host"])
+        except (KeyError, TypeError, ValueError):
+            return False
+        if pid == os.getpid() or host != socket.gethostname():
+            return False  # another host's dead lock-less holder cannot be told from a live one: flock rules
+        return _alive(pid, recorded.get("process_start"))
+
+    def _in_use(self, recorded: dict[str, Any] | None) -> RunDirError:
+        if recorded is None:  # the winner of a race has not written its name yet
+            who = "another run"
+        else:
+            host = recorded.get("host")
+            elsewhere = "" if host == socket.gethostname() else " (another host)"
+            since = recorded.get("since")
+            who = f"another run: pid {recorded.get('pid')} on {host}, since {since}{elsewhere}"
+        return RunDirError(
+            f"output_dir {str(self.path.parent)!r} is in use by {who}; wait for it or give another output_dir"
         )
 
     def release(self) -> None:
-        if not self.held:
+        if self._fd is None:
             return
-        with contextlib.suppress(OSError, ValueError):
-            if json.loads(self.path.read_text(encoding="utf-8")).get("pid") == os.getpid():
-                self.path.unlink()
-        self.held = False
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, 0)  # empty: not a crashed run's lock
+        os.close(self._fd)  # closing the descriptor releases the flock
+        self._fd = None
+
+
+def _read_holder(fd: int) -> dict[str, Any] | None:
+    """The holder recorded in the lock file, or None (empty, partly written, not ours)."""
+    try:
+        content = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return content if isinstance(content, dict) and "pid" in content else None
