@@ -12,6 +12,7 @@ written. It imports neither torch nor TRL, so `train` refuses as fast as `valida
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from collections.abc import Mapping
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gspo_trl.config.batch import rollout_batch
 from gspo_trl.config.data_checks import (
     check_code_tests,
     check_columns,
@@ -33,6 +35,7 @@ from gspo_trl.config.sections import TINY, TINY_MODEL_DIR
 from gspo_trl.config.validation import check_reward_construction, validate, world_size
 from gspo_trl.errors import RecipeError
 from gspo_trl.model.hub import check_cached_when_offline
+from gspo_trl.training.safety.input_sizes import check_generation_fits, check_synthetic_rows
 
 
 @dataclass
@@ -56,6 +59,11 @@ def check_output_dir(output_dir: str) -> None:
         raise RecipeError(f"output_dir: {output_dir!r} is a file; give a directory")
     existing = path
     while not existing.exists():
+        if existing.is_symlink():  # lexists but not exists: it points nowhere, or at itself
+            raise RecipeError(
+                f"output_dir: {str(existing)!r} (for {output_dir!r}) is a symbolic link to "
+                f"{os.readlink(existing)!r}, which {_link_fault(existing)}; fix or remove the link"
+            )
         existing = existing.parent
     if not existing.is_dir():
         raise RecipeError(f"output_dir: {str(existing)!r} is a file (for {output_dir!r}); give a directory")
@@ -67,6 +75,47 @@ def check_output_dir(output_dir: str) -> None:
         raise RecipeError(
             f"output_dir: cannot write to {str(existing)!r} (for {output_dir!r}): {error.strerror}"
         ) from None
+
+
+def _link_fault(link: Path) -> str:
+    try:
+        link.resolve(strict=True)
+    except RuntimeError:  # Python 3.11: "Symlink loop from ..."
+        return "loops back on itself"
+    except OSError as error:
+        return "loops back on itself" if error.errno == errno.ELOOP else "does not exist"
+    return "cannot be reached"
+
+
+RUN_OWNED = ("checkpoint-", ".staging")
+"""Names under an output_dir that a run deletes or replaces (checkpoint rotation, --overwrite,
+staged saves): a model loaded from there would be removed under the run."""
+
+
+def check_output_dir_spares_model(recipe: Recipe) -> None:
+    """Refuse an output_dir where the run's saves would write over the model it starts from.
+
+    The run saves its model into output_dir itself (`trainer.save_model(output_dir)`): equal to
+    the model's folder, the base model's weights and config are replaced by the trained ones.
+    A model folder inside output_dir is safe (the tiny model lives there) unless it is one of
+    the folders a run deletes or replaces (RUN_OWNED). An output_dir inside the model's folder
+    writes only into its own folder and is allowed."""
+    name = recipe.model.name_or_path
+    if name == TINY or not looks_like_local_path(name) or not Path(name).expanduser().is_dir():
+        return
+    model = Path(name).expanduser().resolve()
+    output = Path(os.path.realpath(output_dir_of(recipe)))
+    if output == model:
+        raise RecipeError(
+            f"output_dir: {output_dir_of(recipe)!r} is the model's folder (model.name_or_path {name!r}): "
+            "saving the run would overwrite the base model; give another output_dir"
+        )
+    if model.is_relative_to(output) and model.relative_to(output).parts[0].startswith(RUN_OWNED):
+        raise RecipeError(
+            f"output_dir: {output_dir_of(recipe)!r} holds the model (model.name_or_path {name!r}) in a "
+            "folder a run deletes or replaces (checkpoint rotation, --overwrite); copy the model "
+            "elsewhere or give another output_dir"
+        )
 
 
 def check_model_path(recipe: Recipe, offline_cache: bool = True) -> None:
@@ -126,9 +175,14 @@ def preflight(recipe: Recipe, processes: int | None = None, model_cached: bool =
     check_reward_construction(recipe)
     check_model_path(recipe, offline_cache=model_cached)
     check_output_dir(output_dir_of(recipe))
+    check_output_dir_spares_model(recipe)
+    check_synthetic_rows(recipe)
+    folder = model_files(recipe)
+    batch = rollout_batch(recipe.training, processes)  # validate refused a batch TRL would refuse
+    check_generation_fits(recipe, batch.per_device_train_batch_size * batch.steps_per_generation, folder)
     from gspo_trl.data.loading import load_data  # `datasets` is slow to import: only past the checks
 
-    budget = prompt_budget(recipe, model_files(recipe))
+    budget = prompt_budget(recipe, folder)
 
     def check_rows(rows: Any, source: str) -> None:
         check_code_tests(recipe, rows, source)
