@@ -48,6 +48,7 @@ from gspo_trl.training.engine.logprobs import EngineOldLogprobs
 from gspo_trl.training.reporting.console import close_consoles
 from gspo_trl.training.reporting.phases import PerfMeter, UpdatePhaseCallback, trainer_model_shape
 from gspo_trl.training.routing import MoeRouting, engine_routing_returned
+from gspo_trl.training.safety.non_finite import StopOnNonFinite
 from gspo_trl.training.safety.staged_checkpoints import StagedCheckpoints
 
 logger = logging.getLogger(__name__)
@@ -117,6 +118,7 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
             self.accelerator.device, trainer_model_shape(self.model), bool(self.args.gradient_checkpointing)
         )
         self.add_callback(UpdatePhaseCallback(self.perf.timer))
+        self.add_callback(StopOnNonFinite())  # before any save: inf/NaN weights, loss or grad norm
         if self.use_vllm:
             self._time_weight_sync()
         # a GSPOConfig checked this when built; again here for one changed since (the same check)
