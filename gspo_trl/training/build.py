@@ -28,9 +28,13 @@ from gspo_trl.training.heldout.scoring import HeldoutCallback
 from gspo_trl.training.preflight import PreparedData, check_one_gpu_per_process, output_dir_of, preflight
 from gspo_trl.training.reporting.console import install_console
 from gspo_trl.training.safety.interrupt import StopOnInterrupt, TrainingInterrupted
-from gspo_trl.training.safety.resume_warnings import mid_batch_resume_note, quiet_tied_weights_warning
+from gspo_trl.training.safety.resume_warnings import (
+    IntervalsFromArgs,
+    mid_batch_resume_note,
+    quiet_tied_weights_warning,
+)
 from gspo_trl.training.safety.reward_checks import with_reward_checks
-from gspo_trl.training.safety.run_dir import claim_run_dir
+from gspo_trl.training.safety.run_dir import RunComplete, claim_run_dir
 
 logger = logging.getLogger("gspo_trl")
 
@@ -151,7 +155,8 @@ def build_trainer(recipe: Recipe, data: PreparedData | None = None) -> Any:
 
 
 def train_recipe(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> Any:
-    """Train `recipe` to the end and save; returns the trainer (its state holds the logs).
+    """Train `recipe` to the end and save; returns the trainer (its state holds the logs), or
+    None when `resume` finds the run already complete (it logs so; nothing is written).
 
     `resume` continues the run in its output_dir from its newest complete checkpoint;
     `overwrite` deletes a previous run's checkpoints and logs there first; without either, an
@@ -160,8 +165,12 @@ def train_recipe(recipe: Recipe, resume: bool = False, overwrite: bool = False) 
     (a KeyboardInterrupt: the CLI prints one line and exits 130); a second Ctrl-C aborts.
     """
     data = preflight(recipe)
-    with claim_run_dir(recipe, output_dir_of(recipe), data, resume=resume, overwrite=overwrite) as claim:
-        return train_claimed(recipe, data, claim.checkpoint)
+    try:
+        with claim_run_dir(recipe, output_dir_of(recipe), data, resume=resume, overwrite=overwrite) as claim:
+            return train_claimed(recipe, data, claim.checkpoint)
+    except RunComplete as complete:
+        logger.info("%s", complete)
+        return None
 
 
 def _runs_on_cpu(recipe: Recipe) -> bool:
@@ -190,6 +199,7 @@ def train_claimed(recipe: Recipe, data: PreparedData, checkpoint: Path | None) -
             logger.info("resuming mid rollout batch: %s", note)
     stopper = StopOnInterrupt()
     trainer.add_callback(stopper)
+    trainer.add_callback(IntervalsFromArgs())  # a resume's changed logging/eval/save steps
     with stopper.installed(), quiet_tied_weights_warning(trainer.model):
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if stopper.stopped_at_step is not None:

@@ -86,6 +86,10 @@ saved, evaluated or how long it trains, not what is trained on or how. Every oth
 the run."""
 
 
+class RunComplete(Exception):
+    """`--resume` of a run that already reached its last step: nothing to train (exit 0)."""
+
+
 @dataclass
 class RunClaim:
     """What `claim_run_dir` decided: the checkpoint to resume from (None: from scratch)."""
@@ -145,7 +149,8 @@ def _decide(folder: Path, record: dict[str, Any], resume: bool, overwrite: bool)
             )
         logger.warning("--resume: no complete checkpoint in %s; starting from scratch", folder)
         return None
-    compare_records(folder, record)
+    compare_records(folder, record, checkpoint)
+    check_not_finished(folder, checkpoint, record)
     return checkpoint
 
 
@@ -222,16 +227,26 @@ def _harmless(key: str) -> bool:
     return any(key == entry or (entry.endswith(".") and key.startswith(entry)) for entry in HARMLESS_KEYS)
 
 
-def compare_records(folder: Path, record: dict[str, Any]) -> None:
-    """Refuse a resume whose defining keys differ from the run's record; warn for harmless ones."""
+def compare_records(folder: Path, record: dict[str, Any], checkpoint: Path | None = None) -> None:
+    """Refuse a resume whose defining keys differ from the run's record; warn for harmless ones.
+    Without a record (deleted, or an older gspo-trl), the checkpoint's training_args.bin is
+    what the run trained with (`checkpoint_settings`)."""
     path = folder / RUN_RECORD
     try:
         old = json.loads(path.read_text(encoding="utf-8"))["keys"]
+        if not isinstance(old, dict):
+            raise TypeError(f"'keys' is a {type(old).__name__}, not a mapping")
     except FileNotFoundError:
+        old = checkpoint_settings(checkpoint, record["keys"]) if checkpoint is not None else None
+        if old is None:
+            logger.warning("--resume: %s has no %s; not checked for a different run", folder, path.name)
+            return
         logger.warning(
-            "--resume: %s has no %s (an older gspo-trl); not checked for a different run", folder, path.name
+            "--resume: %s has no %s; checking against %s instead (its training settings only)",
+            folder,
+            path.name,
+            checkpoint / TRAINING_ARGS,
         )
-        return
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise RunDirError(
             f"--resume: {path} is unreadable ({error}); resume with --overwrite or a new output_dir"
@@ -248,6 +263,83 @@ def compare_records(folder: Path, record: dict[str, Any]) -> None:
         )
     if harmless:
         logger.warning("--resume: changed since %s started (fine to change): %s", folder, "; ".join(harmless))
+
+
+TRAINING_ARGS = "training_args.bin"
+"""What the Trainer pickles into every checkpoint: the TrainingArguments (GSPOConfig) it ran with."""
+MACHINE_KEYS = ("output_dir", "use_cpu", "bf16")
+"""Training keys gspo_trl.training.build.gspo_config rewrites for the machine (bf16 off on a CPU)."""
+
+
+def checkpoint_settings(checkpoint: Path, keys: dict[str, Any]) -> dict[str, Any] | None:
+    """The values the checkpoint's run trained with, for every key of `keys` its GSPOConfig has
+    as a plain value, from training_args.bin (None when it cannot be read). Keys it has no value
+    for are copied from `keys`, so only what it recorded can differ.
+
+    training_args.bin is a pickle (the Trainer writes it with torch.save); it is read only here,
+    from the run's own output_dir, which the user's earlier run wrote."""
+    try:
+        import torch
+
+        args = torch.load(checkpoint / TRAINING_ARGS, weights_only=False)
+    except Exception as error:  # a missing or foreign file: say so, check nothing
+        logger.warning("--resume: cannot read %s (%s)", checkpoint / TRAINING_ARGS, error)
+        return None
+    old = dict(keys)
+    for key in keys:
+        value = getattr(args, key, None)
+        value = getattr(value, "value", value)  # enums (lr_scheduler_type, save_strategy, ...)
+        if key in MACHINE_KEYS or not isinstance(value, int | float | str | bool):
+            continue
+        if not isinstance(keys[key], int | float | str | bool):
+            continue
+        old[key] = value
+    return old
+
+
+def check_not_finished(folder: Path, checkpoint: Path, record: dict[str, Any]) -> None:
+    """Raise RunComplete when `checkpoint` is at or past the step the resumed run would end at.
+
+    transformers' Trainer resumed at its last step still trains one more before its
+    `global_step >= max_steps` check (DefaultFlowCallback.on_step_end): `--resume` of a finished
+    8-step run wrote checkpoint-9, and `--max_steps 8` over a 16-step run trained step 17 and
+    replaced its final model. The end is `max_steps` when set, else (epochs) the total the
+    checkpoint's own state recorded, when num_train_epochs is unchanged."""
+    state = _read_state(checkpoint / TRAINER_STATE)
+    if state is None:
+        return  # resumable_checkpoint read it whole; a race with a deleting user is not ours
+    step = int(state.get("global_step") or 0)
+    keys = record["keys"]
+    max_steps = keys.get("max_steps")
+    if isinstance(max_steps, int) and max_steps > 0:
+        end, why = max_steps, f"max_steps is {max_steps}"
+    elif keys.get("num_train_epochs") == state.get("num_train_epochs") and state.get("max_steps"):
+        end, why = (
+            int(state["max_steps"]),
+            f"{state['num_train_epochs']} epoch(s) are {state['max_steps']} steps",
+        )
+    else:
+        return
+    if step < end:
+        return
+    final = _read_state(folder / TRAINER_STATE)
+    model = (
+        f"its final model is in {folder}"
+        if final is not None and int(final.get("global_step") or 0) >= step
+        else f"{checkpoint} holds its model (the final save did not happen)"
+    )
+    raise RunComplete(
+        f"--resume: {folder} is complete: {checkpoint.name} is at step {step} and {why}; nothing to "
+        f"train ({model}). To train on, raise max_steps above {step}"
+    )
+
+
+def _read_state(path: Path) -> dict[str, Any] | None:
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) else None
 
 
 def _short(value: Any) -> str:

@@ -301,8 +301,12 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
-    """(size, mtime) of every file: equal snapshots mean nothing was written or removed."""
-    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
+    """(size, mtime) of every file but the run lock (every launch takes and releases it): equal
+    snapshots mean nothing was written or removed."""
+    from gspo_trl.training.safety.run_dir import LOCK_FILE
+
+    files = (p for p in folder.rglob("*") if p.name != LOCK_FILE)
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in files}
 
 
 def global_step(run: Path) -> int:

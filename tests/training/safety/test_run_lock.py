@@ -92,5 +92,5 @@ def test_a_released_lock_is_free_and_names_no_one(tmp_path: Path) -> None:
 
 def test_a_lock_path_that_is_a_directory_is_one_line(tmp_path: Path) -> None:
     (tmp_path / LOCK_FILE).mkdir()
-    with pytest.raises(RunDirError, match="cannot open the run lock .*Is a directory"):
+    with pytest.raises(RunDirError, match=r"cannot open the run lock .*Is a directory"):
         RunLock(tmp_path / LOCK_FILE).acquire()
