@@ -105,7 +105,10 @@ def build_trainer(recipe: Recipe, data: PreparedData | None = None) -> Any:
 
     data = data if data is not None else preflight(recipe)
     train_dataset, eval_dataset = data.train, data.eval
-    reward_funcs = with_reward_checks([rewards.get(entry.spec, **entry.params) for entry in recipe.rewards])
+    reward_funcs = with_reward_checks(
+        [rewards.get(entry.spec, **entry.params) for entry in recipe.rewards],
+        time_limits_s=[entry.time_limit_s for entry in recipe.rewards],
+    )
     args = gspo_config(recipe)
     check_one_gpu_per_process(args.n_gpu, recipe.source, args.model_init_kwargs or {})
     check_vllm_server(args)  # before the model loads: a missing server fails in seconds
