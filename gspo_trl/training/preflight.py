@@ -13,6 +13,7 @@ written. It imports neither torch nor TRL, so `train` refuses as fast as `valida
 from __future__ import annotations
 
 import errno
+import json
 import os
 import tempfile
 from collections.abc import Mapping
@@ -118,6 +119,26 @@ def check_output_dir_spares_model(recipe: Recipe) -> None:
         )
 
 
+def check_model_config(folder: Path | None) -> None:
+    """Refuse a model folder whose config.json is not a JSON object (a truncated download, a
+    hand edit): the prompt-length check and transformers would each fail on it with a traceback."""
+    path = folder / "config.json" if folder is not None else None
+    if path is None or not path.is_file():
+        return
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise RecipeError(
+            f"model.name_or_path: {str(path)!r} is not readable JSON ({error}); the model folder is "
+            "damaged: download or save the model again"
+        ) from None
+    if not isinstance(config, dict):
+        raise RecipeError(
+            f"model.name_or_path: {str(path)!r} holds a {type(config).__name__}, not a model config "
+            "(a JSON object); download or save the model again"
+        )
+
+
 def check_model_path(recipe: Recipe, offline_cache: bool = True) -> None:
     """Refuse a model path that looks local but does not exist (it would be tried as a hub id),
     and (`offline_cache`) a hub model that is not cached when HF_HUB_OFFLINE forbids downloading it."""
@@ -178,6 +199,7 @@ def preflight(recipe: Recipe, processes: int | None = None, model_cached: bool =
     check_output_dir_spares_model(recipe)
     check_synthetic_rows(recipe)
     folder = model_files(recipe)
+    check_model_config(folder)
     batch = rollout_batch(recipe.training, processes)  # validate refused a batch TRL would refuse
     check_generation_fits(recipe, batch.per_device_train_batch_size * batch.steps_per_generation, folder)
     from gspo_trl.data.loading import load_data  # `datasets` is slow to import: only past the checks

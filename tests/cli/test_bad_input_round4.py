@@ -47,6 +47,15 @@ def _dangling(tmp_path: Path) -> Path:
     return tmp_path / "dangling"
 
 
+def _cut_config(tmp_path: Path, model: Path) -> Path:
+    import shutil
+
+    copy = tmp_path / "cut_model"
+    shutil.copytree(model, copy)
+    (copy / "config.json").write_text('{"model_type": "qwen3", "hidden_size": ')
+    return copy
+
+
 CASES = [
     # (id and issue item, argv (a function of tmp_path and the tiny model dir), words the error must contain)
     ("6: YAML alias bomb", lambda t, m: _alias_bomb(t), ["bomb.yaml", "aliases", "131,072 values"]),
@@ -94,6 +103,11 @@ CASES = [
         "8: output_dir a dangling symlink",
         lambda t, m: [str(_recipe(t, output_dir=_dangling(t) / "sub"))],
         ["output_dir", "dangling", "symbolic link", "does not exist"],
+    ),
+    (
+        "8: a model folder whose config.json is cut short",
+        lambda t, m: [str(_recipe(t)), "--model.name_or_path", str(_cut_config(t, m))],
+        ["model.name_or_path", "config.json", "is not readable JSON", "download or save the model again"],
     ),
     ("8: seed -1", lambda t, m: [str(_recipe(t)), "--seed", "-1"], ["seed: -1", "2**32 - 1"]),
 ]

@@ -349,8 +349,14 @@ def _short(value: Any) -> str:
 
 def _write_json(path: Path, content: dict[str, Any]) -> None:
     temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(content, indent=1, default=str) + "\n", encoding="utf-8")
-    os.replace(temporary, path)
+    try:
+        temporary.write_text(json.dumps(content, indent=1, default=str) + "\n", encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError as error:
+        raise RunDirError(
+            f"output_dir: cannot write {path} ({error.strerror}); remove what is there or give another "
+            "output_dir"
+        ) from None
 
 
 # --- the lock ----------------------------------------------------------------------------------

@@ -102,3 +102,34 @@ def test_a_changed_logging_steps_is_applied_on_resume(finished_run, tmp_path) ->
     assert metrics_steps(run) == [1, 2, 3, 4, 4], "steps 3-4 were logged at the checkpoint's interval (1)"
     state = json.loads((run / "trainer_state.json").read_text())
     assert state["logging_steps"] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("case", "damage", "argv", "words"),
+    [
+        (
+            "run.json keys not a mapping, --resume",
+            lambda run: (run / "run.json").write_text('{"keys": [1, 2]}'),
+            ["--resume"],
+            ["run.json is unreadable", "not a mapping", "--overwrite"],
+        ),
+        (
+            "run.json a directory, --overwrite",
+            lambda run: ((run / "run.json").unlink(), (run / "run.json").mkdir()),
+            ["--overwrite"],
+            ["cannot write", "run.json"],
+        ),
+    ],
+    ids=lambda value: value if isinstance(value, str) else "",
+)
+def test_a_malformed_run_json_is_one_line(finished_run, tmp_path, capsys, case, damage, argv, words) -> None:
+    recipe, finished = finished_run
+    run = _copy(finished, tmp_path)
+    damage(run)
+    assert _train(recipe, run, *FINISHED, *argv) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in err, err[-3000:]
+    for word in words:
+        assert word in errors[0], errors[0]
