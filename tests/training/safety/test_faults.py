@@ -325,7 +325,7 @@ def lock_held_by(run: Path, alive: bool) -> Iterator[int]:
     for one that has exited (what kill -9 leaves)."""
     import socket
 
-    from gspo_trl.training.safety.run_dir import LOCK_FILE, _process_start
+    from gspo_trl.training.safety.run_lock import LOCK_FILE, _process_start
 
     holder = subprocess.Popen(["sleep", "300" if alive else "0"])
     if not alive:
