@@ -11,9 +11,11 @@ in the main thread, as before, with:
   how to raise it (`rewards[i].time_limit_s`). A limit cannot interrupt C code that never
   returns to Python, and a reward that sets its own SIGALRM (math-verify's `timeout`) replaces
   this one for its call;
-- Ctrl-C or SIGTERM during the call: the reward is interrupted at once and training stops
-  (TrainingInterrupted: exit 130, the last checkpoint kept), one signal, not two; a
-  rollout batch's rewards come before its first update, so the step lost has trained nothing;
+- Ctrl-C or SIGTERM during the call: the run's own handler hears it (StopOnInterrupt: save at
+  the end of this step), and the reward gets INTERRUPT_GRACE_S more; one that has not returned
+  by then is interrupted and training stops (TrainingInterrupted: exit 130, the last checkpoint
+  kept): one signal, not two. A rollout batch's rewards come before its first update, so the
+  step given up has trained nothing;
 - the working directory restored: a reward that calls os.chdir moved every relative path of
   the run (output_dir, data files) for the rest of it; it is put back, with one warning
   naming the reward.
@@ -37,6 +39,10 @@ from gspo_trl.training.safety.interrupt import HANDLED_SIGNALS, TrainingInterrup
 
 logger = logging.getLogger(__name__)
 
+INTERRUPT_GRACE_S = 10.0
+"""After Ctrl-C/SIGTERM, how long a running reward may still take before it is interrupted: a
+third of the 30 s that torch's launcher and Slurm (KillWait) leave a rank after the signal, the
+rest being for the step's update and checkpoint."""
 DEFAULT_TIME_LIMIT_S = 600.0
 """Longest one reward call may take by default: a call scores a whole rollout batch (hundreds
 of completions); the code reward runs each in a sandbox with its own 3-10 s wall limit, in
@@ -65,7 +71,7 @@ def guarded_call(
         if threading.current_thread() is not threading.main_thread():
             return call()
         try:
-            with _alarm(time_limit_s), _signals_interrupt():
+            with _bounded(time_limit_s):
                 return call()
         except _TimeUp:
             raise RewardFailedError(
@@ -75,37 +81,48 @@ def guarded_call(
         except _Interrupted as interrupted:
             signum = interrupted.signum
             what = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-            logger.warning("%s during reward %r: stopped without finishing this step", what, name)
+            logger.warning(
+                "%s during reward %r, which did not return within %g s: stopped without finishing this step",
+                what,
+                name,
+                INTERRUPT_GRACE_S,
+            )
             raise TrainingInterrupted(None) from None
 
 
 @contextlib.contextmanager
-def _alarm(seconds: float) -> Iterator[None]:
+def _bounded(seconds: float) -> Iterator[None]:
+    """SIGALRM after `seconds`; a SIGINT/SIGTERM meanwhile is passed to the handler that was
+    there (StopOnInterrupt: save at the step's end) and cuts what is left to INTERRUPT_GRACE_S."""
+    interrupted: list[int] = []
+
     def on_alarm(signum: int, frame: Any) -> None:
-        raise _TimeUp
+        raise _Interrupted(interrupted[0]) if interrupted else _TimeUp
 
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    outer = signal.setitimer(signal.ITIMER_REAL, seconds)[0]
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        if outer:  # someone else's timer was running: give it back
-            signal.setitimer(signal.ITIMER_REAL, outer)
-
-
-@contextlib.contextmanager
-def _signals_interrupt() -> Iterator[None]:
     def on_signal(signum: int, frame: Any) -> None:
-        raise _Interrupted(signum)
+        handler = previous[signum]
+        if handler in (signal.SIG_DFL, None):
+            raise _Interrupted(signum)  # what the signal would have done: stop now
+        if callable(handler):
+            handler(signum, frame)  # StopOnInterrupt: flag, and the next signal acts at once
+        interrupted.append(signum)
+        left = signal.getitimer(signal.ITIMER_REAL)[0]
+        if not left or left > INTERRUPT_GRACE_S:
+            signal.setitimer(signal.ITIMER_REAL, INTERRUPT_GRACE_S)
 
+    previous_alarm = signal.signal(signal.SIGALRM, on_alarm)
+    outer = signal.setitimer(signal.ITIMER_REAL, seconds)[0]
     previous = {handled: signal.signal(handled, on_signal) for handled in HANDLED_SIGNALS}
     try:
         yield
     finally:
         for handled, handler in previous.items():
-            signal.signal(handled, handler)
+            if signal.getsignal(handled) is on_signal:  # not replaced meanwhile (StopOnInterrupt's re-arm)
+                signal.signal(handled, handler)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous_alarm)
+        if outer:  # someone else's timer was running: give it back
+            signal.setitimer(signal.ITIMER_REAL, outer)
 
 
 @contextlib.contextmanager

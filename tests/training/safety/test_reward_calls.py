@@ -206,3 +206,47 @@ def test_one_ctrl_c_stops_a_run_whose_reward_hangs(run_setup) -> None:
     assert "Traceback" not in text, text[-3000:]
     assert "Ctrl-C during reward 'hang'" in text
     assert (out / ".gspo-trl.lock").read_text() == ""
+
+
+def test_docs_state_the_default_time_limit() -> None:
+    from gspo_trl.training.safety.reward_calls import DEFAULT_TIME_LIMIT_S
+
+    text = (Path(__file__).resolve().parents[3] / "docs" / "rewards.md").read_text()
+    assert f"reward_calls.py, {DEFAULT_TIME_LIMIT_S:g} s)" in text
+
+
+def _ctrl_c_then(returns: bool):
+    def reward(completions, **_):
+        import threading
+
+        os.kill(os.getpid(), signal.SIGINT)  # the terminal's Ctrl-C, delivered during the call
+        if returns:
+            return [0.5] * len(completions)
+        threading.Event().wait()
+
+    return reward
+
+
+def test_ctrl_c_during_a_reward_lets_it_finish_within_the_grace() -> None:
+    """The run's own handler (StopOnInterrupt: save at the step's end) hears the signal, and a
+    reward that returns within the grace returns its scores."""
+    heard = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: heard.append(signum))
+    try:
+        assert _one_call(_ctrl_c_then(returns=True)) == [0.5] * 4
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert heard == [signal.SIGINT]
+
+
+def test_ctrl_c_during_a_reward_that_never_returns_stops_after_the_grace(monkeypatch) -> None:
+    from gspo_trl.training.safety import reward_calls
+    from gspo_trl.training.safety.interrupt import TrainingInterrupted
+
+    monkeypatch.setattr(reward_calls, "INTERRUPT_GRACE_S", 0.2)
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    try:
+        with pytest.raises(TrainingInterrupted):
+            _one_call(_ctrl_c_then(returns=False))
+    finally:
+        signal.signal(signal.SIGINT, previous)
