@@ -92,6 +92,17 @@ def _read_bounded(path: Path) -> str:
     return data.decode("utf-8")
 
 
+def load_yaml_text(text: str, name: str) -> Any:
+    """YAML text through the recipe loader (no duplicate keys, bounded alias expansion); `name`
+    is what its errors name. Raises yaml.YAMLError or RecipeError."""
+    loader = _UniqueKeyLoader(text)
+    loader.name = name  # what a refusal of its expanded size names
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """The recipe file as a mapping, or a RecipeError naming the file (and line for syntax)."""
     path = Path(path)
@@ -105,12 +116,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as error:
         raise RecipeError(f"recipe {path}: cannot read it ({error})") from None
     try:
-        loader = _UniqueKeyLoader(text)
-        loader.name = str(path)  # what a refusal of its expanded size names
-        try:
-            content = loader.get_single_data()
-        finally:
-            loader.dispose()
+        content = load_yaml_text(text, str(path))
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""

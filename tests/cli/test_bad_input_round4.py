@@ -36,6 +36,14 @@ def _alias_bomb(tmp_path: Path) -> list[str]:
     return [str(bomb)]
 
 
+_OVERRIDE_BOMB = (
+    "[&a0 [1, 1, 1, 1, 1, 1, 1, 1, 1], "
+    + ", ".join(f"&a{level} [{', '.join([f'*a{level - 1}'] * 9)}]" for level in range(1, 7))
+    + "]"
+)
+"""One command-line value: 9^7 leaves when expanded."""
+
+
 def _loop(tmp_path: Path) -> Path:
     (tmp_path / "loop_a").symlink_to(tmp_path / "loop_b")
     (tmp_path / "loop_b").symlink_to(tmp_path / "loop_a")
@@ -59,6 +67,11 @@ def _cut_config(tmp_path: Path, model: Path) -> Path:
 CASES = [
     # (id and issue item, argv (a function of tmp_path and the tiny model dir), words the error must contain)
     ("6: YAML alias bomb", lambda t, m: _alias_bomb(t), ["bomb.yaml", "aliases", "131,072 values"]),
+    (
+        "6: YAML alias bomb in an override value",
+        lambda t, m: [str(_recipe(t)), "--diagnostics.bomb", _OVERRIDE_BOMB],
+        ["override value", "aliases", "131,072 values"],
+    ),
     (
         "6: 1e9 synthetic rows",
         lambda t, m: [str(_recipe(t)), "--data.num_rows", "1000000000"],
