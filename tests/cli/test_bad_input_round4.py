@@ -69,7 +69,7 @@ CASES = [
     ("6: YAML alias bomb", lambda t, m: _alias_bomb(t), ["bomb.yaml", "aliases", "131,072 values"]),
     (
         "6: YAML alias bomb in an override value",
-        lambda t, m: [str(_recipe(t)), "--diagnostics.bomb", _OVERRIDE_BOMB],
+        lambda t, m: [str(_recipe(t)), "--model_init_kwargs", "{x: " + _OVERRIDE_BOMB + "}"],
         ["override value", "aliases", "131,072 values"],
     ),
     (
