@@ -63,6 +63,11 @@ class RewardFailedError(UserError):
     """A reward function raised or returned something that is not one score per completion."""
 
 
+class NonFiniteTrainingError(UserError):
+    """Training produced inf/NaN weights, loss or grad norm; the message names the step and the
+    checkpoint kept."""
+
+
 class CheckpointWriteError(UserError):
     """A checkpoint could not be written (full disk); the message says how to continue."""
 

@@ -10,6 +10,7 @@ status 2, through the CLI's single error handler.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -31,14 +32,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise RecipeError(f"no recipe given: {USAGE}")
     from gspo_trl.config.recipe import load_recipe
     from gspo_trl.training.preflight import output_dir_of, preflight
-    from gspo_trl.training.safety.run_dir import claim_run_dir
+    from gspo_trl.training.safety.run_dir import RunComplete, claim_run_dir
 
     recipe = load_recipe(path, overrides, partial=True)  # preflight reports its problems with its own
     data = preflight(recipe)
-    with claim_run_dir(recipe, output_dir_of(recipe), data, resume=resume, overwrite=overwrite) as claim:
-        from gspo_trl.training.build import train_claimed  # TRL, torch, vLLM: only past every check
+    try:
+        with claim_run_dir(recipe, output_dir_of(recipe), data, resume=resume, overwrite=overwrite) as claim:
+            from gspo_trl.training.build import train_claimed  # TRL, torch, vLLM: only past every check
 
-        train_claimed(recipe, data, claim.checkpoint)
+            train_claimed(recipe, data, claim.checkpoint)
+    except RunComplete as complete:  # --resume of a finished run: nothing to do, and not an error
+        logging.getLogger("gspo_trl").info("%s", complete)
+        return 0
     release_process_group()
     return 0
 

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from gspo_trl.config.problems import Problems
+from gspo_trl.config.recipe_file import load_yaml_text
 from gspo_trl.errors import RecipeError
 
 SECTIONS = ("model", "data", "rewards", "diagnostics", "heldout", "engine", "moe", "launch")
@@ -27,7 +28,7 @@ def _override_value(text: str) -> Any:
     """
     if text.lstrip().startswith(("[", "{")):
         try:
-            return yaml.safe_load(text)
+            return load_yaml_text(text, f"override value {text[:40]!r}")
         except yaml.YAMLError as error:
             raise RecipeError(f"override value {text!r}: YAML error: {error}") from None
     return text

@@ -22,6 +22,7 @@ settings that break GSPO.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -129,10 +130,18 @@ def _reward_entries(raw: Any, problems: Problems) -> list[RewardEntry]:
         name = params.pop("name")
         try:
             weight = coerce(params.pop("weight", 1.0), float, f"rewards[{index}].weight")
+            limit = params.pop("time_limit_s", None)
+            limit = None if limit is None else coerce(limit, float, f"rewards[{index}].time_limit_s")
         except FieldTypeError as error:
             problems.add(RecipeError(str(error)), "rewards")
             continue
-        entries.append(RewardEntry(str(name), weight, params))
+        if limit is not None and not (math.isfinite(limit) and limit > 0):
+            problems.add(
+                RecipeError(f"rewards[{index}].time_limit_s: {limit} must be a number of seconds > 0"),
+                "rewards",
+            )
+            continue
+        entries.append(RewardEntry(str(name), weight, params, limit))
     return entries
 
 
@@ -188,7 +197,13 @@ def recipe_as_yaml(recipe: Recipe) -> str:
         "model": asdict(recipe.model),
         "data": asdict(recipe.data),
         "rewards": [
-            {"name": entry.spec, "weight": entry.weight, **_typed_params(entry)} for entry in recipe.rewards
+            {
+                "name": entry.spec,
+                "weight": entry.weight,
+                **({"time_limit_s": entry.time_limit_s} if entry.time_limit_s is not None else {}),
+                **_typed_params(entry),
+            }
+            for entry in recipe.rewards
         ],
         "diagnostics": section_as_yaml(recipe.diagnostics),
         **({"heldout": asdict(recipe.heldout)} if recipe.heldout is not None else {}),

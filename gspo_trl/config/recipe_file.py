@@ -17,7 +17,15 @@ from gspo_trl.rewards.suggest import did_you_mean
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last), and a
+    document whose aliases expand it past MAX_EXPANDED_NODES (a "billion laughs": PyYAML shares
+    the aliased objects, and the first walk over them, such as writing run.json, expands them)."""
+
+    def compose_document(self) -> yaml.Node:
+        document = super().compose_document()
+        if document is not None:
+            _check_expanded_size(document, self.name)
+        return document
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen = set()
@@ -31,10 +39,45 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def _check_expanded_size(root: yaml.Node, name: str) -> None:
+    """Count the nodes of the document with every alias written out (each shared node counted
+    once per use, memoised, so the count itself costs one pass over the file's own nodes)."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:  # post-order without recursion: an alias chain is as deep as the file allows
+        node, children_done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children = (
+            [part for pair in node.value for part in pair]
+            if isinstance(node, yaml.MappingNode)
+            else node.value
+            if isinstance(node, yaml.SequenceNode)
+            else []
+        )
+        if children_done:
+            sizes[id(node)] = 1 + sum(sizes[id(child)] for child in children)
+            if sizes[id(node)] > MAX_EXPANDED_NODES:
+                raise RecipeError(
+                    f"recipe {name}: its aliases (*name) expand it to more than {MAX_EXPANDED_NODES:,} "
+                    "values, "
+                    "more than any recipe within the size limit holds written out; write the values out "
+                    "or use fewer nested aliases"
+                )
+        else:
+            stack.append((node, True))
+            stack.extend((child, False) for child in children if id(child) not in sizes)
+
+
 MAX_RECIPE_BYTES = 256 << 10
 """A recipe is a page of keys (the largest shipped one is under 5 KB), and PyYAML's safe loader
 takes seconds per 100 KB (26 s for 1.3 MB on this project's 2-core machine): a larger file is
 a mistake (a data file given as the recipe), refused before it is parsed."""
+
+
+MAX_EXPANDED_NODES = MAX_RECIPE_BYTES // 2
+"""The most values a recipe of MAX_RECIPE_BYTES can hold written out (each takes at least two
+bytes: a character and a separator); aliases may not make a document larger than that."""
 
 
 def _read_bounded(path: Path) -> str:
@@ -47,6 +90,17 @@ def _read_bounded(path: Path) -> str:
             "(a data file goes in data.path)"
         )
     return data.decode("utf-8")
+
+
+def load_yaml_text(text: str, name: str) -> Any:
+    """YAML text through the recipe loader (no duplicate keys, bounded alias expansion); `name`
+    is what its errors name. Raises yaml.YAMLError or RecipeError."""
+    loader = _UniqueKeyLoader(text)
+    loader.name = name  # what a refusal of its expanded size names
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -62,7 +116,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as error:
         raise RecipeError(f"recipe {path}: cannot read it ({error})") from None
     try:
-        content = yaml.load(text, Loader=_UniqueKeyLoader)
+        content = load_yaml_text(text, str(path))
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -75,22 +75,30 @@ def _check_batch_sizes(recipe: Recipe, processes: int) -> RolloutBatch:
 
 
 FINITE_FIELDS = ("max_steps", "num_train_epochs", "warmup_steps", "weight_decay", "max_grad_norm")
+SEED_FIELDS = ("seed", "data_seed")
+SEED_LIMIT = 2**32
+"""Seeds reach numpy's `np.random.seed(seed)` (transformers/trainer_utils.py:191, `set_seed`), which
+takes 0 <= seed < 2**32 and raises "Seed must be between 0 and 2**32 - 1" at the start of training."""
 
 
 def _check_field_range(training: Mapping[str, Any], key: str) -> None:
-    """POSITIVE_FIELDS finite and > 0, FINITE_FIELDS finite, when set to a number."""
+    """POSITIVE_FIELDS finite and > 0, FINITE_FIELDS finite, SEED_FIELDS in numpy's range, when
+    set to a number."""
     value = training.get(key)
     if key in POSITIVE_FIELDS:
         if value is None or isinstance(value, bool) or not isinstance(value, int | float):
             return
         if not math.isfinite(value) or value <= 0:
             raise RecipeError(f"{key}: {value} must be a finite number > 0")
+    elif key in SEED_FIELDS:
+        if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value < SEED_LIMIT:
+            raise RecipeError(f"{key}: {value} must be between 0 and 2**32 - 1 (numpy's seed range)")
     elif isinstance(value, float) and not math.isfinite(value):
         raise RecipeError(f"{key}: {value} must be a finite number")
 
 
 def _check_field_ranges(training: Mapping[str, Any]) -> None:
-    for key in (*POSITIVE_FIELDS, *FINITE_FIELDS):
+    for key in (*POSITIVE_FIELDS, *FINITE_FIELDS, *SEED_FIELDS):
         _check_field_range(training, key)
 
 
@@ -203,7 +211,7 @@ def find_problems(recipe: Recipe, processes: int | None = None) -> Problems:
     problems = Problems(recipe.source, recipe.load_problems, recipe.unreadable)
     run = problems.run
     level_explicit = "importance_sampling_level" in recipe.explicit_keys
-    for key in (*POSITIVE_FIELDS, *FINITE_FIELDS):  # a value refused here is not refused again below
+    for key in (*POSITIVE_FIELDS, *FINITE_FIELDS, *SEED_FIELDS):  # refused here, not again below
         run(_check_field_range, recipe.training, key, marks=(key,))
     invariants = (recipe.algorithm, recipe.training, level_explicit)
     run(check_training_invariants, *invariants, reads=TRAINING_INVARIANT_KEYS)

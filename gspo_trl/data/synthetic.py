@@ -27,6 +27,13 @@ class ReversalTask:
     correct_fraction: float = 0.35
     """Fraction of warm-start answers that use the right rule (the rest echo the input)."""
 
+    @property
+    def distinct_problems(self) -> int:
+        """How many different questions the task has: digit strings of each length that are not
+        palindromes (10^L strings, of which 10^ceil(L/2) read the same both ways)."""
+        lengths = range(self.min_digits, self.max_digits + 1)
+        return sum(10**length - 10 ** ((length + 1) // 2) for length in lengths)
+
     def question(self, digits: str) -> str:
         return f"reverse {digits}"
 

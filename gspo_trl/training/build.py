@@ -31,9 +31,13 @@ from gspo_trl.training.probes.base import Probe
 from gspo_trl.training.probes.console import ConsoleProbe
 from gspo_trl.training.probes.heldout import HeldoutProbe
 from gspo_trl.training.safety.interrupt import StopOnInterrupt, TrainingInterrupted
-from gspo_trl.training.safety.resume_warnings import mid_batch_resume_note, quiet_tied_weights_warning
+from gspo_trl.training.safety.resume_warnings import (
+    IntervalsFromArgs,
+    mid_batch_resume_note,
+    quiet_tied_weights_warning,
+)
 from gspo_trl.training.safety.reward_checks import with_reward_checks
-from gspo_trl.training.safety.run_dir import claim_run_dir
+from gspo_trl.training.safety.run_dir import RunComplete, claim_run_dir
 
 logger = logging.getLogger("gspo_trl")
 
@@ -95,7 +99,10 @@ def build_trainer(recipe: Recipe, data: PreparedData | None = None, probes: Sequ
 
     data = data if data is not None else preflight(recipe)
     train_dataset, eval_dataset = data.train, data.eval
-    reward_funcs = with_reward_checks([rewards.get(entry.spec, **entry.params) for entry in recipe.rewards])
+    reward_funcs = with_reward_checks(
+        [rewards.get(entry.spec, **entry.params) for entry in recipe.rewards],
+        time_limits_s=[entry.time_limit_s for entry in recipe.rewards],
+    )
     args = gspo_config(recipe)
     check_one_gpu_per_process(args.n_gpu, recipe.source, args.model_init_kwargs or {})
     check_vllm_server(args)  # before the model loads: a missing server fails in seconds
@@ -133,7 +140,8 @@ def build_trainer(recipe: Recipe, data: PreparedData | None = None, probes: Sequ
 def train_recipe(
     recipe: Recipe, resume: bool = False, overwrite: bool = False, probes: Sequence[Probe] = ()
 ) -> Any:
-    """Train `recipe` to the end and save; returns the trainer (its state holds the logs).
+    """Train `recipe` to the end and save; returns the trainer (its state holds the logs), or
+    None when `resume` finds the run already complete (it logs so; nothing is written).
 
     `resume` continues the run in its output_dir from its newest complete checkpoint;
     `overwrite` deletes a previous run's checkpoints and logs there first; without either, an
@@ -142,8 +150,12 @@ def train_recipe(
     (a KeyboardInterrupt: the CLI prints one line and exits 130); a second Ctrl-C aborts.
     """
     data = preflight(recipe)
-    with claim_run_dir(recipe, output_dir_of(recipe), data, resume=resume, overwrite=overwrite) as claim:
-        return train_claimed(recipe, data, claim.checkpoint, probes)
+    try:
+        with claim_run_dir(recipe, output_dir_of(recipe), data, resume=resume, overwrite=overwrite) as claim:
+            return train_claimed(recipe, data, claim.checkpoint, probes)
+    except RunComplete as complete:
+        logger.info("%s", complete)
+        return None
 
 
 def _runs_on_cpu(recipe: Recipe) -> bool:
@@ -174,6 +186,7 @@ def train_claimed(
             logger.info("resuming mid rollout batch: %s", note)
     stopper = StopOnInterrupt()
     trainer.add_callback(stopper)
+    trainer.add_callback(IntervalsFromArgs())  # a resume's changed logging/eval/save steps
     with stopper.installed(), quiet_tied_weights_warning(trainer.model):
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if stopper.stopped_at_step is not None:

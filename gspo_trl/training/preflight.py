@@ -12,6 +12,8 @@ written. It imports neither torch nor TRL, so `train` refuses as fast as `valida
 
 from __future__ import annotations
 
+import errno
+import json
 import logging
 import os
 import tempfile
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gspo_trl.config.batch import rollout_batch
 from gspo_trl.config.data_checks import (
     check_code_tests,
     check_columns,
@@ -35,6 +38,7 @@ from gspo_trl.config.sections import TINY, TINY_MODEL_DIR
 from gspo_trl.config.validation import ROLLOUT_KEYS, check_reward_construction, find_problems, world_size
 from gspo_trl.errors import RecipeError
 from gspo_trl.model.hub import check_cached_when_offline
+from gspo_trl.training.safety.input_sizes import check_generation_fits, check_synthetic_rows
 
 logger = logging.getLogger("gspo_trl")
 
@@ -60,6 +64,11 @@ def check_output_dir(output_dir: str) -> None:
         raise RecipeError(f"output_dir: {output_dir!r} is a file; give a directory")
     existing = path
     while not existing.exists():
+        if existing.is_symlink():  # lexists but not exists: it points nowhere, or at itself
+            raise RecipeError(
+                f"output_dir: {str(existing)!r} (for {output_dir!r}) is a symbolic link to "
+                f"{os.readlink(existing)!r}, which {_link_fault(existing)}; fix or remove the link"
+            )
         existing = existing.parent
     if not existing.is_dir():
         raise RecipeError(f"output_dir: {str(existing)!r} is a file (for {output_dir!r}); give a directory")
@@ -71,6 +80,67 @@ def check_output_dir(output_dir: str) -> None:
         raise RecipeError(
             f"output_dir: cannot write to {str(existing)!r} (for {output_dir!r}): {error.strerror}"
         ) from None
+
+
+def _link_fault(link: Path) -> str:
+    try:
+        link.resolve(strict=True)
+    except RuntimeError:  # Python 3.11: "Symlink loop from ..."
+        return "loops back on itself"
+    except OSError as error:
+        return "loops back on itself" if error.errno == errno.ELOOP else "does not exist"
+    return "cannot be reached"
+
+
+RUN_OWNED = ("checkpoint-", ".staging")
+"""Names under an output_dir that a run deletes or replaces (checkpoint rotation, --overwrite,
+staged saves): a model loaded from there would be removed under the run."""
+
+
+def check_output_dir_spares_model(recipe: Recipe) -> None:
+    """Refuse an output_dir where the run's saves would write over the model it starts from.
+
+    The run saves its model into output_dir itself (`trainer.save_model(output_dir)`): equal to
+    the model's folder, the base model's weights and config are replaced by the trained ones.
+    A model folder inside output_dir is safe (the tiny model lives there) unless it is one of
+    the folders a run deletes or replaces (RUN_OWNED). An output_dir inside the model's folder
+    writes only into its own folder and is allowed."""
+    name = recipe.model.name_or_path
+    if name == TINY or not looks_like_local_path(name) or not Path(name).expanduser().is_dir():
+        return
+    model = Path(name).expanduser().resolve()
+    output = Path(os.path.realpath(output_dir_of(recipe)))
+    if output == model:
+        raise RecipeError(
+            f"output_dir: {output_dir_of(recipe)!r} is the model's folder (model.name_or_path {name!r}): "
+            "saving the run would overwrite the base model; give another output_dir"
+        )
+    if model.is_relative_to(output) and model.relative_to(output).parts[0].startswith(RUN_OWNED):
+        raise RecipeError(
+            f"output_dir: {output_dir_of(recipe)!r} holds the model (model.name_or_path {name!r}) in a "
+            "folder a run deletes or replaces (checkpoint rotation, --overwrite); copy the model "
+            "elsewhere or give another output_dir"
+        )
+
+
+def check_model_config(folder: Path | None) -> None:
+    """Refuse a model folder whose config.json is not a JSON object (a truncated download, a
+    hand edit): the prompt-length check and transformers would each fail on it with a traceback."""
+    path = folder / "config.json" if folder is not None else None
+    if path is None or not path.is_file():
+        return
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise RecipeError(
+            f"model.name_or_path: {str(path)!r} is not readable JSON ({error}); the model folder is "
+            "damaged: download or save the model again"
+        ) from None
+    if not isinstance(config, dict):
+        raise RecipeError(
+            f"model.name_or_path: {str(path)!r} holds a {type(config).__name__}, not a model config "
+            "(a JSON object); download or save the model again"
+        )
 
 
 def check_model_path(recipe: Recipe, offline_cache: bool = True) -> None:
@@ -140,16 +210,27 @@ def preflight(recipe: Recipe, processes: int | None = None, model_cached: bool =
         logger.warning(warning)
     run(check_model_path, recipe, model_cached, reads=("model.name_or_path", "model.revision"))
     run(check_output_dir, output_dir_of(recipe), reads=("output_dir",))
-    data = run(_checked_data, recipe, processes, problems, reads=(*reward_keys, "data"))
+    run(check_output_dir_spares_model, recipe, reads=("output_dir", "model.name_or_path"))
+    run(check_synthetic_rows, recipe, reads=("data",))
+    folder = run(model_files, recipe, reads=("model.name_or_path", "model.revision"))
+    run(check_model_config, folder, reads=("model.name_or_path",))
+    run(_check_generation_fits, recipe, processes, folder, reads=(*ROLLOUT_KEYS, "max_completion_length"))
+    data = run(_checked_data, recipe, processes, folder, problems, reads=(*reward_keys, "data"))
     problems.raise_if_any()
     return data
 
 
-def _checked_data(recipe: Recipe, processes: int, problems: Any) -> PreparedData:
+def _check_generation_fits(recipe: Recipe, processes: int, folder: Path | None) -> None:
+    """One process's generation fits in memory (gspo_trl.training.safety.input_sizes)."""
+    batch = rollout_batch(recipe.training, processes)  # the batch checks ran first: it is one TRL takes
+    check_generation_fits(recipe, batch.per_device_train_batch_size * batch.steps_per_generation, folder)
+
+
+def _checked_data(recipe: Recipe, processes: int, folder: Path | None, problems: Any) -> PreparedData:
     """The data loaded with every row checked, the columns the rewards read, and one batch's rows."""
     from gspo_trl.data.loading import load_splits, training_splits  # `datasets` is slow: only when needed
 
-    budget = prompt_budget(recipe, model_files(recipe))
+    budget = prompt_budget(recipe, folder)
     splits = load_splits(recipe.data, required_columns=sorted(required_columns(recipe)))
     for split in splits:  # rows in source order, so an error names a row by its index in the file
         check_code_tests(recipe, split.rows, split.source)

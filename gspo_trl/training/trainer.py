@@ -12,6 +12,7 @@ the order of their events and of their callbacks:
     RoutingProbe          `moe:` routing record/replay and flip rates (inert for a dense model)
     PerfProbe             perf/* phase timings, tokens/s, MFU
     StagedCheckpointsProbe  checkpoints written whole or not at all
+    NonFiniteProbe        a run whose loss, grad norm or weights turn inf/NaN stops before a save
     ... then the probes given as `GSPOTrainer(..., probes=[...])` (the console, held-out scoring,
     or your own: docs/probes.md).
 
@@ -49,6 +50,7 @@ from gspo_trl.training.probes.engine import EngineLogprobsProbe
 from gspo_trl.training.probes.gspo_token import GspoTokenProbe
 from gspo_trl.training.probes.perf import PerfProbe
 from gspo_trl.training.probes.routing import RoutingProbe
+from gspo_trl.training.safety.non_finite import NonFiniteProbe
 from gspo_trl.training.safety.staged_checkpoints import StagedCheckpointsProbe
 
 
@@ -70,6 +72,7 @@ def builtin_probes(args: Any) -> list[Probe]:
         RoutingProbe(_section(args, "moe", MoeConfig), diagnostics),
         PerfProbe(),
         StagedCheckpointsProbe(),
+        NonFiniteProbe(),
     ]
 
 

@@ -40,6 +40,9 @@ class RewardEntry:
     spec: str
     weight: float = 1.0
     params: dict[str, Any] = field(default_factory=dict)
+    time_limit_s: float | None = None
+    """Longest one call of the reward may take (None: gspo_trl.training.safety.reward_calls'
+    DEFAULT_TIME_LIMIT_S); past it the run stops naming the reward and the batch."""
 
 
 @dataclass

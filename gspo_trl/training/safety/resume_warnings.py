@@ -1,5 +1,6 @@
 """What a resume says: that it regenerates the rest of a rollout batch when the checkpoint
-fell inside one, and not the one expected warning (missing tied copies of the embeddings)."""
+fell inside one, and not the one expected warning (missing tied copies of the embeddings);
+and the logging, eval and save intervals it was given, applied (`IntervalsFromArgs`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import logging
 from collections.abc import Iterator
 from fractions import Fraction
 from typing import Any
+
+from transformers import TrainerCallback
 
 from gspo_trl.config.batch import RolloutBatch
 
@@ -30,6 +33,22 @@ def mid_batch_resume_note(batch: RolloutBatch, global_step: int) -> str | None:
 
 def _count(steps: Fraction) -> str:
     return str(steps.numerator) if steps.denominator == 1 else f"{float(steps):g}"
+
+
+class IntervalsFromArgs(TrainerCallback):
+    """Apply this launch's logging_steps, eval_steps and save_steps on a resume.
+
+    The Trainer sets them on its state from the arguments (`self.state.compute_steps(self.args,
+    max_steps)`, transformers/trainer.py:1631), then on a resume replaces the whole state with
+    the checkpoint's (`self.state = TrainerState.load_from_json(...)`, trainer.py:1639), whose
+    intervals are the old run's; `compare_trainer_and_checkpoint_args` (trainer_utils.py:1133)
+    only warns, and DefaultFlowCallback decides by the state's (`state.global_step %
+    state.logging_steps == 0`, trainer_callback.py:572). run_dir calls these keys fine to change
+    on a resume: this makes them so, at train begin (after the state is loaded)."""
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        state.compute_steps(args, state.max_steps)
+        return control
 
 
 MISSING_KEYS_PREFIX = "There were missing keys in the checkpoint model loaded: "

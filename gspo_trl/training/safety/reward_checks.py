@@ -18,6 +18,7 @@ naming that reward.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import numbers
 import traceback
@@ -27,6 +28,7 @@ from typing import Any
 from trl.trainer.utils import get_callable_name, is_async_callable
 
 from gspo_trl.errors import RewardFailedError, UserError
+from gspo_trl.training.safety.reward_calls import DEFAULT_TIME_LIMIT_S, guarded_call, restored_cwd
 
 MAX_UNJUDGED_BATCHES = 5
 """Rollout batches in a row in which a reward returns None for every completion before the
@@ -95,9 +97,13 @@ class CheckedReward:
         func: Callable[..., Any],
         max_unjudged_batches: int = MAX_UNJUDGED_BATCHES,
         first_batch: FirstRolloutBatch | None = None,
+        time_limit_s: float | None = None,
+        setting: str = "rewards[i]",
     ) -> None:
         self.func = func
         self.__name__ = get_callable_name(func)  # TRL's metric key
+        self.time_limit_s = DEFAULT_TIME_LIMIT_S if time_limit_s is None else time_limit_s
+        self.setting = setting  # the recipe entry a time-limit message points to
         self.max_unjudged_batches = max_unjudged_batches
         self.unjudged_batches = 0
         self.first_batch = first_batch
@@ -105,8 +111,11 @@ class CheckedReward:
     def __call__(
         self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (), **kwargs: Any
     ) -> Any:
+        def call() -> Any:
+            return self.func(prompts=prompts, completions=completions, **kwargs)
+
         try:
-            result = self.func(prompts=prompts, completions=completions, **kwargs)
+            result = guarded_call(self.__name__, self.time_limit_s, call, _batch(prompts), self.setting)
         except UserError:
             raise
         except Exception as error:
@@ -128,7 +137,13 @@ class CheckedReward:
                 f"reward {self.__name__!r} returned {_short(result)}, not a list of scores "
                 "(one per completion)"
             )
-        scores = list(result)
+        shape = getattr(result, "shape", None)
+        if shape is not None and len(shape) != 1:
+            raise RewardFailedError(
+                f"reward {self.__name__!r} returned an array of shape {tuple(shape)} for {len(completions)} "
+                "completions; return one score per completion (a list or a 1-D array)"
+            )
+        scores = [_as_number(score) for score in result]
         if len(scores) != len(completions):
             raise RewardFailedError(
                 f"reward {self.__name__!r} returned {len(scores)} scores for {len(completions)} completions "
@@ -184,31 +199,48 @@ class AsyncCheckedReward(CheckedReward):
         self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (), **kwargs: Any
     ) -> Any:
         try:
-            result = await self.func(prompts=prompts, completions=completions, **kwargs)
+            with restored_cwd(self.__name__):
+                result = await asyncio.wait_for(
+                    self.func(prompts=prompts, completions=completions, **kwargs), self.time_limit_s
+                )
         except UserError:
             raise
+        except TimeoutError:
+            raise RewardFailedError(
+                f"reward {self.__name__!r} did not return within {self.time_limit_s:g} s on a batch "
+                f"({_batch(prompts)}); fix the reward, or raise its limit ({self.setting}.time_limit_s)"
+            ) from None
         except Exception as error:
             raise self._raised(error, prompts) from error
         return self.check(result, completions, prompts)
 
 
+def _batch(prompts: Sequence[Any] | None) -> str:
+    return f"{len(prompts)} completions, first prompt {_short(prompts[0])}" if prompts else "no prompts"
+
+
 def with_reward_checks(
-    reward_funcs: Sequence[Any], max_unjudged_batches: int = MAX_UNJUDGED_BATCHES
+    reward_funcs: Sequence[Any],
+    max_unjudged_batches: int = MAX_UNJUDGED_BATCHES,
+    time_limits_s: Sequence[float | None] | None = None,
 ) -> list[Any]:
-    """Each reward function wrapped in a CheckedReward; reward models (nn.Module) and ids as given."""
+    """Each reward function wrapped in a CheckedReward; reward models (nn.Module) and ids as given.
+    `time_limits_s`: per reward (None: DEFAULT_TIME_LIMIT_S), from the recipe's `time_limit_s`."""
     models = [
         func for func in reward_funcs if isinstance(func, str) or not callable(func) or _is_module(func)
     ]
     functions = [func for func in reward_funcs if not any(func is model for model in models)]
     first_batch = None if models else FirstRolloutBatch([get_callable_name(func) for func in functions])
+    limits = list(time_limits_s) if time_limits_s is not None else [None] * len(reward_funcs)
     guarded: list[Any] = []
-    for func in reward_funcs:
+    for index, (func, limit) in enumerate(zip(reward_funcs, limits, strict=True)):
+        checks = (max_unjudged_batches, first_batch, limit, f"rewards[{index}]")
         if any(func is model for model in models):
             guarded.append(func)
         elif is_async_callable(func):
-            guarded.append(AsyncCheckedReward(func, max_unjudged_batches, first_batch))
+            guarded.append(AsyncCheckedReward(func, *checks))
         else:
-            guarded.append(CheckedReward(func, max_unjudged_batches, first_batch))
+            guarded.append(CheckedReward(func, *checks))
     return guarded
 
 

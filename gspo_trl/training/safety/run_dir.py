@@ -3,19 +3,20 @@
 `claim_run_dir` is what `gspo-trl train` does with its output_dir after the preflight checks
 and before anything heavy is imported, so each refusal below takes as long as `validate`:
 
-- a lock file (LOCK_FILE) naming the holder (pid, host, start) keeps a second run out while
-  the first lives; one left by a dead process on this host (kill -9, a crash) is taken over
-  with a warning, one from another host is reported with how to remove it;
+- a lock file (gspo_trl.training.safety.run_lock) held with flock and naming the holder keeps
+  a second run out while the first lives; the kernel lets go of a dead holder's lock (kill -9,
+  a crash), and the next run takes it over with a warning naming the run that left it;
 - a directory holding a previous run's training output (checkpoints, trainer_state.json,
   metrics.jsonl) is refused unless the launch says what to do with it: `--resume` continues
   it, `--overwrite` deletes its checkpoints and logs first (what the HF Trainer's users know
   as overwrite_output_dir), so a later `--resume` cannot jump into the old run's checkpoints;
 - `--resume` picks the newest checkpoint holding every part a resume reads
   (gspo_trl.model.checkpoints.resumable_checkpoint) and refuses over a finished run with no
-  checkpoint left instead of starting it again from scratch;
-- RUN_RECORD holds what defines the run (every resolved recipe key, the data's fingerprint,
-  the number of processes); `--resume` refuses when a defining key differs, listing each, and
-  warns for keys that only change logging, saving or length (HARMLESS_KEYS).
+  checkpoint left instead of starting it again from scratch, and says a run whose checkpoint
+  already reached its last step is complete (RunComplete: exit 0, nothing written);
+- RUN_RECORD holds what defines the run (gspo_trl.training.safety.run_record); `--resume`
+  refuses when a defining key differs, listing each, and warns for keys that only change
+  logging, saving or length.
 
 Only the launch's main process (RANK 0) takes the lock and writes; every process reaches the
 same decisions from the same files.
@@ -24,65 +25,32 @@ same decisions from the same files.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
 import shutil
-import socket
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from gspo_trl.config.recipe import Recipe, recipe_as_yaml
+from gspo_trl.config.recipe import Recipe
 from gspo_trl.errors import RunDirError
 from gspo_trl.metric_names import METRICS_FILE
 from gspo_trl.model.checkpoints import TRAINER_STATE, checkpoints_newest_first, resumable_checkpoint
+from gspo_trl.training.safety.run_lock import LOCK_FILE, RunLock
+from gspo_trl.training.safety.run_record import RUN_RECORD, compare_records, run_record
+
+__all__ = ["LOCK_FILE", "RUN_RECORD", "RunClaim", "RunComplete", "RunLock", "claim_run_dir"]
 
 logger = logging.getLogger(__name__)
 
-LOCK_FILE = ".gspo-trl.lock"
-RUN_RECORD = "run.json"
 STAGING = ".staging"
 """gspo_trl.training.safety.staged_checkpoints.STAGING, named here without transformers (a test pins it)."""
-FINGERPRINT_ROWS = 1000
-"""Rows hashed whole into the data fingerprint (with the row count and the column names)."""
-HARMLESS_KEYS = (
-    "output_dir",
-    "logging_steps",
-    "logging_first_step",
-    "logging_strategy",
-    "report_to",
-    "run_name",
-    "project",
-    "trackio_space_id",
-    "save_steps",
-    "save_strategy",
-    "save_total_limit",
-    "save_only_model",
-    "max_steps",
-    "num_train_epochs",
-    "eval_steps",
-    "eval_strategy",
-    "per_device_eval_batch_size",
-    "dataloader_num_workers",
-    "log_completions",
-    "num_completions_to_print",
-    "gradient_checkpointing",
-    "vllm_server_host",
-    "vllm_server_port",
-    "vllm_server_timeout",
-    "vllm_gpu_memory_utilization",
-    "heldout.",
-    "diagnostics.",
-)
-"""Keys (a trailing dot: a whole section) a resumed run may change: they decide what is logged,
-saved, evaluated or how long it trains, not what is trained on or how. Every other key defines
-the run."""
+
+
+class RunComplete(Exception):
+    """`--resume` of a run that already reached its last step: nothing to train (exit 0)."""
 
 
 @dataclass
@@ -144,7 +112,8 @@ def _decide(folder: Path, record: dict[str, Any], resume: bool, overwrite: bool)
             )
         logger.warning("--resume: no complete checkpoint in %s; starting from scratch", folder)
         return None
-    compare_records(folder, record)
+    compare_records(folder, record, checkpoint)
+    check_not_finished(folder, checkpoint, record)
     return checkpoint
 
 
@@ -176,177 +145,58 @@ def clear_previous_run(folder: Path) -> None:
     logger.warning("--overwrite: removed the previous run's %s from %s", ", ".join(removed), folder)
 
 
-# --- what defines a run ----------------------------------------------------------------------
+def check_not_finished(folder: Path, checkpoint: Path, record: dict[str, Any]) -> None:
+    """Raise RunComplete when `checkpoint` is at or past the step the resumed run would end at.
 
-
-def run_record(recipe: Recipe, data: Any) -> dict[str, Any]:
-    """The run's identity: every resolved recipe key (flattened), the data fingerprint, processes."""
-    text = recipe_as_yaml(recipe)
-    content = yaml.safe_load(text)
-    keys = _flatten({key: value for key, value in content.items()})
-    keys["data (fingerprint of the training rows)"] = (
-        data_fingerprint(data.train) if data is not None else None
-    )
-    keys["processes"] = int(os.environ.get("WORLD_SIZE", "1"))
-    return {"recipe_sha256": hashlib.sha256(text.encode()).hexdigest(), "keys": keys}
-
-
-def data_fingerprint(rows: Any) -> str:
-    """sha256 of the row count, the column names and the first FINGERPRINT_ROWS rows."""
-    digest = hashlib.sha256(json.dumps([len(rows), sorted(rows.column_names)]).encode())
-    for row in rows.select(range(min(FINGERPRINT_ROWS, len(rows)))):
-        digest.update(json.dumps(row, sort_keys=True, default=str).encode())
-    return digest.hexdigest()[:16]
-
-
-NESTED_SECTIONS = ("model", "data", "heldout", "diagnostics", "engine", "moe")
-"""Recipe sections compared key by key between a run and its resume."""
-
-
-def _flatten(content: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in content.items():
-        if (
-            isinstance(value, dict)
-            and value
-            and key in ("model", "data", "heldout", "diagnostics", "engine", "moe")
-        ):
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
-def _harmless(key: str) -> bool:
-    return any(key == entry or (entry.endswith(".") and key.startswith(entry)) for entry in HARMLESS_KEYS)
-
-
-def compare_records(folder: Path, record: dict[str, Any]) -> None:
-    """Refuse a resume whose defining keys differ from the run's record; warn for harmless ones."""
-    path = folder / RUN_RECORD
-    try:
-        old = json.loads(path.read_text(encoding="utf-8"))["keys"]
-    except FileNotFoundError:
-        logger.warning(
-            "--resume: %s has no %s (an older gspo-trl); not checked for a different run", folder, path.name
+    transformers' Trainer resumed at its last step still trains one more before its
+    `global_step >= max_steps` check (DefaultFlowCallback.on_step_end): `--resume` of a finished
+    8-step run wrote checkpoint-9, and `--max_steps 8` over a 16-step run trained step 17 and
+    replaced its final model. The end is `max_steps` when set, else (epochs) the total the
+    checkpoint's own state recorded, when num_train_epochs is unchanged."""
+    state = _read_state(checkpoint / TRAINER_STATE)
+    if state is None:
+        return  # resumable_checkpoint read it whole; a race with a deleting user is not ours
+    step = int(state.get("global_step") or 0)
+    keys = record["keys"]
+    max_steps = keys.get("max_steps")
+    if isinstance(max_steps, int) and max_steps > 0:
+        end, why = max_steps, f"max_steps is {max_steps}"
+    elif keys.get("num_train_epochs") == state.get("num_train_epochs") and state.get("max_steps"):
+        end, why = (
+            int(state["max_steps"]),
+            f"{state['num_train_epochs']} epoch(s) are {state['max_steps']} steps",
         )
+    else:
         return
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise RunDirError(
-            f"--resume: {path} is unreadable ({error}); resume with --overwrite or a new output_dir"
-        ) from None
-    new = record["keys"]
-    changed = [key for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
-    shown = [f"{key} ({_short(old.get(key))} -> {_short(new.get(key))})" for key in changed]
-    defining = [text for key, text in zip(changed, shown, strict=True) if not _harmless(key)]
-    harmless = [text for key, text in zip(changed, shown, strict=True) if _harmless(key)]
-    if defining:
-        raise RunDirError(
-            f"--resume: {folder} is a different run: {'; '.join(defining)}. Resume it with the settings it "
-            f"started with ({folder / 'recipe.yaml'}), or train into another output_dir"
-        )
-    if harmless:
-        logger.warning("--resume: changed since %s started (fine to change): %s", folder, "; ".join(harmless))
+    if step < end:
+        return
+    final = _read_state(folder / TRAINER_STATE)
+    model = (
+        f"its final model is in {folder}"
+        if final is not None and int(final.get("global_step") or 0) >= step
+        else f"{checkpoint} holds its model (the final save did not happen)"
+    )
+    raise RunComplete(
+        f"--resume: {folder} is complete: {checkpoint.name} is at step {step} and {why}; nothing to "
+        f"train ({model}). To train on, raise max_steps above {step}"
+    )
 
 
-def _short(value: Any) -> str:
-    text = json.dumps(value, default=str)
-    return text if len(text) <= 60 else text[:57] + "..."
+def _read_state(path: Path) -> dict[str, Any] | None:
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) else None
 
 
 def _write_json(path: Path, content: dict[str, Any]) -> None:
     temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(content, indent=1, default=str) + "\n", encoding="utf-8")
-    os.replace(temporary, path)
-
-
-# --- the lock ----------------------------------------------------------------------------------
-
-
-def _process_start(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (/proc/PID/stat field 22), or None."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def _alive(pid: int, started: str | None) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # another user's live process
-    current = _process_start(pid)
-    return started is None or current is None or current == started  # a reused pid is not the holder
-
-
-class RunLock:
-    """OUTPUT_DIR/LOCK_FILE, created atomically (a hard link of a complete file: no reader ever
-    sees it empty, and link is atomic on NFS too) and holding its holder as JSON."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.holder = {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "process_start": _process_start(os.getpid()),
-            "since": time.strftime("%Y-%m-%d %H:%M:%S"),
-        }
-        self.held = False
-
-    def acquire(self) -> None:
-        for _ in range(2):  # a second try after removing a stale lock
-            temporary = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-            try:
-                temporary.write_text(json.dumps(self.holder), encoding="utf-8")
-                os.link(temporary, self.path)
-                self.held = True
-                return
-            except FileExistsError:
-                self._remove_if_stale()
-            except OSError as error:
-                raise RunDirError(
-                    f"output_dir: cannot write the run lock {self.path}: {error.strerror}"
-                ) from None
-            finally:
-                with contextlib.suppress(OSError):
-                    temporary.unlink()
-        raise RunDirError(f"output_dir: could not take the run lock {self.path}; another run keeps taking it")
-
-    def _remove_if_stale(self) -> None:
-        try:
-            holder = json.loads(self.path.read_text(encoding="utf-8"))
-            pid, host = int(holder["pid"]), str(holder["host"])
-        except FileNotFoundError:
-            return  # released meanwhile: try again
-        except (OSError, ValueError, KeyError, TypeError):
-            logger.warning("output_dir: removing an unreadable run lock %s", self.path)
-            self.path.unlink(missing_ok=True)
-            return
-        if host == socket.gethostname() and not _alive(pid, holder.get("process_start")):
-            logger.warning(
-                "output_dir: taking over the lock %s of pid %d (started %s), which no longer runs",
-                self.path,
-                pid,
-                holder.get("since"),
-            )
-            self.path.unlink(missing_ok=True)
-            return
-        elsewhere = (
-            "" if host == socket.gethostname() else " (another host: if that run is gone, delete the lock)"
-        )
+        temporary.write_text(json.dumps(content, indent=1, default=str) + "\n", encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError as error:
         raise RunDirError(
-            f"output_dir {str(self.path.parent)!r} is in use by another run: pid {pid} on {host}, since "
-            f"{holder.get('since')}{elsewhere}; wait for it or give another output_dir"
-        )
-
-    def release(self) -> None:
-        if not self.held:
-            return
-        with contextlib.suppress(OSError, ValueError):
-            if json.loads(self.path.read_text(encoding="utf-8")).get("pid") == os.getpid():
-                self.path.unlink()
-        self.held = False
+            f"output_dir: cannot write {path} ({error.strerror}); remove what is there or give another "
+            "output_dir"
+        ) from None

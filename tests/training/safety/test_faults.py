@@ -301,8 +301,12 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
-    """(size, mtime) of every file: equal snapshots mean nothing was written or removed."""
-    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
+    """(size, mtime) of every file but the run lock (every launch takes and releases it): equal
+    snapshots mean nothing was written or removed."""
+    from gspo_trl.training.safety.run_dir import LOCK_FILE
+
+    files = (p for p in folder.rglob("*") if p.name != LOCK_FILE)
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in files}
 
 
 def global_step(run: Path) -> int:
@@ -321,7 +325,7 @@ def lock_held_by(run: Path, alive: bool) -> Iterator[int]:
     for one that has exited (what kill -9 leaves)."""
     import socket
 
-    from gspo_trl.training.safety.run_dir import LOCK_FILE, _process_start
+    from gspo_trl.training.safety.run_lock import LOCK_FILE, _process_start
 
     holder = subprocess.Popen(["sleep", "300" if alive else "0"])
     if not alive:
@@ -469,7 +473,7 @@ def test_issue_21_runs_neither_overwrite_nor_resume_the_wrong_thing(
         assert global_step(run) == 4 and (run / "checkpoint-4" / "model.safetensors").is_file()
         assert metrics_steps(run) == [1, 2, 3, 4, 3, 4], "not resumed from checkpoint-2"
     if case.startswith("12+14"):
-        assert not (run / ".gspo-trl.lock").exists(), "the lock outlived its run"
+        assert (run / ".gspo-trl.lock").read_text() == "", "the lock still names its finished run"
     if case.startswith("13"):
         assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-2"], "old checkpoints left"
         assert global_step(run) == 2 and max(metrics_steps(run)) == 2, "the old run's log is mixed in"

@@ -1,0 +1,104 @@
+"""Stop a run whose numbers stopped being numbers, before it saves them over anything.
+
+A learning rate a million times too large turns the weights into inf/NaN within a step or two.
+Nothing in transformers stops for it: the Trainer's default `logging_nan_inf_filter` even
+replaces a NaN loss by the running mean in the logged loss (`if loss is nan or inf simply add
+the average of previous logged losses`, transformers/trainer.py:1849), so the run saved an
+all-NaN model and exited 0, or died at the next rollout in torch's sampling ("probability tensor
+contains either `inf`, `nan` or element < 0"). `StopOnNonFinite` checks, at the end of every
+optimizer step, before the Trainer's `_maybe_log_save_evaluate` can save (trainer.py:1883), and
+so before the final `save_model` too:
+
+- the trainable weights (one max-abs reduction per parameter, a few ms even for billions of
+  weights on a GPU; the local shard under FSDP or ZeRO-3, any rank's failure stops all);
+- the loss and grad norm of every logging event (`on_log`, before that event's save).
+
+It raises `NonFiniteTrainingError` (a UserError: one line, exit 2) naming the step and the last
+complete checkpoint, which stays as it was: `--resume` with a lower learning rate continues
+from there.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from transformers import TrainerCallback
+
+from gspo_trl.errors import NonFiniteTrainingError
+from gspo_trl.model.checkpoints import latest_checkpoint
+from gspo_trl.training.probes.base import Probe, ProbeCallbacks
+
+WATCHED_LOGS = ("loss", "grad_norm")
+"""Logged values that must stay finite (both are what the optimizer step just used)."""
+
+
+class StopOnNonFinite(TrainerCallback):
+    """Raises NonFiniteTrainingError at the first step whose weights, loss or grad norm is inf/NaN."""
+
+    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> Any:
+        if model is not None and _any_rank(not weights_finite(model), args):
+            raise _stopped(args, state.global_step, "the weights hold inf or NaN")
+        return control
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any):
+        bad = [
+            f"{key} {value}"
+            for key, value in (logs or {}).items()
+            if key in WATCHED_LOGS and isinstance(value, int | float) and not math.isfinite(value)
+        ]
+        if bad:  # logs are the same on every rank (the Trainer gathers them first)
+            raise _stopped(args, state.global_step, ", ".join(bad))
+        return control
+
+
+def weights_finite(model: Any) -> bool:
+    """True when every trainable parameter (the local shard under FSDP/ZeRO-3) is finite."""
+    import torch
+
+    tensors = []
+    for parameter in model.parameters():
+        if not parameter.requires_grad:
+            continue
+        local = getattr(parameter, "ds_tensor", None)  # DeepSpeed ZeRO-3 keeps the shard here
+        local = local if local is not None else parameter
+        local = local.to_local() if hasattr(local, "to_local") else local  # FSDP2 DTensor
+        if local.numel():
+            tensors.append(local.detach())
+    if not tensors:
+        return True
+    # max |w| per tensor (NaN propagates through amax), one sync for the whole model
+    peaks = torch.stack(
+        [torch.linalg.vector_norm(t, ord=math.inf).float().to(tensors[0].device) for t in tensors]
+    )
+    return bool(torch.isfinite(peaks).all())
+
+
+def _any_rank(flag: bool, args: Any) -> bool:
+    """True when any process of the launch has the flag set."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return flag
+    value = torch.tensor([1.0 if flag else 0.0], device=args.device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
+def _stopped(args: Any, step: int, what: str) -> NonFiniteTrainingError:
+    kept = latest_checkpoint(args.output_dir)
+    where = f"{kept} is kept as it was" if kept else "no checkpoint was saved before it"
+    return NonFiniteTrainingError(
+        f"training diverged at step {step}: {what}; nothing of it was saved ({where}). Lower "
+        f"learning_rate (now {args.learning_rate:g}) or max_grad_norm, then --resume from the last "
+        "checkpoint or --overwrite to start again"
+    )
+
+
+class NonFiniteProbe(Probe):
+    """StopOnNonFinite as one of GSPOTrainer's built-in probes: its callback runs after
+    transformers' own and the trackers', so the step's log reaches them before the run stops."""
+
+    def callbacks(self) -> ProbeCallbacks:
+        return ProbeCallbacks(after_reporting=[StopOnNonFinite()])
