@@ -31,6 +31,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+RESOLVED_RECIPE = "recipe.yaml"
+"""Written into output_dir before training: the recipe with defaults and overrides applied
+(read back by `gspo-trl eval RUN_DIR`, so it grades as the run trained)."""
+
+
 MAX_RECIPE_BYTES = 256 << 10
 """A recipe is a page of keys (the largest shipped one is under 5 KB), and PyYAML's safe loader
 takes seconds per 100 KB (26 s for 1.3 MB on this project's 2-core machine): a larger file is

@@ -18,6 +18,7 @@ from typing import Any
 import gspo_trl.rewards as rewards
 from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.config.recipe import Recipe, recipe_as_yaml
+from gspo_trl.config.recipe_file import RESOLVED_RECIPE
 from gspo_trl.cpu_threads import resize_torch_threads
 from gspo_trl.model.checkpoints import latest_checkpoint
 from gspo_trl.model.hub import hub_model_errors
@@ -33,9 +34,6 @@ from gspo_trl.training.safety.reward_checks import with_reward_checks
 from gspo_trl.training.safety.run_dir import claim_run_dir
 
 logger = logging.getLogger("gspo_trl")
-
-RESOLVED_RECIPE = "recipe.yaml"
-"""Written into output_dir before training: the recipe with defaults and overrides applied."""
 
 
 def _on_cpu_only() -> bool:
