@@ -100,7 +100,8 @@ def _work(plan: Plan) -> list[str]:
         "Work per rollout batch (estimate, at maximal lengths)",
         f"  {work.prompts} prompts, {work.completions} completions, {work.tokens:,} tokens, "
         f"{work.optimizer_steps:g} optimizer step(s)",
-        f"  training FLOPs {work.training_flops:.3g} (6 x active params x tokens + attention"
+        f"  training FLOPs {work.training_flops:.3g} ("
+        f"{'4 x frozen + 6 x adapter' if plan.setup.lora else '6 x active'} params x tokens + attention"
         f"{', + 1 forward for checkpointing' if plan.setup.gradient_checkpointing else ''})",
         f"  old log-prob forward {work.old_logprob_flops:.3g}, reference forward {work.reference_flops:.3g}",
         f"  FLOPs per optimizer step {work.flops_per_optimizer_step:.3g}",
