@@ -6,10 +6,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from gspo_trl.model.gpus import GPU_RATES, usable_memory_gib
 from gspo_trl.plan.activations import activation_term, logits_term
 from gspo_trl.plan.generation_memory import generate_kv_term
 from gspo_trl.plan.memory import MemoryTerm, model_state_terms
-from gspo_trl.plan.model_shape import ModelShape, load_model_shape
+from gspo_trl.plan.model_shape import ModelShape, PlanError, load_model_shape
 from gspo_trl.plan.setup import Setup, make_setup
 from gspo_trl.plan.throughput import (
     H100_BF16_DENSE_TFLOPS,
@@ -28,7 +29,7 @@ from gspo_trl.plan.verdict import (
     vllm_starved,
     vllm_utilization_needed,
 )
-from gspo_trl.plan.vllm_memory import ENGINE_OVERHEAD_BYTES, GIB, VllmPlan, vllm_plan, vllm_term
+from gspo_trl.plan.vllm_memory import ENGINE_OVERHEAD_BYTES, GIB, VllmPlan, vllm_plan, vllm_terms
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ class Plan:
     vllm: VllmPlan | None
     verdict: Verdict
     throughput: Throughput
+    capacity_note: str = ""
+    """What `setup.gpu_memory_gib` is: the usable GiB per GPU and where the figure comes from."""
 
 
 def memory_terms(shape: ModelShape, setup: Setup) -> tuple[list[MemoryTerm], VllmPlan | None]:
@@ -49,7 +52,7 @@ def memory_terms(shape: ModelShape, setup: Setup) -> tuple[list[MemoryTerm], Vll
     terms += [activation_term(shape, setup), logits_term(shape, setup)]
     engine = vllm_plan(shape, setup) if setup.colocated_vllm else None
     if engine is not None:
-        terms.append(vllm_term(engine, setup))
+        terms += vllm_terms(engine, setup)
     elif not setup.use_vllm:
         terms.append(generate_kv_term(shape, setup))
     return terms, engine
@@ -140,6 +143,7 @@ def plan(
     allow_pure_bf16: bool = False,
     peak_tflops: float = H100_BF16_DENSE_TFLOPS,
     bandwidth_tb_s: float = H100_SXM_BANDWIDTH_TB_S,
+    gpu_name: str | None = None,
 ) -> Plan:
     """Plan a GSPO/GRPO run: per-GPU memory, a verdict with the first fix, and a work estimate.
 
@@ -150,17 +154,23 @@ def plan(
     zero3 or fsdp2; `lora` holds peft.LoraConfig fields; `dtype` the recipe's `model.dtype` (None:
     the checkpoint's own; bfloat16 is trained as float32 without DeepSpeed or LoRA unless
     `allow_pure_bf16`, gspo_trl.model.precision).
-    `gpu_memory_gb` is the card's nominal size, read as GiB; `peak_tflops` and `bandwidth_tb_s`
-    (H100 SXM by default) only scale the time estimates.
+    `gpu_memory_gb` is the card's nominal size ("80" GB); the plan fills only what CUDA reports
+    of it (gspo_trl.model.gpus.usable_memory_gib: measured for `gpu_name` H100/H200, else an
+    assumed share). `peak_tflops` and `bandwidth_tb_s` (H100 SXM by default) only scale the time
+    estimates.
     """
     if isinstance(model_name_or_path, ModelShape):
         shape = model_name_or_path
     else:
         shape = load_model_shape(model_name_or_path)
+    if not gpu_memory_gb > 0:
+        raise PlanError(f"gpu_memory_gb = {gpu_memory_gb!r}: expected a positive number")
+    rates = next((row for row in GPU_RATES if row.name == gpu_name), None)
+    usable_gib, capacity_note = usable_memory_gib(gpu_memory_gb, rates)
     setup = make_setup(
-        training, shape, strategy, nodes, gpus_per_node, gpu_memory_gb, lora, dtype, allow_pure_bf16
+        training, shape, strategy, nodes, gpus_per_node, usable_gib, lora, dtype, allow_pure_bf16
     )
     terms, engine, verdict = judge(shape, setup)
     verdict = dataclasses.replace(verdict, fix=first_fix(shape, setup, verdict, engine))
     work = throughput(shape, setup, engine, peak_tflops, bandwidth_tb_s)
-    return Plan(shape, setup, terms, engine, verdict, work)
+    return Plan(shape, setup, terms, engine, verdict, work, capacity_note)

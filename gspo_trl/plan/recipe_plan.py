@@ -124,6 +124,7 @@ def plan_recipe(
             allow_pure_bf16=recipe.model.allow_pure_bf16,
             peak_tflops=gpu.bf16_dense_tflops,
             bandwidth_tb_s=gpu.bandwidth_tb_s,
+            gpu_name=gpu.name,
         )
     except PlanError as error:
         raise PlanError(f"recipe {recipe.source}: {error}") from None

@@ -37,7 +37,7 @@ def _topology(plan: Plan) -> list[str]:
         f"  model     {_params(shape.total_params)} params{active} "
         f"({_params(shape.non_embedding_params)} non-embedding), weights {setup.weights_dtype}, {lora}",
         f"  topology  {setup.nodes} node(s) x {setup.gpus_per_node} GPU(s) = {setup.world_size}, "
-        f"{setup.gpu_memory_gib:g} GiB each, strategy {setup.strategy}",
+        f"{setup.gpu_memory_gib:g} GiB usable each ({plan.capacity_note}), strategy {setup.strategy}",
         f"  batch     {setup.per_device_train_batch_size} per GPU x ({prompt} prompt + "
         f"{setup.max_completion_length} completion) = {setup.micro_batch_tokens} tokens per micro-batch; "
         f"gradient_checkpointing {str(setup.gradient_checkpointing).lower()}",
