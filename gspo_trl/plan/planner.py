@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
+from gspo_trl.config.trl_fields import grpo_default
 from gspo_trl.model.gpus import GPU_RATES, usable_memory_gib
 from gspo_trl.plan.activations import activation_term, logits_term
 from gspo_trl.plan.generation_memory import generate_kv_term
@@ -21,11 +23,13 @@ from gspo_trl.plan.throughput import (
 from gspo_trl.plan.verdict import (
     DOES_NOT_FIT,
     FITS,
+    LORA_LEARNING_RATE_FACTOR,
     TIGHT,
     Fix,
     Verdict,
     candidate_fixes,
     classify,
+    override_flags,
     vllm_starved,
     vllm_utilization_needed,
 )
@@ -96,10 +100,12 @@ def fix_chain(
     return chain
 
 
-def first_fix(shape: ModelShape, setup: Setup, verdict: Verdict, engine: VllmPlan | None) -> str | None:
-    """What to change first, in words, with the re-planned outcome."""
+def first_fix(
+    shape: ModelShape, setup: Setup, verdict: Verdict, engine: VllmPlan | None, learning_rate: float
+) -> tuple[str | None, str | None]:
+    """What to change first, in words with the re-planned outcome, and as recipe overrides."""
     if verdict.status == FITS:
-        return None
+        return None, None
     if engine is not None and vllm_starved(engine.kv_tokens, engine.sequence_length):
         needed = vllm_utilization_needed(
             engine.weight_bytes,
@@ -108,9 +114,11 @@ def first_fix(shape: ModelShape, setup: Setup, verdict: Verdict, engine: VllmPla
             engine.sequence_length,
             verdict.gpu_bytes,
         )
+        needed = math.ceil(needed * 100) / 100
         return (
             f"vllm_gpu_memory_utilization >= {needed:.2f}: the engine's KV cache cannot hold one "
-            f"{engine.sequence_length}-token rollout (or vllm_mode: server)"
+            f"{engine.sequence_length}-token rollout (or vllm_mode: server)",
+            f"--vllm_gpu_memory_utilization {needed:.2f}",
         )
     chain: list[tuple[Fix, Verdict]] = []
     for allow_lora in (False, True):
@@ -123,12 +131,22 @@ def first_fix(shape: ModelShape, setup: Setup, verdict: Verdict, engine: VllmPla
         if chain and chain[-1][1].status != DOES_NOT_FIT:
             break
     if not chain and verdict.status == TIGHT:
-        return "none of the plan's fixes gets below 90%: watch for fragmentation OOMs"
+        return "none of the plan's fixes gets below 90%: watch for fragmentation OOMs", None
     if not chain:
-        return "more GPUs or a smaller model: no change the plan knows helps"
+        return "more GPUs or a smaller model: no change the plan knows helps", None
     steps = " then ".join(fix.description for fix, _ in chain)
     outcome = chain[-1][1]
-    return f"{steps} -> {outcome.status}, peak {outcome.peak_bytes / GIB:.1f} GiB"
+    text = f"{steps} -> {outcome.status}, peak {outcome.peak_bytes / GIB:.1f} GiB"
+    flags = override_flags([fix for fix, _ in chain])
+    if any("lora" in fix.overrides for fix, _ in chain):
+        lora_rate = learning_rate * LORA_LEARNING_RATE_FACTOR
+        text += (
+            f"; LoRA usually wants ~{LORA_LEARNING_RATE_FACTOR}x full fine-tuning's learning_rate "
+            f"({learning_rate:g} -> {lora_rate:g}; recipes/qwen3-4b: 1e-6 full, 1e-5 LoRA), and a wider "
+            "clip range (recipes/qwen3-4b/math-lora.yaml's header)"
+        )
+        flags += f" --learning_rate {lora_rate:g}"
+    return text, flags
 
 
 def plan(
@@ -171,6 +189,8 @@ def plan(
         training, shape, strategy, nodes, gpus_per_node, usable_gib, lora, dtype, allow_pure_bf16
     )
     terms, engine, verdict = judge(shape, setup)
-    verdict = dataclasses.replace(verdict, fix=first_fix(shape, setup, verdict, engine))
+    learning_rate = float(training.get("learning_rate", grpo_default("learning_rate")))
+    fix, flags = first_fix(shape, setup, verdict, engine, learning_rate)
+    verdict = dataclasses.replace(verdict, fix=fix, fix_flags=flags)
     work = throughput(shape, setup, engine, peak_tflops, bandwidth_tb_s)
     return Plan(shape, setup, terms, engine, verdict, work, capacity_note)

@@ -175,5 +175,5 @@ def launch_hardware_warning(recipe: Recipe) -> str | None:
     return (
         f"warning: does not fit the `launch:` hardware ({stated}) per `gspo-trl plan`: peak "
         f"{verdict.peak_bytes / 2**30:.0f} GiB per GPU, mostly {verdict.dominant.name}; "
-        f"first fix: {verdict.fix}"
+        f"first fix: {verdict.fix}" + (f" ({verdict.fix_flags})" if verdict.fix_flags else "")
     )

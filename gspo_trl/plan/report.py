@@ -90,6 +90,8 @@ def _verdict(plan: Plan) -> list[str]:
     ]
     if verdict.fix:
         lines.append(f"  first fix to try: {verdict.fix}")
+    if verdict.fix_flags:
+        lines.append(f"  as overrides: {verdict.fix_flags}")
     return lines
 
 
