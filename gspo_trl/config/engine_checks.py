@@ -98,13 +98,23 @@ def installed_vllm_version() -> str | None:
     return None
 
 
+SHIPPED_MODEL_CONFIGS = "plan/model_configs"
+"""Under the package: the hub configs of the shipped recipes' models (Qwen/<stem>.json), which
+`gspo-trl plan` reads too; a fallback when the Hugging Face cache has no copy (read as files,
+not imported: gspo_trl.plan is a higher layer)."""
+
+
 def local_model_config(name_or_path: str) -> dict[str, Any] | None:
-    """A model's config.json from its directory or the Hugging Face cache; None when neither has
-    it (nothing is downloaded: the check it feeds must not need the network)."""
+    """A model's config.json from its directory, the Hugging Face cache, or the package's shipped
+    copy of a hub config; None when none has it (nothing is downloaded: the check it feeds must
+    not need the network)."""
     import json
     from pathlib import Path
 
     path = Path(name_or_path).expanduser() / "config.json"
+    shipped = Path(__file__).parents[1] / SHIPPED_MODEL_CONFIGS / f"{name_or_path.split('/')[-1]}.json"
+    if not path.is_file() and name_or_path.startswith("Qwen/") and shipped.is_file():
+        path = shipped
     if not path.is_file():
         from huggingface_hub import try_to_load_from_cache
 
@@ -122,8 +132,10 @@ def local_model_config(name_or_path: str) -> dict[str, Any] | None:
 
 
 def check_vllm_for_moe(model: str, training: Mapping[str, Any], vllm_version: str | None = None) -> None:
-    """`check_moe_weight_sync` for a recipe that generates with vLLM (version: the installed one)."""
-    if not training.get("use_vllm"):
+    """`check_moe_weight_sync` for a recipe that generates with a colocated vLLM (version: the
+    installed one). In server mode the server's vLLM loads the weights, and the trainer asks it
+    for its version when training starts (gspo_trl.training.engine.vllm_server)."""
+    if not training.get("use_vllm") or training.get("vllm_mode") == "server":
         return
     config = local_model_config(model)
     if config is None:

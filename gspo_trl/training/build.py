@@ -42,8 +42,12 @@ def _on_cpu_only() -> bool:
     return not torch.cuda.is_available()
 
 
-def _deepspeed_launch() -> bool:
-    """True under `accelerate launch` with a DeepSpeed config (accelerate sets this variable)."""
+def _deepspeed_launch(recipe: Recipe) -> bool:
+    """True under `accelerate launch` with a DeepSpeed config (accelerate sets this variable), or
+    with TrainingArguments' own `deepspeed` key (the `deepspeed` launcher sets no such variable;
+    transformers then builds the DeepSpeed engine from that config itself)."""
+    if recipe.training.get("deepspeed"):
+        return True
     return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
 
 
@@ -51,7 +55,7 @@ def _weights_dtype(recipe: Recipe, dtype: Any) -> Any:
     """The dtype to load trainable weights in (gspo_trl.model.precision: bfloat16 becomes
     float32 where nothing keeps fp32 master weights)."""
     precision = training_weight_precision(
-        dtype, _deepspeed_launch(), bool(recipe.model.lora), recipe.model.allow_pure_bf16
+        dtype, _deepspeed_launch(recipe), bool(recipe.model.lora), recipe.model.allow_pure_bf16
     )
     if not precision.upcast:
         return dtype
@@ -102,7 +106,7 @@ def build_trainer(recipe: Recipe, data: PreparedData | None = None) -> Any:
     reward_funcs = with_reward_checks([rewards.get(entry.spec, **entry.params) for entry in recipe.rewards])
     args = gspo_config(recipe)
     check_one_gpu_per_process(args.n_gpu, recipe.source, args.model_init_kwargs or {})
-    check_vllm_server(args)  # before the model loads: a missing server fails in seconds
+    check_vllm_server(args, model=recipe.model.name_or_path)  # before the model loads: fails in seconds
     model_path = resolve_model_path(recipe.model, args.output_dir)
     tokenizer = load_tokenizer(recipe.model, model_path)
     if args.use_vllm:
