@@ -108,19 +108,18 @@ def run_part(part: Part, output_dir: Path, dry_run: bool) -> Outcome:
     folder = output_dir / part.name.replace(" ", "-")
     folder.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, str(SCRIPTS / part.script), *part.args, "--output-dir", str(folder)]
+    budget = part.budget_s * (DRY_RUN_BUDGET_FACTOR if dry_run else 1)
     if dry_run:
         command.append("--dry-run")
-    print(f"== {part.name}: {' '.join(command[1:])} (budget {part.budget_s} s)", flush=True)
+    print(f"== {part.name}: {' '.join(command[1:])} (budget {budget} s)", flush=True)
     started = time.monotonic()
     process = subprocess.Popen(command, start_new_session=True)
     try:
-        code = process.wait(timeout=part.budget_s)
+        code = process.wait(timeout=budget)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
-        return Outcome(
-            part.name, "TIMED OUT", f"past its {part.budget_s} s budget", time.monotonic() - started
-        )
+        return Outcome(part.name, "TIMED OUT", f"past its {budget} s budget", time.monotonic() - started)
     seconds = time.monotonic() - started
     result = folder / part.result_file
     if code != 0 or not result.is_file():
