@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# GPU throughput bench: a few GSPO steps on random-init Qwen3-0.6B and Qwen3-1.7B (their real
-# architectures, built locally), every completion exactly --completion tokens; prints
+# GPU throughput bench (part of scripts/gpu_check.sh): GSPO steps on random-init Qwen3-0.6B and
+# Qwen3-1.7B (their real architectures, built locally), every completion exactly --completion tokens; prints
 # tokens/s/GPU, the phase split and the update's MFU beside `gspo-trl plan`'s floor per step
 # (scripts/gpu_bench.py says what each figure is). One GPU, < 8 min, no hub access, no vLLM,
 # no DeepSpeed. What the GPU machine needs (wheels in .whl/): the header of scripts/gpu_run.sh.

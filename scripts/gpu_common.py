@@ -128,6 +128,7 @@ def plan_run(recipe: Any, model_dir: Path, prompt: int, rates: Any = None) -> An
             "gpu_memory_gb": rates.memory_gb,
             "peak_tflops": rates.bf16_dense_tflops,
             "bandwidth_tb_s": rates.bandwidth_tb_s,
+            "gpu_name": rates.name,  # its measured usable memory (gspo_trl.model.gpus.reported_gib)
         }
     return plan(
         {**recipe.training, "max_prompt_length": prompt},

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# GPU smoke test: real GSPO (bf16, gradient checkpointing; full fine-tuning, LoRA, and plain
-# GRPOTrainer for the step-time ratio) on a locally built 0.44B Qwen3-shaped model, with
+# GPU smoke test (part of scripts/gpu_check.sh): real GSPO (bf16, gradient checkpointing; full
+# fine-tuning, LoRA, and plain GRPOTrainer for the step-time ratio) on a locally built 0.44B Qwen3-shaped model, with
 # measured peak memory and step time beside `gspo-trl plan`'s prediction. One GPU, < 8 min,
 # no hub access, no vLLM, no DeepSpeed. What the GPU machine needs (wheels in .whl/): the header
 # of scripts/gpu_run.sh.

@@ -22,7 +22,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--split", help="split to evaluate (default: the preset's eval split, or train for files)"
     )
-    parser.add_argument("--recipe", help="take data mapping, grader, max_new_tokens and temperature from it")
+    parser.add_argument(
+        "--recipe",
+        help="take data mapping, prompt rendering, grader, max_new_tokens and temperature from it "
+        "(default: the recipe.yaml a training run saved in MODEL_OR_RUN)",
+    )
     parser.add_argument("--reward", help="grader: a reward name or path (see gspo-trl rewards list)")
     parser.add_argument("--k", default="1", help="comma-separated k values, e.g. 1,8")
     parser.add_argument("--num-samples", type=int, help="samples per prompt for pass@k (default: max k)")
@@ -60,7 +64,8 @@ def settings_from(args: argparse.Namespace) -> EvalSettings:
 
 def main(argv: Sequence[str] | None = None) -> int:
     result = evaluate(settings_from(parse_args(sys.argv[1:] if argv is None else argv)))
-    print(f"{result.rows} rows of {result.data}, graded by {result.reward}")
+    recipe = f" (recipe {result.recipe})" if result.recipe else ""
+    print(f"{result.rows} rows of {result.data}, graded by {result.reward}{recipe}")
     print(format_table(result.results))
     print(f"results: {result.output}")
     return 0

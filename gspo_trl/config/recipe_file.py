@@ -39,6 +39,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+RESOLVED_RECIPE = "recipe.yaml"
+"""Written into output_dir before training: the recipe with defaults and overrides applied
+(read back by `gspo-trl eval RUN_DIR`, so it grades as the run trained)."""
+
+
 def _check_expanded_size(root: yaml.Node, name: str) -> None:
     """Count the nodes of the document with every alias written out (each shared node counted
     once per use, memoised, so the count itself costs one pass over the file's own nodes)."""

@@ -138,9 +138,8 @@ PRESETS: dict[str, Preset] = {
         {
             "path": "open-r1/DAPO-Math-17k-Processed",
             "name": "en",
-            # `source_prompt` is DAPO's chat message, instruction included, whatever `prompt`
-            # holds (the bare problem or that same message: see the fixture README); `prompt`
-            # is kept, as processed_prompt, and not read.
+            # `source_prompt` is DAPO's chat message, instruction included; `prompt` is the bare
+            # problem (published rows: the fixture README), kept as processed_prompt, not read.
             "prompt_column": "source_prompt",
             "solution_column": "solution",
             "columns": {"prompt": "processed_prompt"},

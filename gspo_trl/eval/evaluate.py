@@ -10,6 +10,11 @@ per prompt at `--temperature`, pass@k by the unbiased estimator of gspo_trl.eval
 A sample passes when its reward >= `--pass-threshold` (default 1.0: right, for binary
 verifiers; see pass_at_k.py for partial-credit rewards).
 
+The recipe: `--recipe`, else the one a training run saved (`recipe.yaml` in MODEL_OR_RUN, or in
+the run above a `checkpoint-N` given): `gspo-trl eval RUN_DIR` then prompts (chat template
+keywords such as Qwen3's `enable_thinking: false`), decodes and grades as the run's
+`heldout/score` did, on its held-out rows.
+
 The grader: `--reward`, else the recipe's `heldout.reward`, else its first reward, else the
 preset's verifier, else `code` (binary) when the data has `tests` or `math` when it has
 `solution`. Results go to a JSON file (`--output`; default: MODEL_DIR/eval_results.json for a
@@ -88,6 +93,8 @@ class EvalResult:
     max_new_tokens: int
     results: dict[str, dict[str, float]]
     output: str
+    recipe: str | None = None
+    """The recipe whose data mapping, prompt rendering, decoding and grader were used."""
 
     def as_json(self) -> dict[str, Any]:
         """The result file's content."""
@@ -258,7 +265,8 @@ def evaluate(settings: EvalSettings) -> EvalResult:
     """Grade a model's (or given) completions on the rows `settings` names; writes and returns the result."""
     from gspo_trl.config.recipe import load_recipe
 
-    recipe = load_recipe(settings.recipe) if settings.recipe else None
+    recipe_path = settings.recipe or saved_recipe(settings.model)
+    recipe = load_recipe(recipe_path) if recipe_path else None
     if settings.model is None and settings.completions is None:
         raise ModelNotFoundError("no model: give MODEL_OR_RUN (or --completions FILE)")
     rows, config = load_rows(settings, recipe)
@@ -295,9 +303,28 @@ def evaluate(settings: EvalSettings) -> EvalResult:
         output=str(
             Path(settings.output) if settings.output else default_output(settings.model, settings.completions)
         ),
+        recipe=str(recipe_path) if recipe_path else None,
     )
     write_result(result, kept if settings.save_samples else None)
     return result
+
+
+def saved_recipe(model: str | None) -> Path | None:
+    """The recipe a training run wrote beside its model (RESOLVED_RECIPE), else None: in
+    `model` itself (a run's output_dir, or its final model saved there) or, for a
+    `checkpoint-N` directory, in the run that holds it."""
+    from gspo_trl.config.recipe_file import RESOLVED_RECIPE
+
+    if not model or not Path(model).is_dir():
+        return None
+    folder = Path(model)
+    candidates = [folder / RESOLVED_RECIPE]
+    if folder.name.startswith("checkpoint-"):
+        candidates.append(folder.parent / RESOLVED_RECIPE)
+    found = next((path for path in candidates if path.is_file()), None)
+    if found is not None:
+        logger.info("Using the run's saved recipe %s (give --recipe to use another)", found)
+    return found
 
 
 def load_grader(

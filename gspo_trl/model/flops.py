@@ -13,6 +13,12 @@ decoder layers less their down projections, about 0.75 of a forward on the tiny 
 N is the active matmul parameters (the LM head included, the embedding lookup not; MoE: routed
 experts only).
 
+LoRA (`ModelShape.lora_adapter_params` A > 0): the frozen base runs no weight-gradient matmuls,
+only the input gradients the adapters below it need (2N), while the adapters run all three
+(2A forward, 4A backward): 4N + 6A + 3 x attention per token instead of 6N + 3 x attention
+(`gspo-trl plan recipes/qwen3-4b/math-lora.yaml`: 1.62e16 training FLOPs per rollout batch, not
+2.07e16 as full fine-tuning, gradient checkpointing included).
+
 Peak rates: the published dense bf16 figures of gspo_trl.model.gpus. A CPU has no datasheet
 figure that torch reaches, so its peak is measured: the best rate of a square float32 matmul at
 the current thread count, the best ever measured on the machine (gspo_trl.model.cpu_peak).
@@ -60,9 +66,13 @@ def recompute_flops_per_token(shape: ModelShape, sequence_length: int) -> float:
 
 
 def training_flops_per_token(shape: ModelShape, sequence_length: int, gradient_checkpointing: bool) -> float:
-    """One training pass per token: forward + backward (3 forwards), plus the recompute."""
+    """One training pass per token: forward + backward (3 forwards), plus the recompute; with
+    LoRA adapters on a frozen base, less the base's weight gradients plus the adapters' work."""
     recompute = recompute_flops_per_token(shape, sequence_length) if gradient_checkpointing else 0.0
-    return 3 * forward_flops_per_token(shape, sequence_length) + recompute
+    full = 3 * forward_flops_per_token(shape, sequence_length) + recompute
+    if not shape.lora_adapter_params:
+        return full
+    return full - 2 * shape.active_matmul_params + 6 * shape.lora_adapter_params
 
 
 def update_flops(shape: ModelShape, rows: int, sequence_length: int, gradient_checkpointing: bool) -> float:

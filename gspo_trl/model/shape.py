@@ -49,6 +49,10 @@ class ModelShape:
     moe_intermediate_size: int = 0
     decoder_sparse_step: int = 1
     mlp_only_layers: tuple[int, ...] = ()
+    lora_adapter_params: int = 0
+    """LoRA adapter parameters one token passes through when the base is frozen and only they
+    train (0: full fine-tuning). Not part of config.json: the FLOP count of a LoRA run reads it
+    (gspo_trl.model.flops.training_flops_per_token)."""
 
     @property
     def q_dim(self) -> int:

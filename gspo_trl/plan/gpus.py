@@ -23,7 +23,7 @@ class GpuType:
 
     name: str
     memory_gb: float
-    """Nominal memory (the plan reads it as GiB, like `--gpu-memory`)."""
+    """Nominal GB, as sold (the plan fills what CUDA reports: gspo_trl.model.gpus.usable_memory_gib)."""
     bf16_dense_tflops: float
     bandwidth_tb_s: float
     rates_source: str

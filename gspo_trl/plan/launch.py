@@ -38,7 +38,7 @@ class AccelerateLaunch:
 
 
 def parse_gpu_memory(text: str) -> float:
-    """`80GB`, `80 GB`, `141GiB`, `80` -> 80.0 (a card's nominal size; the plan reads it as GiB)."""
+    """`80GB`, `80 GB`, `141GiB`, `80` -> 80.0 (a card's nominal size; the plan fills what CUDA reports)."""
     match = GPU_MEMORY.match(str(text))
     if match is None or float(match.group("value")) <= 0:
         raise PlanError(f"--gpu-memory {text!r}: expected a size such as 80GB")

@@ -53,15 +53,17 @@ class MemoryTerm:
     note: str = ""
 
 
-def lora_adapter_params(shape: ModelShape, lora: LoraSpec) -> int:
+def lora_adapter_params(shape: ModelShape, lora: LoraSpec, active: bool = False) -> int:
     """LoRA A and B matrices: r x (in + out) per targeted linear, every layer, every expert
-    (Hu et al. 2021, "LoRA"). Expert MLPs of MoE layers count once per expert."""
+    (Hu et al. 2021, "LoRA"). Expert MLPs of MoE layers count once per expert, or with `active`
+    once per expert a token is routed to (the adapters one token's FLOPs pass through)."""
     h, q, kv = shape.hidden_size, shape.q_dim, shape.kv_dim
     attention = {"q_proj": h + q, "k_proj": h + kv, "v_proj": h + kv, "o_proj": q + h}
     total = 0
     for index in range(shape.num_layers):
         if shape.is_moe_layer(index):
-            width, copies = shape.moe_intermediate_size, shape.num_experts
+            width = shape.moe_intermediate_size
+            copies = shape.num_experts_per_tok if active else shape.num_experts
         else:
             width, copies = shape.intermediate_size, 1
         mlp = {"gate_proj": h + width, "up_proj": h + width, "down_proj": width + h}

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
+from gspo_trl.config.trl_fields import grpo_default
+from gspo_trl.model.gpus import GPU_RATES, usable_memory_gib
 from gspo_trl.plan.activations import activation_term, logits_term
 from gspo_trl.plan.generation_memory import generate_kv_term
 from gspo_trl.plan.memory import MemoryTerm, model_state_terms
-from gspo_trl.plan.model_shape import ModelShape, load_model_shape
+from gspo_trl.plan.model_shape import ModelShape, PlanError, load_model_shape
 from gspo_trl.plan.setup import Setup, make_setup
 from gspo_trl.plan.throughput import (
     H100_BF16_DENSE_TFLOPS,
@@ -20,15 +23,17 @@ from gspo_trl.plan.throughput import (
 from gspo_trl.plan.verdict import (
     DOES_NOT_FIT,
     FITS,
+    LORA_LEARNING_RATE_FACTOR,
     TIGHT,
     Fix,
     Verdict,
     candidate_fixes,
     classify,
+    override_flags,
     vllm_starved,
     vllm_utilization_needed,
 )
-from gspo_trl.plan.vllm_memory import ENGINE_OVERHEAD_BYTES, GIB, VllmPlan, vllm_plan, vllm_term
+from gspo_trl.plan.vllm_memory import ENGINE_OVERHEAD_BYTES, GIB, VllmPlan, vllm_plan, vllm_terms
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,8 @@ class Plan:
     vllm: VllmPlan | None
     verdict: Verdict
     throughput: Throughput
+    capacity_note: str = ""
+    """What `setup.gpu_memory_gib` is: the usable GiB per GPU and where the figure comes from."""
 
 
 def memory_terms(shape: ModelShape, setup: Setup) -> tuple[list[MemoryTerm], VllmPlan | None]:
@@ -49,7 +56,7 @@ def memory_terms(shape: ModelShape, setup: Setup) -> tuple[list[MemoryTerm], Vll
     terms += [activation_term(shape, setup), logits_term(shape, setup)]
     engine = vllm_plan(shape, setup) if setup.colocated_vllm else None
     if engine is not None:
-        terms.append(vllm_term(engine, setup))
+        terms += vllm_terms(engine, setup)
     elif not setup.use_vllm:
         terms.append(generate_kv_term(shape, setup))
     return terms, engine
@@ -93,10 +100,12 @@ def fix_chain(
     return chain
 
 
-def first_fix(shape: ModelShape, setup: Setup, verdict: Verdict, engine: VllmPlan | None) -> str | None:
-    """What to change first, in words, with the re-planned outcome."""
+def first_fix(
+    shape: ModelShape, setup: Setup, verdict: Verdict, engine: VllmPlan | None, learning_rate: float
+) -> tuple[str | None, str | None]:
+    """What to change first, in words with the re-planned outcome, and as recipe overrides."""
     if verdict.status == FITS:
-        return None
+        return None, None
     if engine is not None and vllm_starved(engine.kv_tokens, engine.sequence_length):
         needed = vllm_utilization_needed(
             engine.weight_bytes,
@@ -105,9 +114,11 @@ def first_fix(shape: ModelShape, setup: Setup, verdict: Verdict, engine: VllmPla
             engine.sequence_length,
             verdict.gpu_bytes,
         )
+        needed = math.ceil(needed * 100) / 100
         return (
             f"vllm_gpu_memory_utilization >= {needed:.2f}: the engine's KV cache cannot hold one "
-            f"{engine.sequence_length}-token rollout (or vllm_mode: server)"
+            f"{engine.sequence_length}-token rollout (or vllm_mode: server)",
+            f"--vllm_gpu_memory_utilization {needed:.2f}",
         )
     chain: list[tuple[Fix, Verdict]] = []
     for allow_lora in (False, True):
@@ -120,12 +131,22 @@ def first_fix(shape: ModelShape, setup: Setup, verdict: Verdict, engine: VllmPla
         if chain and chain[-1][1].status != DOES_NOT_FIT:
             break
     if not chain and verdict.status == TIGHT:
-        return "none of the plan's fixes gets below 90%: watch for fragmentation OOMs"
+        return "none of the plan's fixes gets below 90%: watch for fragmentation OOMs", None
     if not chain:
-        return "more GPUs or a smaller model: no change the plan knows helps"
+        return "more GPUs or a smaller model: no change the plan knows helps", None
     steps = " then ".join(fix.description for fix, _ in chain)
     outcome = chain[-1][1]
-    return f"{steps} -> {outcome.status}, peak {outcome.peak_bytes / GIB:.1f} GiB"
+    text = f"{steps} -> {outcome.status}, peak {outcome.peak_bytes / GIB:.1f} GiB"
+    flags = override_flags([fix for fix, _ in chain])
+    if any("lora" in fix.overrides for fix, _ in chain):
+        lora_rate = learning_rate * LORA_LEARNING_RATE_FACTOR
+        text += (
+            f"; LoRA usually wants ~{LORA_LEARNING_RATE_FACTOR}x full fine-tuning's learning_rate "
+            f"({learning_rate:g} -> {lora_rate:g}; recipes/qwen3-4b: 1e-6 full, 1e-5 LoRA), and a wider "
+            "clip range (recipes/qwen3-4b/math-lora.yaml's header)"
+        )
+        flags += f" --learning_rate {lora_rate:g}"
+    return text, flags
 
 
 def plan(
@@ -140,6 +161,7 @@ def plan(
     allow_pure_bf16: bool = False,
     peak_tflops: float = H100_BF16_DENSE_TFLOPS,
     bandwidth_tb_s: float = H100_SXM_BANDWIDTH_TB_S,
+    gpu_name: str | None = None,
 ) -> Plan:
     """Plan a GSPO/GRPO run: per-GPU memory, a verdict with the first fix, and a work estimate.
 
@@ -150,17 +172,25 @@ def plan(
     zero3 or fsdp2; `lora` holds peft.LoraConfig fields; `dtype` the recipe's `model.dtype` (None:
     the checkpoint's own; bfloat16 is trained as float32 without DeepSpeed or LoRA unless
     `allow_pure_bf16`, gspo_trl.model.precision).
-    `gpu_memory_gb` is the card's nominal size, read as GiB; `peak_tflops` and `bandwidth_tb_s`
-    (H100 SXM by default) only scale the time estimates.
+    `gpu_memory_gb` is the card's nominal size ("80" GB); the plan fills only what CUDA reports
+    of it (gspo_trl.model.gpus.usable_memory_gib: measured for `gpu_name` H100/H200, else an
+    assumed share). `peak_tflops` and `bandwidth_tb_s` (H100 SXM by default) only scale the time
+    estimates.
     """
     if isinstance(model_name_or_path, ModelShape):
         shape = model_name_or_path
     else:
         shape = load_model_shape(model_name_or_path)
+    if not gpu_memory_gb > 0:
+        raise PlanError(f"gpu_memory_gb = {gpu_memory_gb!r}: expected a positive number")
+    rates = next((row for row in GPU_RATES if row.name == gpu_name), None)
+    usable_gib, capacity_note = usable_memory_gib(gpu_memory_gb, rates)
     setup = make_setup(
-        training, shape, strategy, nodes, gpus_per_node, gpu_memory_gb, lora, dtype, allow_pure_bf16
+        training, shape, strategy, nodes, gpus_per_node, usable_gib, lora, dtype, allow_pure_bf16
     )
     terms, engine, verdict = judge(shape, setup)
-    verdict = dataclasses.replace(verdict, fix=first_fix(shape, setup, verdict, engine))
+    learning_rate = float(training.get("learning_rate", grpo_default("learning_rate")))
+    fix, flags = first_fix(shape, setup, verdict, engine, learning_rate)
+    verdict = dataclasses.replace(verdict, fix=fix, fix_flags=flags)
     work = throughput(shape, setup, engine, peak_tflops, bandwidth_tb_s)
-    return Plan(shape, setup, terms, engine, verdict, work)
+    return Plan(shape, setup, terms, engine, verdict, work, capacity_note)

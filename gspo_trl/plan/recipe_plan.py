@@ -124,6 +124,7 @@ def plan_recipe(
             allow_pure_bf16=recipe.model.allow_pure_bf16,
             peak_tflops=gpu.bf16_dense_tflops,
             bandwidth_tb_s=gpu.bandwidth_tb_s,
+            gpu_name=gpu.name,
         )
     except PlanError as error:
         raise PlanError(f"recipe {recipe.source}: {error}") from None
@@ -174,5 +175,5 @@ def launch_hardware_warning(recipe: Recipe) -> str | None:
     return (
         f"warning: does not fit the `launch:` hardware ({stated}) per `gspo-trl plan`: peak "
         f"{verdict.peak_bytes / 2**30:.0f} GiB per GPU, mostly {verdict.dominant.name}; "
-        f"first fix: {verdict.fix}"
+        f"first fix: {verdict.fix}" + (f" ({verdict.fix_flags})" if verdict.fix_flags else "")
     )

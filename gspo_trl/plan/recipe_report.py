@@ -225,9 +225,36 @@ def _disk(result: RecipePlan) -> list[str]:
     return format_disk(plan_disk(plan.shape, plan.setup, recipe.training, recipe.model.allow_pure_bf16))
 
 
+def summary_line(result: RecipePlan) -> str | None:
+    """The run's hours and cost in one labelled line, on the plan's hardware: the floor and,
+    when the recipe states `launch.seconds_per_step` for this hardware, its own estimate."""
+    run, price = result.run, result.price
+    if run is None:
+        return None
+    floor = "floor" if run.complete else "floor of the timed parts"
+    parts = [f"{floor} {_hours(run.seconds)} ~{_money(run.cost(price))}"]
+    launch = result.launch
+    stated = launch is not None and launch.seconds_per_step and launch.gpus and result.header is None
+    if stated:
+        low, high = launch.seconds_per_step[0], launch.seconds_per_step[-1]
+        basis = "measured" if launch.cost_measured else "estimate"
+        hours = [seconds * run.max_steps / 3600 for seconds in (low, high)]
+        usd = [run.gpus * h * price.usd_per_gpu_hour for h in hours]
+        cost = _money(usd[0]) if low == high else f"{_money(usd[0])}-{_money(usd[1])}"
+        duration = _duration(low * run.max_steps, high * run.max_steps)
+        parts.append(f"recipe's {basis} (launch.seconds_per_step) {duration} ~{cost}")
+    return (
+        f"Run time and cost: {'; '.join(parts)} ({result.topology.hardware}, "
+        f"${price.usd_per_gpu_hour:.2f}/GPU-h)"
+    )
+
+
 def format_recipe_plan(result: RecipePlan) -> str:
-    """Every section of the recipe plan, as one string."""
+    """Every section of the recipe plan, as one string; the last line sums up time and cost."""
     plan = result.plan
     sections = [*_launch(result), "", *_topology(plan)[1:], *_memory_table(plan), *_vllm(plan)]
     sections += _heldout(result) + _verdict(plan) + _work(plan) + _whole_run(result) + _disk(result)
+    summary = summary_line(result)
+    if summary:
+        sections += ["", summary]
     return "\n".join(sections)

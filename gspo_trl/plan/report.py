@@ -37,7 +37,7 @@ def _topology(plan: Plan) -> list[str]:
         f"  model     {_params(shape.total_params)} params{active} "
         f"({_params(shape.non_embedding_params)} non-embedding), weights {setup.weights_dtype}, {lora}",
         f"  topology  {setup.nodes} node(s) x {setup.gpus_per_node} GPU(s) = {setup.world_size}, "
-        f"{setup.gpu_memory_gib:g} GiB each, strategy {setup.strategy}",
+        f"{setup.gpu_memory_gib:g} GiB usable each ({plan.capacity_note}), strategy {setup.strategy}",
         f"  batch     {setup.per_device_train_batch_size} per GPU x ({prompt} prompt + "
         f"{setup.max_completion_length} completion) = {setup.micro_batch_tokens} tokens per micro-batch; "
         f"gradient_checkpointing {str(setup.gradient_checkpointing).lower()}",
@@ -90,6 +90,8 @@ def _verdict(plan: Plan) -> list[str]:
     ]
     if verdict.fix:
         lines.append(f"  first fix to try: {verdict.fix}")
+    if verdict.fix_flags:
+        lines.append(f"  as overrides: {verdict.fix_flags}")
     return lines
 
 
@@ -100,7 +102,8 @@ def _work(plan: Plan) -> list[str]:
         "Work per rollout batch (estimate, at maximal lengths)",
         f"  {work.prompts} prompts, {work.completions} completions, {work.tokens:,} tokens, "
         f"{work.optimizer_steps:g} optimizer step(s)",
-        f"  training FLOPs {work.training_flops:.3g} (6 x active params x tokens + attention"
+        f"  training FLOPs {work.training_flops:.3g} ("
+        f"{'4 x frozen + 6 x adapter' if plan.setup.lora else '6 x active'} params x tokens + attention"
         f"{', + 1 forward for checkpointing' if plan.setup.gradient_checkpointing else ''})",
         f"  old log-prob forward {work.old_logprob_flops:.3g}, reference forward {work.reference_flops:.3g}",
         f"  FLOPs per optimizer step {work.flops_per_optimizer_step:.3g}",

@@ -195,7 +195,8 @@ def make_setup(
     dtype: str | None = None,
     allow_pure_bf16: bool = False,
 ) -> Setup:
-    """Validate the plan inputs; `gpu_memory_gb` is the card's nominal size (80 for H100), read as GiB."""
+    """Validate the plan inputs; `gpu_memory_gb` is the GiB the plan may fill (gspo_trl.plan.planner.plan
+    passes the usable share of a card's nominal size)."""
     if strategy not in STRATEGIES:
         raise PlanError(f"strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
     for name, value in (("nodes", nodes), ("gpus_per_node", gpus_per_node)):

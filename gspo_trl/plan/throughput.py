@@ -2,8 +2,9 @@
 
 FLOPs are gspo_trl.model.flops (Kaplan et al. 2020, the same count the trainer's `perf/mfu` uses):
 2N + 2 x layers x context x d_attn per token forward, 3 forwards per training pass (4 with
-gradient checkpointing). GRPO adds a no-grad forward for the old policy's log-probs when
-TRL computes them (see `Setup.computes_old_logprobs`) and one for a reference model when beta > 0.
+gradient checkpointing; LoRA on a frozen base: 4N + 6 x adapters instead of 6N). GRPO adds a
+no-grad forward for the old policy's log-probs when TRL computes them (see
+`Setup.computes_old_logprobs`) and one for a reference model when beta > 0.
 
 Generation is bounded below by memory bandwidth: each decode step reads the engine's weights once
 for all the sequences decoding together, plus every one of their cached K/V entries. Prefill,
@@ -14,11 +15,13 @@ times a held-out evaluation (`decode_seconds`); gspo_trl.plan.run_time adds the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 from gspo_trl.model.flops import forward_flops_per_token, training_flops_per_token
 from gspo_trl.model.gpus import rates_named
+from gspo_trl.plan.memory import lora_adapter_params
 from gspo_trl.plan.model_shape import ModelShape
 from gspo_trl.plan.setup import Setup
 from gspo_trl.plan.vllm_memory import VllmPlan, kv_bytes_per_token_per_gpu
@@ -122,7 +125,10 @@ def throughput(
     completions = setup.generation_batch_size
     tokens = completions * setup.sequence_length
     forward = forward_flops_per_token(shape, setup.sequence_length) * tokens
-    per_token = training_flops_per_token(shape, setup.sequence_length, setup.gradient_checkpointing)
+    trained = shape
+    if setup.lora:  # a frozen base: no weight gradients but the adapters' (gspo_trl.model.flops)
+        trained = dataclasses.replace(shape, lora_adapter_params=lora_adapter_params(shape, setup.lora, True))
+    per_token = training_flops_per_token(trained, setup.sequence_length, setup.gradient_checkpointing)
     training = setup.num_iterations * per_token * tokens
     old = forward if setup.computes_old_logprobs else 0.0
     reference = forward if setup.beta > 0 else 0.0

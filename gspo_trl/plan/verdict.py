@@ -35,6 +35,35 @@ class Fix:
         return dataclasses.replace(setup, **self.overrides)
 
 
+def override_flags(fixes: list[Fix]) -> str:
+    """Fixes applied in turn, as recipe overrides to paste after `gspo-trl plan/train RECIPE`
+    (a key a later fix sets again appears once, with its last value)."""
+    merged: dict[str, Any] = {}
+    for fix in fixes:
+        merged.update(fix.overrides)
+    return " ".join(override_flag(key, value) for key, value in merged.items())
+
+
+def override_flag(key: str, value: Any) -> str:
+    """One Setup override as the recipe key that sets it: `--per_device_train_batch_size 16`,
+    `--launch.accelerate_config configs/zero3.yaml`, `--model.lora '{r: 16, ...}'`."""
+    if key == "strategy":
+        return f"--launch.accelerate_config configs/{value}.yaml"
+    if key == "lora":
+        modules = (
+            "all-linear" if tuple(value.target_modules) == LINEAR_MODULES else list(value.target_modules)
+        )
+        return f"--model.lora '{{r: {value.r}, lora_alpha: {2 * value.r}, target_modules: {modules}}}'"
+    if isinstance(value, bool):
+        return f"--{key} {str(value).lower()}"
+    return f"--{key} {value}"
+
+
+LORA_LEARNING_RATE_FACTOR = 10
+"""LoRA's usual learning rate against full fine-tuning's (the shipped Qwen3-4B recipes: 1e-6 full,
+1e-5 LoRA); a LoRA fix comes with this note and a `--learning_rate` to match."""
+
+
 @dataclass(frozen=True)
 class Verdict:
     """`status` is fits / tight / does not fit; `dominant` the largest term live at the peak."""
@@ -45,6 +74,8 @@ class Verdict:
     peak_phase: str
     dominant: MemoryTerm
     fix: str | None = None
+    fix_flags: str | None = None
+    """`fix` as recipe overrides, ready to paste (None: no change the plan knows)."""
 
 
 def classify(terms: list[MemoryTerm], gpu_bytes: int) -> Verdict:

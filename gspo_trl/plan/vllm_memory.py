@@ -8,9 +8,14 @@ CUDA graphs, and pages the KV cache into the rest. A token occupies
 
 TRL 1.16 (trl/trainer/grpo_trainer.py) starts the colocated engine with
 max_num_seqs = per_device_train_batch_size x vllm_tensor_parallel_size x steps_per_generation, and
-with `vllm_enable_sleep_mode` puts it to sleep at level 2 between rollouts (weights and KV cache
-released), so its share then counts only while it generates. Without sleep mode the share stays
-reserved through the backward pass too.
+with `vllm_enable_sleep_mode` puts it to sleep at level 2 between rollouts
+(trl/generation/vllm_generation.py:366, :751 `self.llm.sleep(level=2)`). Sleep frees only what
+vLLM allocated inside its sleep pools: the weights (vllm/v1/worker/gpu_worker.py:540,
+`_maybe_get_memory_pool_context(tag="weights")`) and the KV cache (:813, `tag="kv_cache"`). The
+CUDA graphs are captured outside them (:881-883, `with self._get_cudagraph_capture_context():
+... self.model_runner.capture_model()`; TRL does not pass `enforce_eager`), so that part, with
+the runner's persistent buffers, stays on the GPU through the backward pass. Without sleep mode
+the whole share stays reserved through it.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from gspo_trl.plan.setup import Setup
 
 GIB = 2**30
 ENGINE_OVERHEAD_BYTES = 1 * GIB
-"""vLLM's profiled forward activations and CUDA graphs outside the KV cache: an estimate."""
+"""vLLM's share outside its weights and KV cache (CUDA graphs, persistent buffers, profiled
+forward activations): an estimate. Sleep mode does not free it; the plan counts it always."""
 
 
 @dataclass(frozen=True)
@@ -75,9 +81,22 @@ def vllm_plan(shape: ModelShape, setup: Setup) -> VllmPlan:
     )
 
 
-def vllm_term(plan: VllmPlan, setup: Setup) -> MemoryTerm:
-    """The engine's reservation as a line of the memory table."""
-    phase = "rollout" if setup.vllm_enable_sleep_mode else "state"
-    when = "freed while training (sleep mode)" if setup.vllm_enable_sleep_mode else "held while training"
-    note = f"{setup.vllm_gpu_memory_utilization:.0%} of the GPU, {when}"
-    return MemoryTerm("vLLM colocate (weights + KV cache)", plan.reserved_bytes, phase, note)
+def vllm_terms(plan: VllmPlan, setup: Setup) -> list[MemoryTerm]:
+    """The engine's reservation as lines of the memory table: all of it always live without
+    sleep mode; with it, weights + KV cache live only in the rollout, the rest always."""
+    share = f"{setup.vllm_gpu_memory_utilization:.0%} of the GPU"
+    if not setup.vllm_enable_sleep_mode:
+        note = f"{share}, held while training"
+        return [MemoryTerm("vLLM colocate (weights + KV cache)", plan.reserved_bytes, "state", note)]
+    resident = min(ENGINE_OVERHEAD_BYTES, plan.reserved_bytes)
+    return [
+        MemoryTerm(
+            "vLLM colocate (weights + KV cache)",
+            plan.reserved_bytes - resident,
+            "rollout",
+            f"{share} less its resident part; freed while training (sleep mode)",
+        ),
+        MemoryTerm(
+            "vLLM CUDA graphs, buffers (asleep)", resident, "state", "estimate; sleep does not free them"
+        ),
+    ]

@@ -37,8 +37,12 @@ _BRACE = re.compile(r"[{}]")
 # math-verify's own "final answer ... is" anchor (its parser.py), found here to compare positions.
 # As there, the statement counts only when LaTeX follows ("is $10,455$", not "is 3.").
 _FINAL_STATEMENT = re.compile(r"(?i:final answer.{0,100}?)\s+is\:?\s*(?=\$|\\\(|\\\[|\\boxed)", re.DOTALL)
-# DAPO's grader (verl math_dapo.py): the last "Answer: ..." up to the end of its line.
-_ANSWER_LINE = re.compile(r"(?i)answer\s*:\s*([^\n]+)")
+# DAPO's grader (verl math_dapo.py, ``answer_pattern=r"(?i)Answer\s*:\s*([^\n]+)"``): the last
+# "Answer: ..." up to the end of its line. Here markdown emphasis may also close the label
+# (``**Answer:** 34``, ``**Answer**: 34``); see :func:`_strip_emphasis` for the content.
+_ANSWER_LINE = re.compile(r"(?i)answer[*_]*\s*:[*_]*\s*([^\n]+)")
+# Markdown emphasis around an answer: ``**34**``, ``*34*``, ``__34__`` (a lone ``_`` is LaTeX).
+_EMPHASIS = re.compile(r"^(?:\*+|__)\s*|\s*(?:\*+|__)$")
 _WORD_RUN = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
 _WORDS_ONLY = re.compile(r"[A-Za-z][A-Za-z\s'.,!-]*")
 _INTEGER = re.compile(r"-?\d{1,30}")
@@ -62,7 +66,10 @@ def find_answer(text: str, answer_format: str = "boxed") -> Answer | None:
       $...$" statement (math-verify's rule: whichever comes last wins); with neither, the
       whole text through math-verify's other LaTeX anchors (``answer: $...$``).
     * ``answer_line``: the last ``Answer: ...`` (DAPO's prompt: ``Answer: $Answer``), up to
-      its line's end, ``$...$`` and a trailing period removed.
+      its line's end, ``$...$``, a trailing period and markdown bold removed: ``**Answer:** 34``,
+      ``**Answer: 34**`` and ``Answer: **34**`` all answer 34, as math-verify's own ``answer:``
+      anchor reads them (DAPO's grader, which compares strings, scores them 0; it removes
+      LaTeX ``\\textbf{}`` but not markdown ``**``).
     * ``any``: whichever of the boxed, statement and ``Answer:`` forms comes last; with
       none, the whole-text search of ``boxed``.
     """
@@ -97,11 +104,21 @@ def _last_match(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
     return last
 
 
+def _strip_emphasis(content: str) -> str:
+    """``34``, from ``**34**``, ``34**`` (the label's bold closing after the answer),
+    ``**34**.`` or ``*34*``: markdown emphasis and a trailing period, in any nesting."""
+    while True:
+        stripped = _EMPHASIS.sub("", content.strip()).rstrip(".").strip()
+        if stripped == content:
+            return content
+        content = stripped
+
+
 def _strip_math_delimiters(content: str) -> str:
-    content = content.strip().rstrip(".").strip()
+    content = _strip_emphasis(content)
     for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
         if content.startswith(left) and content.endswith(right) and len(content) >= len(left) + len(right):
-            return content[len(left) : len(content) - len(right)].strip()
+            return _strip_emphasis(content[len(left) : len(content) - len(right)])
     return content
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import gspo_trl.rewards as rewards
 from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.config.recipe import Recipe, recipe_as_yaml
+from gspo_trl.config.recipe_file import RESOLVED_RECIPE
 from gspo_trl.cpu_threads import resize_torch_threads
 from gspo_trl.model.checkpoints import latest_checkpoint
 from gspo_trl.model.hub import hub_model_errors
@@ -41,12 +42,13 @@ from gspo_trl.training.safety.run_dir import RunComplete, claim_run_dir
 
 logger = logging.getLogger("gspo_trl")
 
-RESOLVED_RECIPE = "recipe.yaml"
-"""Written into output_dir before training: the recipe with defaults and overrides applied."""
 
-
-def _deepspeed_launch() -> bool:
-    """True under `accelerate launch` with a DeepSpeed config (accelerate sets this variable)."""
+def _deepspeed_launch(recipe: Recipe) -> bool:
+    """True under `accelerate launch` with a DeepSpeed config (accelerate sets this variable), or
+    with TrainingArguments' own `deepspeed` key (the `deepspeed` launcher sets no such variable;
+    transformers then builds the DeepSpeed engine from that config itself)."""
+    if recipe.training.get("deepspeed"):
+        return True
     return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
 
 
@@ -54,7 +56,7 @@ def _weights_dtype(recipe: Recipe, dtype: Any) -> Any:
     """The dtype to load trainable weights in (gspo_trl.model.precision: bfloat16 becomes
     float32 where nothing keeps fp32 master weights)."""
     precision = training_weight_precision(
-        dtype, _deepspeed_launch(), bool(recipe.model.lora), recipe.model.allow_pure_bf16
+        dtype, _deepspeed_launch(recipe), bool(recipe.model.lora), recipe.model.allow_pure_bf16
     )
     if not precision.upcast:
         return dtype
@@ -105,7 +107,7 @@ def build_trainer(recipe: Recipe, data: PreparedData | None = None, probes: Sequ
     )
     args = gspo_config(recipe)
     check_one_gpu_per_process(args.n_gpu, recipe.source, args.model_init_kwargs or {})
-    check_vllm_server(args)  # before the model loads: a missing server fails in seconds
+    check_vllm_server(args, model=recipe.model.name_or_path)  # before the model loads: fails in seconds
     model_path = resolve_model_path(recipe.model, args.output_dir)
     tokenizer = load_tokenizer(recipe.model, model_path)
     if args.use_vllm:

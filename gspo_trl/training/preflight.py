@@ -211,11 +211,14 @@ def preflight(recipe: Recipe, processes: int | None = None, model_cached: bool =
     run(check_model_path, recipe, model_cached, reads=("model.name_or_path", "model.revision"))
     run(check_output_dir, output_dir_of(recipe), reads=("output_dir",))
     run(check_output_dir_spares_model, recipe, reads=("output_dir", "model.name_or_path"))
-    run(check_synthetic_rows, recipe, reads=("data",))
+    # a refusal below marks its key: the data is not loaded on a refused size or model config
+    run(check_synthetic_rows, recipe, reads=("data",), marks=("data",))
     folder = run(model_files, recipe, reads=("model.name_or_path", "model.revision"))
-    run(check_model_config, folder, reads=("model.name_or_path",))
-    run(_check_generation_fits, recipe, processes, folder, reads=(*ROLLOUT_KEYS, "max_completion_length"))
-    data = run(_checked_data, recipe, processes, folder, problems, reads=(*reward_keys, "data"))
+    run(check_model_config, folder, reads=("model.name_or_path",), marks=("model.name_or_path",))
+    generation_keys = (*ROLLOUT_KEYS, "max_completion_length")
+    run(_check_generation_fits, recipe, processes, folder, reads=generation_keys, marks=("data",))
+    data_keys = (*reward_keys, "data", "model.name_or_path")
+    data = run(_checked_data, recipe, processes, folder, problems, reads=data_keys)
     problems.raise_if_any()
     return data
 

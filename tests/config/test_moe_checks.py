@@ -26,6 +26,10 @@ REFUSED = [
         r"needs vllm_mode: colocate",
     ),
     ({"moe": {"routing_replay": "old"}, "model": {"name_or_path": "tiny"}}, r"dense model"),
+    (
+        {"moe": {"routing_replay": "engine"}, "use_vllm": True, "vllm_tensor_parallel_size": 2},
+        r"engine with vllm_tensor_parallel_size 2: vLLM 0.31 returns the experts only on each",
+    ),
 ]
 
 
@@ -60,6 +64,10 @@ def test_a_moe_model_passes_and_a_local_dense_one_is_refused(tmp_path):
     ("fields", "message"),
     [
         ({"moe": {"routing_replay": "engine"}}, r"set use_vllm: true"),
+        (
+            {"moe": {"routing_replay": "engine"}, "use_vllm": True, "vllm_tensor_parallel_size": 2},
+            r"tensor-parallel group's first rank",
+        ),
         (
             {"moe": {"routing_replay": "old"}, "steps_per_generation": 1, "allow_on_policy": True},
             r"on-policy",

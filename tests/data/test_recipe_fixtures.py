@@ -113,21 +113,26 @@ DAPO_MAPPING = ("path", "name", "prompt_column", "solution_column", "columns", "
 """The data keys that decide what a DAPO recipe's model is asked: the `dapo-math` preset's."""
 
 
-def _bare_problem_copy(tmp_path: Path) -> Path:
-    """The DAPO fixture with `prompt` as the bare problem: the other reading of the set."""
-    rows = _read_jsonl(FIXTURES / "dapo-math.jsonl")
-    before, after = "the problem.\n\n", "\n\nRemember to put"
-    for row in rows:
-        row["prompt"] = row["prompt"].split(before, 1)[1].split(after, 1)[0]
-    path = tmp_path / "dapo-math-bare.jsonl"
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
+DAPO_INSTRUCTION = (
+    "Solve the following math problem step by step. The last line of your response should be of the "
+    "form Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n",
+    '\n\nRemember to put your answer on its own line after "Answer:".',
+)
+"""DAPO's user message around the problem (tests/fixtures/datasets/README.md quotes its sources)."""
+
+
+def test_dapo_fixture_prompt_is_the_bare_problem_and_source_prompt_wraps_it() -> None:
+    """As published rows of open-r1/DAPO-Math-17k-Processed (en) show: `prompt` is the problem
+    alone, `source_prompt` DAPO's message with the instruction around that same problem."""
+    before, after = DAPO_INSTRUCTION
+    for row in _read_jsonl(FIXTURES / "dapo-math.jsonl"):
+        assert row["source_prompt"] == [{"content": before + row["prompt"] + after, "role": "user"}]
 
 
 @pytest.mark.parametrize("path", DAPO_RECIPES)
-def test_dapo_recipe_asks_for_one_answer_format_and_grades_both(path: Path, tmp_path: Path) -> None:
+def test_dapo_recipe_asks_for_one_answer_format_and_grades_both(path: Path) -> None:
     """The model sees DAPO's own message (its `Answer:` instruction) and nothing else about the
-    format, whichever way `prompt` is read; the grader reads that line and \\boxed{} alike; the
+    format, not the bare `prompt`; the grader reads that line and \\boxed{} alike; the
     recipe's mapping and grader are the `dapo-math` preset's; the header says what is read."""
     recipe = load_recipe(path)
     preset = PRESETS["dapo-math"]
@@ -140,8 +145,6 @@ def test_dapo_recipe_asks_for_one_answer_format_and_grades_both(path: Path, tmp_
 
     config, _ = _fixture_config(recipe.data)
     train, _ = load_data(config)
-    bare, _ = load_data(dataclasses.replace(config, path=str(_bare_problem_copy(tmp_path))))
-    assert train["prompt"] == bare["prompt"], "what the model is asked depends on the `prompt` reading"
     for row, messages in zip(_read_jsonl(FIXTURES / "dapo-math.jsonl"), train["prompt"], strict=True):
         assert messages == row["source_prompt"], "the prompt is not DAPO's own message"
         text = messages[0]["content"]

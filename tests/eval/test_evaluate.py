@@ -36,7 +36,7 @@ def odd_length(completions, **_):
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The demo's path in small: train the tiny recipe a step with the held-out callback (pass@k
     on), save the model and the held-out rows, and score them in memory with a second grader."""
-    from gspo_trl.config.recipe import load_recipe
+    from gspo_trl.config.recipe import load_recipe, recipe_as_yaml
     from gspo_trl.data.loading import load_data
     from gspo_trl.training.build import build_trainer
 
@@ -67,6 +67,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "model": model_dir,
         "heldout": heldout_file,
         "recipe": REPO / "recipes/tiny/reversal.yaml",
+        "resolved_recipe": recipe_as_yaml(recipe),  # what `gspo-trl train` saves in output_dir
         "logs": trainer.state.log_history,
         "exact_match_after": callback.history[-1][1],
         "spread": spread,
@@ -374,6 +375,45 @@ def test_eval_grades_dapo_answer_line_and_boxed_alike(
     assert [json.loads(line)["rewards"] for line in samples] == [[1.0, 1.0, 0.0]] * len(completions)
 
 
+# How a model may write its last line, as a function of the gold, and the score it gets (issue 34
+# item 2: Qwen3's non-thinking answers often bold the label). DAPO's own grader (verl
+# math_dapo.py) compares strings and would score the bold forms 0; math-verify's answer: anchor
+# reads them as the number, and so does the `math` reward here.
+DAPO_ANSWER_FORMS = {
+    "Answer: N": (lambda gold: f"Answer: {gold}", 1.0),
+    "**Answer:** N": (lambda gold: f"**Answer:** {gold}", 1.0),
+    "**Answer: N**": (lambda gold: f"**Answer: {gold}**", 1.0),
+    "Answer: **N**": (lambda gold: f"Answer: **{gold}**", 1.0),
+    "**Answer**: $N$": (lambda gold: f"**Answer**: ${gold}$", 1.0),
+    "\\boxed{N} then **Answer:** N": (lambda gold: f"\\boxed{{{gold}}}\n\n**Answer:** {gold}", 1.0),
+    "\\boxed{N} then **Answer:** N+1": (
+        lambda gold: f"\\boxed{{{gold}}}\n\n**Answer:** {int(gold) + 1}",
+        0.0,
+    ),
+    "**Answer:** N+1": (lambda gold: f"**Answer:** {int(gold) + 1}", 0.0),
+}
+
+
+@pytest.mark.parametrize(("source", "fixture"), DAPO_CASES)
+def test_eval_grades_bold_dapo_answers(
+    source: list[str], fixture: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The table of last-line forms through `gspo-trl eval --recipe`/`--preset` on every DAPO
+    fixture row: each form scores as DAPO_ANSWER_FORMS says, and pass@1 is the share of forms right."""
+    data = FIXTURES / f"{fixture}.jsonl"
+    golds = [json.loads(line)["reward_model"]["ground_truth"] for line in data.read_text().splitlines()]
+    forms = list(DAPO_ANSWER_FORMS.values())
+    given = tmp_path / "given.jsonl"
+    given.write_text(
+        "".join(json.dumps([f"Reasoning.\n\n{write(g)}" for write, _ in forms]) + "\n" for g in golds)
+    )
+    args = ["--completions", str(given), *source, "--data", str(data), "--k", "1", "--save-samples"]
+    result = _eval(args, tmp_path / "bold.json", capsys)
+    samples = (tmp_path / "bold.samples.jsonl").read_text().splitlines()
+    assert [json.loads(line)["rewards"] for line in samples] == [[score for _, score in forms]] * len(golds)
+    assert result["results"]["given"]["mean_reward"] == sum(score for _, score in forms) / len(forms)
+
+
 def test_evaluate_in_python_equals_the_command(checkpoint: dict[str, Any], capsys) -> None:
     """`gspo_trl.evaluate(EvalSettings(...))`, no argparse: the training-time score, the file the
     command writes, and the same numbers as `gspo-trl eval` with the same options."""
@@ -401,3 +441,35 @@ def test_evaluate_given_completions_in_python(checkpoint: dict[str, Any], tmp_pa
     result = evaluate(EvalSettings(completions=given, data=data, reward=EXACT_MATCH, ks=(1, 2)))
     assert result.results["given"]["pass@1"] == 0.25 and result.results["given"]["pass@2"] == 0.5
     assert Path(result.output) == tmp_path / "given.eval_results.json"
+
+
+def test_eval_of_a_run_uses_the_recipe_it_saved(
+    checkpoint: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 34 item 6: `gspo-trl eval RUN_DIR` with no --recipe and no --data reads the run's
+    recipe.yaml: its held-out rows, grader, max_completion_length and prompt rendering, so it
+    reproduces `heldout/score` (it used to prompt with no recipe: Qwen3 in thinking mode)."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(checkpoint["model"], run)  # a run whose final model sits in its output_dir
+    (run / "recipe.yaml").write_text(checkpoint["resolved_recipe"])
+    result = _eval([str(run), "--engine", "hf"], tmp_path / "run.json", capsys)
+    assert result["reward"] == "exact_match" and result["max_new_tokens"] == 12 and result["rows"] == 12
+    assert result["results"]["greedy"]["pass@1"] == checkpoint["exact_match_after"]
+    assert result["recipe"] == str(run / "recipe.yaml")
+
+    from gspo_trl.eval.evaluate import saved_recipe
+
+    checkpoint_dir = run / "checkpoint-4"
+    checkpoint_dir.mkdir()
+    assert saved_recipe(str(checkpoint_dir)) == run / "recipe.yaml"  # a checkpoint: its run's recipe
+    assert saved_recipe(str(checkpoint["model"])) is None  # a bare model: none
+    qwen = tmp_path / "qwen-run"
+    qwen.mkdir()
+    shutil.copy(REPO / "recipes/qwen3-0.6b/math.yaml", qwen / "recipe.yaml")
+    from gspo_trl.config.recipe import load_recipe
+    from gspo_trl.model.prompts import PromptRendering
+
+    training = load_recipe(saved_recipe(str(qwen))).training
+    assert PromptRendering.of_training_keys(training).chat_template_kwargs == {"enable_thinking": False}

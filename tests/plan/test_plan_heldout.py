@@ -49,7 +49,8 @@ def test_colocated_recipe_evaluates_inside_the_vllm_reservation_with_its_samples
     assert (load.score_samples, load.sampled_samples) == (score[0], 0) == (4, 0)
     assert load.tokens == 32 * 4 * 8192
     state = sum(t.bytes for t in result.plan.terms if t.phase == "state")
-    assert load.peak_bytes == state + result.plan.vllm.reserved_bytes
+    asleep = sum(t.bytes for t in result.plan.terms if t.name.startswith("vLLM") and t.phase == "state")
+    assert load.peak_bytes == state - asleep + result.plan.vllm.reserved_bytes  # its resident part once
 
 
 def test_hf_heldout_batch_is_bounded_by_max_batch_tokens():
@@ -69,6 +70,6 @@ def test_ddp_recipe_plans_fp32_weights_as_build_loads_them():
     weights = next(t for t in result.plan.terms if t.name == "weights")
     assert weights.bytes == shape.total_params * 4
     rollout = sum(t.bytes for t in result.plan.terms if t.phase in ("state", "rollout"))
-    assert math.isclose(rollout / GIB, 74.0, abs_tol=0.1)  # issue 19: 74 GiB with fp32 state
+    assert math.isclose(rollout / GIB, 73.65, abs_tol=0.1)  # issue 19: 74 GiB of fp32 state (80 GiB then)
     zero2 = recipe_plan("qwen3-1.7b/math")
     assert zero2.plan.setup.train_weights_dtype == "bfloat16"

@@ -90,3 +90,23 @@ def test_moe_flops_use_active_experts():
     inactive = 48 * (128 - 8) * 3 * 2048 * 768
     assert shape.active_matmul_params == shape.non_embedding_params - inactive + 151936 * 2048
     assert shape.active_matmul_params / 1e9 == pytest.approx(3.04, abs=0.01)
+
+
+def test_lora_training_flops_skip_the_frozen_weight_gradients(toy):
+    """LoRA r=4 on q_proj (64 -> 64): the base runs forward + input gradients (4N per token) and
+    the adapters all three (6A); the old count charged 6N as for full fine-tuning."""
+    training = {"per_device_train_batch_size": 2, "max_prompt_length": 16, "max_completion_length": 48}
+    training["gradient_checkpointing"] = False
+    setup = make_setup(
+        training,
+        toy,
+        "ddp",
+        nodes=1,
+        gpus_per_node=4,
+        gpu_memory_gb=80,
+        lora={"r": 4, "target_modules": ["q_proj"]},
+    )
+    work = throughput(toy, setup, None, peak_tflops=1.0, bandwidth_tb_s=1.0)
+    adapters = 2 * 4 * (64 + 64)  # 2 layers x r x (in + out)
+    expected = (3 * FORWARD_PER_TOKEN - 2 * MATMUL_PARAMS + 6 * adapters) * TOKENS
+    assert work.training_flops == pytest.approx(expected)

@@ -318,6 +318,23 @@ ANSWER_FORMS = [
     ("Answer: 34\nso \\boxed{34}", "any", 1.0),
     ("no answer at all", "any", 0.0),
     ("no answer at all", "answer_line", 0.0),
+    # Markdown bold (Qwen3's non-thinking style): math-verify's answer: anchor reads these as 34
+    # (its parser.py allows anything up to 50 characters between "answer:" and the number).
+    ("Reasoning...\n**Answer:** 34", "answer_line", 1.0),
+    ("Reasoning...\n**Answer: 34**", "answer_line", 1.0),
+    ("Reasoning...\nAnswer: **34**", "answer_line", 1.0),
+    ("Reasoning...\n**Answer**: 34", "answer_line", 1.0),
+    ("Reasoning...\n*Answer:* *34*.", "answer_line", 1.0),
+    ("Reasoning...\nAnswer: $**34**$", "answer_line", 1.0),
+    ("Reasoning...\n**Answer: 34.**", "answer_line", 1.0),
+    ("Reasoning...\n**Answer:** 12", "answer_line", 0.0),
+    ("Reasoning...\n**Answer:** $2 \\cdot 17$", "answer_line", 1.0),
+    ("**Answer:** 34", "any", 1.0),
+    ("**Answer: 34**", "any", 1.0),
+    ("Answer: **34**", "any", 1.0),
+    ("\\boxed{34}\n**Answer:** 34", "any", 1.0),  # a bold line after the right box agrees with it
+    ("\\boxed{34}\n**Answer:** 12", "any", 0.0),  # the later answer still wins
+    ("\\boxed{12}\n**Answer: 34**", "any", 1.0),
 ]
 
 

