@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gspo_trl.config.correction_checks import check_correction_settings
 from gspo_trl.config.fields import build_dataclass
 from gspo_trl.config.sections import EngineConfig
 from gspo_trl.errors import RecipeError
@@ -27,6 +28,7 @@ softmax of logits / temperature: with engine log-probs as pi_old, every s_i woul
 def check_engine_settings(engine: Mapping[str, Any], training: Mapping[str, Any]) -> EngineConfig:
     """The `engine:` section, checked; engine log-probs need vLLM and an unreshaped sampler."""
     config = build_dataclass(EngineConfig, dict(engine), "engine")
+    check_correction_settings(config, training)
     if not config.from_engine:
         return config
     if not training.get("use_vllm"):

@@ -8,7 +8,7 @@ others. `gspo_trl.config.recipe` builds them from YAML with the types declared h
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 TINY = "tiny"
 TINY_MODEL_DIR = "tiny-model"
@@ -195,6 +195,8 @@ class LaunchConfig:
 
 OLD_LOGPROBS_SOURCES = ("trainer", "engine")
 ON_MISMATCH_ACTIONS = ("warn", "recompute", "stop")
+CORRECTION_MODES = ("off", "truncate", "reject")
+"""`engine.correction`: none, truncate w_i at weight_max, or reject outside [weight_min, weight_max]."""
 
 MAX_BIAS_FRACTION = 0.25
 """Engine mismatch verdict (the run's guard and `gspo-trl check-logprobs` alike): the largest
@@ -222,12 +224,36 @@ class EngineConfig:
         fraction of the narrower clip half-range, min(log(1 + eps_high), -log(1 - eps_low)).
     max_outside_clip: flag when more than this fraction (0-1) of the on-policy minibatch's
         responses fall outside the clip range from the mismatch alone.
+
+    The behaviour correction (off by default; gspo_trl.training.engine.correction, checked by
+    gspo_trl.config.correction_checks, docs/engine-logprobs.md "Correcting the mismatch"):
+    correction: `off`, `truncate` (weight each response's loss by min(w_i, weight_max), w_i =
+        exp(mean_t(log pi_old - log mu)) over its tokens) or `reject` (weight w_i inside
+        [weight_min, weight_max], 0 outside). With old_logprobs: engine, pi_old = mu, so w_i = 1
+        and only the token rules below act (on the update's log-probs against mu).
+    weight_max: the upper bound on w_i (C in truncate, C_max in reject); a number, `auto` (from
+        the measured mismatch) or null (no bound).
+    weight_min: the lower bound on w_i (C_min, reject only); a number, `auto` or null.
+    reject_max_token: reject a response whose largest |log pi_old - log mu| over its tokens
+        exceeds this (nats); null: off.
+    reject_k3: reject a response whose mean K3 = exp(d) - 1 - d over its tokens exceeds this
+        (nats); null: off.
+    thresholds_from: a `gspo-trl check-logprobs --json` report to take the `auto` values from;
+        null: the first rollout batch's measured mismatch.
+    max_rejected: warn when a rollout batch rejects more than this share (0-1) of its responses.
     """
 
     old_logprobs: str = "trainer"
     on_mismatch: str = "warn"
     max_bias_fraction: float = MAX_BIAS_FRACTION
     max_outside_clip: float = MAX_OUTSIDE_CLIP
+    correction: str = "off"
+    weight_max: float | Literal["auto"] | None = "auto"
+    weight_min: float | Literal["auto"] | None = "auto"
+    reject_max_token: float | Literal["auto"] | None = None
+    reject_k3: float | Literal["auto"] | None = None
+    thresholds_from: str | None = None
+    max_rejected: float = 0.1
 
     def __post_init__(self) -> None:
         if self.old_logprobs not in OLD_LOGPROBS_SOURCES:
@@ -250,6 +276,11 @@ class EngineConfig:
     def from_engine(self) -> bool:
         """True when pi_old is the engine's log-probs."""
         return self.old_logprobs == "engine"
+
+    @property
+    def corrects(self) -> bool:
+        """True when the behaviour correction reweights or rejects responses."""
+        return self.correction != "off"
 
 
 ROUTING_REPLAY_MODES = ("off", "old", "engine")

@@ -44,6 +44,7 @@ from gspo_trl.training.diagnostics import (
     sequence_log_ratio,
     summarize_rows,
 )
+from gspo_trl.training.engine.behaviour import BehaviourCorrection, trl_loss_weight
 from gspo_trl.training.engine.logprobs import EngineOldLogprobs
 from gspo_trl.training.reporting.console import close_consoles
 from gspo_trl.training.reporting.phases import PerfMeter, UpdatePhaseCallback, trainer_model_shape
@@ -106,7 +107,13 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
         self.diagnostics = config() if callable(config) else DiagnosticsConfig()
         self._gspo_alarm = ClipAlarm(self.diagnostics)
         engine = getattr(self.args, "engine_config", None)
-        self.engine_logprobs = EngineOldLogprobs(self, engine() if callable(engine) else EngineConfig())
+        engine_config = engine() if callable(engine) else EngineConfig()
+        self.engine_logprobs = EngineOldLogprobs(self, engine_config)
+        self.behaviour = BehaviourCorrection(
+            engine_config, self.diagnostics.length_buckets, self._gather_rows
+        )
+        if self.behaviour.active:
+            logger.info("engine.correction: %s", self.behaviour.describe())
         moe = getattr(self.args, "moe_config", None)
         moe_config = moe() if callable(moe) else MoeConfig()
         on_policy = RolloutBatch.from_grpo_config(self.args).on_policy
@@ -177,10 +184,15 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
             self.routing.begin_update(inputs)
         self._gspo_loss_inputs = dict(inputs)  # a copy: GSPO-token rewrites old log-probs in it
         self._gspo_captured = {}
+        weighs = self.behaviour.active and self.model.training
         try:
-            loss = super()._compute_loss(model, self._gspo_loss_inputs)
+            with trl_loss_weight(self, weighs):  # the weight _policy_logprobs puts in the copy
+                loss = super()._compute_loss(model, self._gspo_loss_inputs)
         finally:
             self._gspo_loss_inputs = None
+        if weighs and self._step % self._generate_every() == self._generate_every() - 1:
+            for key, value in self.behaviour.finish_rollout().items():  # the rollout batch's last update
+                self._metrics["train"][key].append(value)
         if self.model.training:
             self.routing.observe_update(inputs, self._minibatch_index())
         if self.diagnostics.enabled and self.model.training and self._gspo_captured:
@@ -195,9 +207,15 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
         self.engine_logprobs.begin_rollout(self.model.training)
         self.routing.begin_rollout(self.model.training)
         try:
-            return self.routing.attach(super()._generate_and_score_completions(inputs))
+            rollout = self.routing.attach(super()._generate_and_score_completions(inputs))
         finally:
             self.engine_logprobs.end_rollout()
+        if self.behaviour.active and self.model.training:
+            mask = rollout["completion_mask"] * rollout.get("tool_mask", 1)
+            self.behaviour.calibrate_rollout(
+                rollout.get("old_per_token_logps"), rollout.get("sampling_per_token_logps"), mask
+            )
+        return rollout
 
     def _generate(self, prompts: list) -> tuple:
         """`generation`: `prompt_ids, completion_ids, ... = self._generate(prompts)` in TRL's
@@ -258,6 +276,11 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
         old = inputs.get("old_per_token_logps")
         new = logps.detach()
         log_s = sequence_log_ratio(new, new if old is None else old, mask)
+        if self.behaviour.active and self.model.training:  # engine.correction's weight, per response
+            pi = new if self.engine_logprobs.active or old is None else old
+            inputs["importance_sampling_ratio"] = self.behaviour.weigh(
+                pi, inputs.get("sampling_per_token_logps"), mask
+            )
         if self.gspo_token:
             inputs["old_per_token_logps"] = new - log_s.unsqueeze(-1)
         self._gspo_captured = {"log_s": log_s, "mask": mask}
@@ -265,7 +288,20 @@ class GSPOTrainer(StagedCheckpoints, GRPOTrainer):
             self._gspo_captured["entropies"] = entropies.detach()
         return logps, entropies, aux_loss
 
+    def _gather_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """Every rank's rows (NaN-padded: ranks may hold different batch sizes)."""
+        if self.accelerator.num_processes == 1:
+            return rows
+        rows = rows.to(self.accelerator.device)
+        return self.accelerator.gather(
+            self.accelerator.pad_across_processes(rows, dim=0, pad_index=float("nan"))
+        ).cpu()
+
     # --- diagnostics ------------------------------------------------------------------------
+    def _generate_every(self) -> int:
+        """Micro-steps per rollout batch (TRL's `generate_every`)."""
+        return self.args.steps_per_generation * self.num_iterations
+
     def _minibatch_index(self) -> int:
         """1-based index of this update within its rollout batch (1 = on-policy)."""
         generate_every = self.args.steps_per_generation * self.num_iterations
