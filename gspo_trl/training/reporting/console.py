@@ -129,6 +129,8 @@ def banner(trainer: Any, model_name: str, reward_names: list[str], eval_rows: in
     level = getattr(trainer, "importance_sampling_level", "?")
     eps = f"eps {trainer.epsilon_low:g}/{trainer.epsilon_high:g}"
     algorithm = "GSPO-token" if getattr(trainer, "gspo_token", False) else f"{level}-level ratio"
+    correction = getattr(trainer, "behaviour", None)
+    engine = [f"  engine   correction {correction.describe()}"] if correction and correction.active else []
     return "\n".join(
         [
             "gspo-trl: training",
@@ -139,6 +141,7 @@ def banner(trainer: Any, model_name: str, reward_names: list[str], eval_rows: in
             f"{RolloutBatch.from_grpo_config(args).optimizer_updates} updates per rollout batch, "
             f"beta {args.beta:g}, "
             f"lr {args.learning_rate:g}",
+            *engine,
             f"  run      {args.max_steps} steps on {trainer.accelerator.num_processes} process(es), "
             f"logging every {args.logging_steps:g}, output {args.output_dir}",
         ]

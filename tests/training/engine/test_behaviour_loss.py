@@ -95,3 +95,21 @@ def test_a_known_gap_weighs_each_response_once(rollout_and_trainer):
     assert summary[names.BEHAVIOUR_WEIGHT_MEAN] == pytest.approx(weights.mean().item(), rel=1e-6)
     assert summary[names.BEHAVIOUR_REJECTED] == 0.0
     assert all(names.is_metric_name(key) for key in summary)
+
+
+def test_the_banner_says_what_the_correction_compares_and_how_its_thresholds_are_chosen(rollout_and_trainer):
+    from gspo_trl.training.reporting.console import banner
+
+    trainer, rollout = rollout_and_trainer
+    config = EngineConfig(correction="reject", reject_k3="auto", weight_min=0.9)
+    trainer.behaviour = BehaviourCorrection(config, trainer.diagnostics.length_buckets)
+    (line,) = [x for x in banner(trainer, "tiny", ["r"], 0).splitlines() if x.startswith("  engine")]
+    assert "correction reject, w_i = exp(mean_t(log pi_old - log mu))" in line
+    assert "`auto` (reject_k3, weight_max) from the first rollout batch's measured mismatch" in line
+    trainer.behaviour.calibrate_rollout(
+        rollout["old_per_token_logps"], rollout["old_per_token_logps"], rollout["completion_mask"]
+    )
+    (line,) = [x for x in banner(trainer, "tiny", ["r"], 0).splitlines() if x.startswith("  engine")]
+    assert "weight in [0.9, 1.001]" in line and "mean K3 0.0001 (auto from the first rollout batch)" in line
+    trainer.behaviour = BehaviourCorrection(EngineConfig(), trainer.diagnostics.length_buckets)
+    assert "  engine" not in banner(trainer, "tiny", ["r"], 0)

@@ -150,3 +150,24 @@ def test_auto_thresholds_of_a_matched_engine_are_the_floors():
         "reject_max_token": AUTO_FLOOR["max_token"],
         "reject_k3": AUTO_FLOOR["k3"],
     }
+
+
+def test_thresholds_from_a_check_logprobs_report(tmp_path):
+    import json
+
+    from gspo_trl.config.correction_checks import CALIBRATION_KEY
+    from gspo_trl.config.sections import EngineConfig
+    from gspo_trl.diagnose.check_logprobs import LogprobPairs, agreement_report
+    from gspo_trl.training.engine.behaviour import BehaviourCorrection
+
+    torch.manual_seed(1)
+    engine = [torch.randn(n, dtype=torch.float64) for n in (4, 9, 30) * 10]
+    trainer = [e + 0.05 * torch.randn_like(e) for e in engine]
+    report = agreement_report(LogprobPairs(engine, trainer, [[]] * 30, [[]] * 30), 3e-4, 4e-4)
+    assert report[CALIBRATION_KEY] == divergence_percentiles(divergence_from_sequences(trainer, engine))
+    path = tmp_path / "check.json"
+    path.write_text(json.dumps(report))
+    config = EngineConfig(correction="reject", reject_k3="auto", thresholds_from=str(path))
+    correction = BehaviourCorrection(config, (64,))
+    chosen = auto_thresholds(report[CALIBRATION_KEY], {"weight_max", "weight_min", "reject_k3"})
+    assert correction.thresholds == Thresholds(**chosen, how=f"auto from {path}")
