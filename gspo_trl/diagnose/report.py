@@ -47,6 +47,7 @@ OFFPOLICY_LENGTH_KEYS = re.escape(names.under(names.OFFPOLICY, names.clip_by_len
 MINIBATCH_REGION_KEYS = names.MINIBATCH_REGEX + re.escape("/" + names.CLIP_REGION)
 BEHAVIOUR_SHARE_KEYS = re.escape(names.BEHAVIOUR) + r"/(?:rejected|truncated)(?:/len_.+)?"
 BEHAVIOUR_PNG = "behaviour.png"
+BEHAVIOUR_NOT_LOGGED = "no gspo/behaviour/* metrics logged (engine.correction off)"
 logger = logging.getLogger(__name__)
 FIGSIZE_IN, DPI = (10.0, 5.6), 100
 """Every PNG is FIGSIZE_IN * DPI = 1000 x 560 pixels."""

@@ -157,3 +157,12 @@ def test_behaviour_png_draws_the_corrections_rejected_and_truncated_shares(tmp_p
     assert written[report.BEHAVIOUR_PNG] is True
     assert_real_image(tmp_path / "report" / report.BEHAVIOUR_PNG)
     assert report._behaviour_label("gspo/behaviour/rejected/len_64-256") == "rejected, 64-256 tokens"
+
+
+def test_a_run_without_the_correction_gets_a_one_line_note(tmp_path, capsys):
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": [{"step": 1, "loss": 0.5}]}))
+    assert gspo_trl_main(["report", str(tmp_path)]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if report.BEHAVIOUR_PNG in line]
+    assert notes == [
+        f"{tmp_path / 'report' / report.BEHAVIOUR_PNG}  not written: {report.BEHAVIOUR_NOT_LOGGED}"
+    ]
