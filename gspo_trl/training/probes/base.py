@@ -3,37 +3,8 @@
 GSPOTrainer (gspo_trl.training.trainer) overrides each TRL hook once and hands the event to its
 probes in list order; the same order is the order of their callbacks. A probe owns its typed
 section, its state, its metrics and its callbacks; it never names a TRL private method (only
-trainer.py does, each override quoting the TRL line it relies on). Every method below is a
-no-op by default: a probe overrides the few it needs.
-
-Events, in the order of one training step, with the TRL call each comes from (trl 1.16,
-trl/trainer/grpo_trainer.py unless named):
-
-    trainer_init()                   around GRPOTrainer.__init__ (a context manager)
-    attach(trainer)                  end of GSPOTrainer.__init__ (the model and vLLM are built)
-    on_train_begin / on_train_end    GSPOTrainer.train, around Trainer.train (end: also on error)
-    around_rollout(proceed)          `_generate_and_score_completions` (called by `_prepare_inputs`
-      on_rollout_begin                 every steps_per_generation x num_iterations steps, :1541)
-      around_generation(proceed)       `_generate(prompts)` (:2436)
-        around_weight_sync(proceed)      `self.vllm_generation.sync_weights()` (:2204): skip
-                                         `proceed` to keep the engine's weights this time
-      on_generation(Generation)        its result: token ids and the engine's sampled log-probs
-      answer_no_grad_pass(NoGradPass)  pi_old's / the reference model's no-grad
-      around_no_grad_pass(proceed)       `_get_per_token_logps_and_entropies` (:2646, :2712): the
-                                         first probe to answer replaces the forward
-      around_rewards(proceed)          `_calculate_rewards(...)` (:2753)
-      on_rollout_end(batch) -> batch   the scored rollout dict TRL returns (:2936): a probe may
-                                       add keys, reweight, mask or drop rows
-    on_loss_inputs(LossCall)         `_compute_loss(model, inputs)` (:3020), before TRL reads the
-                                     inputs: `LossCall.inputs` is a copy a probe may change
-    on_policy_forward(PolicyForward)       the loss's own `_get_per_token_logps_and_entropies` (:3030):
-                                     log-probs and log s_i, before the ratio is formed
-    on_loss(LossCall, loss)          `_compute_loss` returned
-    on_training_step_end             `training_step` returned (after the backward)
-    around_evaluate(proceed)         transformers `Trainer._evaluate`
-    around_checkpoint_save(save, proceed)  transformers `Trainer._save_checkpoint`; `save.write_dir`
-                                     says where the Trainer writes
-    on_log(logs) -> metrics          GSPOTrainer.log, before TRL's `log` (:3302) averages and emits
+trainer.py does, each override quoting the TRL line it relies on). `Probe`'s docstring lists the
+events with the TRL call each comes from; docs/probes.md shows how to write one.
 """
 
 from __future__ import annotations
@@ -140,7 +111,37 @@ class CheckpointSave:
 
 
 class Probe:
-    """Base class: every event a no-op. Subclass it and override what you need (module docstring)."""
+    """Base class: every event a no-op; subclass it and override what you need.
+
+    Events, in the order of one training step, with the TRL call each comes from (trl 1.16,
+    trl/trainer/grpo_trainer.py unless named):
+
+        trainer_init()                   around GRPOTrainer.__init__ (a context manager)
+        attach(trainer)                  end of GSPOTrainer.__init__ (the model and vLLM are built)
+        on_train_begin / on_train_end    GSPOTrainer.train, around Trainer.train (end: also on error)
+        around_rollout(prompts, proceed) `_generate_and_score_completions` (called by `_prepare_inputs`
+          on_rollout_begin                 every steps_per_generation x num_iterations steps, :1541)
+          around_generation(proceed)       `_generate(prompts)` (:2436)
+            around_weight_sync(proceed)      `self.vllm_generation.sync_weights()` (:2204): skip
+                                             `proceed` to keep the engine's weights this time
+          on_generation(Generation)        its result: token ids and the engine's sampled log-probs
+          answer_no_grad_pass(NoGradPass)  pi_old's / the reference model's no-grad
+          around_no_grad_pass(proceed)       `_get_per_token_logps_and_entropies` (:2646, :2712): the
+                                             first probe to answer replaces the forward
+          around_rewards(proceed)          `_calculate_rewards(...)` (:2753)
+          on_rollout_end(batch) -> batch   the scored rollout dict TRL returns (:2936): a probe may
+                                           add keys, reweight, mask or drop rows
+        on_loss_inputs(LossCall)         `_compute_loss(model, inputs)` (:3020), before TRL reads the
+                                         inputs: `LossCall.inputs` is a copy a probe may change
+        on_policy_forward(PolicyForward) the loss's own `_get_per_token_logps_and_entropies`
+                                         (:3030): log-probs and log s_i, before the ratio is formed
+        on_loss(LossCall, loss)          `_compute_loss` returned
+        on_training_step_end             `training_step` returned (after the backward)
+        around_evaluate(proceed)         transformers `Trainer._evaluate`
+        around_checkpoint_save(save, proceed)  transformers `Trainer._save_checkpoint`; `save.write_dir`
+                                         says where the Trainer writes
+        on_log(logs) -> metrics          GSPOTrainer.log, before TRL's `log` (:3302) averages and emits
+    """
 
     def callbacks(self) -> ProbeCallbacks:
         return ProbeCallbacks()
@@ -159,8 +160,12 @@ class Probe:
     def on_train_end(self, trainer: Any) -> None:
         """After Trainer.train, also when it raised."""
 
-    def around_rollout(self, trainer: Any, proceed: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        return proceed()
+    def around_rollout(
+        self, trainer: Any, prompts: list[Any], proceed: Callable[[list[Any]], dict[str, Any]]
+    ) -> dict[str, Any]:
+        """`prompts`: this rollout batch's rows (TRL's `generation_batch`); `proceed(rows)` generates
+        and scores rows, and may be called again (with other rows: e.g. to refill a batch)."""
+        return proceed(prompts)
 
     def on_rollout_begin(self, trainer: Any, training: bool) -> None:
         pass
