@@ -229,6 +229,44 @@ print("RESULT=" + json.dumps(spans))
 """
 
 
+def loss_overhead(rounds: int, output_dir: Path) -> dict:
+    """One update's loss + backward on a real tiny rollout (no vLLM: the engine's log-probs are
+    pi_old plus noise), correction and none alternating `rounds` times: median seconds of each."""
+    import torch
+
+    from gspo_trl.config.sections import EngineConfig
+    from gspo_trl.training.engine.behaviour import BehaviourCorrection
+
+    sys.path.insert(0, str(ROOT))
+    from tests._gspo_helpers import make_trainer, tiny_model_dir
+
+    torch.set_num_threads(1)
+    trainer = make_trainer(tiny_model_dir(output_dir), output_dir / "loss-run", max_steps=1)
+    trainer.model.train()
+    rows = [{"prompt": f"add {i} and {i + 3}"} for i in range(4) for _ in range(trainer.num_generations)]
+    rollout = trainer._generate_and_score_completions(rows)
+    old = rollout["old_per_token_logps"]
+    rollout["sampling_per_token_logps"] = old - 0.01 * torch.randn_like(old)
+    trainer.use_vllm, trainer.current_gradient_accumulation_steps = True, 1
+    buckets = trainer.diagnostics.length_buckets
+    arms = {
+        "on": BehaviourCorrection(
+            EngineConfig(correction="reject", reject_max_token="auto", reject_k3="auto"), buckets
+        ),
+        "off": BehaviourCorrection(EngineConfig(), buckets),
+    }
+    spent: dict[str, list[float]] = {"on": [], "off": []}
+    for _ in range(rounds):
+        for arm in ("on", "off"):
+            trainer.behaviour = arms[arm]
+            start = time.perf_counter()
+            trainer._compute_loss(trainer.model, rollout).backward()
+            spent[arm].append(time.perf_counter() - start)
+            trainer.model.zero_grad()
+    on, off = statistics.median(spent["on"]), statistics.median(spent["off"])
+    return {"rounds": rounds, "median_on_s": on, "median_off_s": off, "ratio": on / off, "spans": spent}
+
+
 def overhead(model: Path, rollouts: int, out: Path) -> dict:
     overrides = {
         **VLLM_OVERRIDES,
@@ -251,7 +289,13 @@ def overhead(model: Path, rollouts: int, out: Path) -> dict:
         raise RuntimeError(f"overhead run failed:\n{proc.stderr[-4000:]}")
     spans = json.loads(proc.stdout.split("RESULT=", 1)[1])
     on, off = statistics.median(spans["on"]), statistics.median(spans["off"])
-    return {"rollouts_each": len(spans["on"]), "median_on_s": on, "median_off_s": off, "ratio": on / off}
+    return {
+        "rollouts_each": len(spans["on"]),
+        "median_on_s": on,
+        "median_off_s": off,
+        "ratio": on / off,
+        "spans": spans,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -267,11 +311,25 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--heldout-rows", type=int, default=200)
     o = sub.add_parser("overhead")
     o.add_argument("--rollouts", type=int, default=8, help="measured rollout batches per arm")
+    lo = sub.add_parser("loss-overhead", help="one update's loss + backward, alternating, no vLLM")
+    lo.add_argument("--rounds", type=int, default=40)
+    lo.add_argument("--output-dir", type=Path, default=Path("runs/bench-mismatch"))
+    lo.add_argument("--json", type=Path, help="also write the results here")
     for s in (t, o):
         s.add_argument("--sft-steps", type=int, default=1000)
         s.add_argument("--output-dir", type=Path, default=Path("runs/bench-mismatch"))
         s.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
+    if args.command == "loss-overhead":
+        result = loss_overhead(args.rounds, args.output_dir)
+        print(
+            f"loss + backward per update, median of {args.rounds} alternating: correction "
+            f"{result['median_on_s'] * 1e3:.2f} ms, none {result['median_off_s'] * 1e3:.2f} ms, "
+            f"ratio {result['ratio']:.3f}"
+        )
+        if args.json is not None:
+            args.json.write_text(json.dumps(result, indent=2))
+        return 0
     model = warm_model(args.output_dir, args.sft_steps)
     if args.command == "overhead":
         result = overhead(model, args.rollouts, args.output_dir / "overhead")
