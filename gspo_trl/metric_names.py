@@ -11,6 +11,8 @@ docs/performance.md the perf/* ones; tests check that every key the docs name is
     gspo/engine_mismatch/{mean,std,outside_clip}   engine log-probs as pi_old: the guard
     gspo/engine_routing/{flip_rate,flip_rate_layer_max}   MoE: the engine's experts vs the trainer's
     gspo/routing_replay/replayed_updates   MoE with replay: share of updates run on recorded experts
+    gspo/behaviour/{weight_mean,weight_p1,weight_p99,truncated,rejected}   engine.correction, per
+                                  rollout batch; truncated/len_{a}-{b}, rejected/len_{a}-{b} by length
     heldout/{score,judged,pass@k} the held-out evaluation
     perf/{PHASE}_s, perf/total/{PHASE}_s   seconds per phase in a logging window, and over the run
     perf/{wall_s,generated_tokens,trained_tokens,tokens_per_s,trained_tokens_per_s,update_flops,mfu}
@@ -86,6 +88,23 @@ ENGINE_ROUTING_FLIP_RATE = f"{ENGINE_ROUTING}/flip_rate"
 """Share of (response token, MoE layer) pairs where the trainer's router, at pi_old's weights,
 chooses other experts than the inference engine chose while sampling (routing_replay: engine)."""
 ENGINE_ROUTING_FLIP_RATE_LAYER_MAX = f"{ENGINE_ROUTING}/flip_rate_layer_max"
+
+BEHAVIOUR = f"{GSPO}/behaviour"
+BEHAVIOUR_WEIGHT_MEAN = f"{BEHAVIOUR}/weight_mean"
+"""Mean loss weight of a rollout batch's responses under engine.correction (1 = no correction)."""
+BEHAVIOUR_WEIGHT_P1 = f"{BEHAVIOUR}/weight_p1"
+BEHAVIOUR_WEIGHT_P99 = f"{BEHAVIOUR}/weight_p99"
+"""1st and 99th percentiles of the weight w_i before truncation or rejection."""
+BEHAVIOUR_TRUNCATED = f"{BEHAVIOUR}/truncated"
+BEHAVIOUR_REJECTED = f"{BEHAVIOUR}/rejected"
+"""Shares (0-1) of the rollout batch's responses truncated at weight_max, or rejected (weight 0)."""
+
+
+def behaviour_by_length(share: str, bucket: str) -> str:
+    """'gspo/behaviour/rejected/len_64-256' (share: BEHAVIOUR_TRUNCATED or _REJECTED; bucket:
+    diagnostics.bucket_labels)."""
+    return f"{share}/{bucket}"
+
 
 HELDOUT = "heldout"
 HELDOUT_SCORE = f"{HELDOUT}/score"
@@ -183,6 +202,7 @@ METRIC_PATTERN = re.compile(
     rf"|{re.escape(ZERO_VARIANCE_GROUPS)}|{re.escape(ROUTING_REPLAYED)}"
     rf"|{re.escape(ENGINE_MISMATCH)}/(?:mean|std|outside_clip)"
     rf"|{re.escape(ENGINE_ROUTING)}/(?:flip_rate|flip_rate_layer_max)"
+    rf"|{re.escape(BEHAVIOUR)}/(?:weight_(?:mean|p1|p99)|(?:truncated|rejected)(?:/len_\d+-(?:\d+|inf))?)"
     rf"|(?:eval_)?{re.escape(HELDOUT)}/(?:score|judged|pass@[1-9]\d*)"
     rf"|{PERF}/(?:total/)?(?:{'|'.join((*PHASES, PHASE_OTHER))})_s"
     rf"|{PERF}/(?:{'|'.join((*_PERF_FIELDS, 'update_flops', 'mfu'))})"

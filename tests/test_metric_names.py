@@ -13,6 +13,7 @@ import torch
 
 import gspo_trl.metric_names as names
 from gspo_trl.training.diagnostics import ROW_COLUMNS, bucket_labels, summarize_rows
+from gspo_trl.training.engine.behaviour import summarize_weights
 from gspo_trl.training.engine.mismatch import judge_mismatch
 from gspo_trl.training.heldout.scoring import mean_grade
 from gspo_trl.training.routing import FlipCounts, engine_routing_metrics, replay_metrics
@@ -40,6 +41,8 @@ def logged_names() -> set[str]:
         names.heldout_pass_at(k) for k in (1, 4)
     }
     found |= {names.ZERO_VARIANCE_GROUPS}
+    weights = torch.tensor([[1.0, 1.0, 0, 0, 10], [0.0, 2.0, 0, 1, 100], [1.2, 1.5, 1, 0, 2000]])
+    found |= set(summarize_weights(weights, (16, 64)))
     return found | {f"eval_{n}" for n in found if n.startswith(names.HELDOUT)}
 
 

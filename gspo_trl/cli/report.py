@@ -9,13 +9,14 @@ import json
 from pathlib import Path
 
 from gspo_trl.diagnose import phase_plot, routing_plot
-from gspo_trl.diagnose.report import write_report
+from gspo_trl.diagnose.report import BEHAVIOUR_NOT_LOGGED, BEHAVIOUR_PNG, write_report
 from gspo_trl.errors import UserError
 from gspo_trl.rewards.suggest import ArgumentParser
 
 NOT_WRITTEN = {
     phase_plot.PHASES_PNG: phase_plot.NOT_LOGGED_NOTE,
     routing_plot.ROUTING_PNG: routing_plot.NOT_LOGGED_NOTE,
+    BEHAVIOUR_PNG: BEHAVIOUR_NOT_LOGGED,
 }
 """Why each PNG that `write_report` may skip (value None) was not written."""
 

@@ -25,8 +25,9 @@ GSPO_DEFAULTS: MappingProxyType[str, Any] = MappingProxyType(
         # length-normalised s_i tolerates engine noise (its clip bounds the effect). TRL's default
         # (sequence_mask, C_max 3) weights by exp(SUM of token log-ratios), not GSPO's mean: a
         # systematic 1e-3 nats/token gap zeroes every response longer than ~1100 tokens, a length
-        # bias. Measure the gap with `gspo-trl check-logprobs`; if it is large, prefer
-        # vllm_importance_sampling_mode: token_truncate (length-neutral) over the sequence modes.
+        # bias. Measure the gap with `gspo-trl check-logprobs`; if it is large, use engine.correction
+        # (one length-normalised weight per response, docs/engine-logprobs.md) or TRL's
+        # vllm_importance_sampling_mode: token_truncate (length-neutral), not its sequence modes.
         "vllm_importance_sampling_correction": False,
     }
 )

@@ -38,10 +38,12 @@ import torch
 
 from gspo_trl.config.optional_packages import VLLM
 from gspo_trl.config.sections import MAX_BIAS_FRACTION, MAX_OUTSIDE_CLIP
+from gspo_trl.config.sections.engine_correction import CALIBRATION_KEY
 from gspo_trl.errors import UserError
 from gspo_trl.model.hub import hub_model_errors
 from gspo_trl.progress import progress_bar
 from gspo_trl.training.diagnostics import bucket_labels
+from gspo_trl.training.engine.correction import divergence_from_sequences, divergence_percentiles
 from gspo_trl.training.engine.mismatch import judge_mismatch
 
 VLLM_MISSING = f"check-logprobs samples with vLLM, which is not installed. {VLLM.install}"
@@ -206,7 +208,9 @@ def agreement_report(
             outside = judge_mismatch(delta[sel], eps_low, eps_high).outside_clip
             by_length[label] = {**_stats(delta[sel]), "outside_clip": outside}
     verdict = judge_mismatch(delta, eps_low, eps_high, max_bias_fraction, max_outside_clip)
+    divergence = divergence_from_sequences([t for _, t in kept], [e for e, _ in kept])
     return {
+        CALIBRATION_KEY: divergence_percentiles(divergence),  # engine.thresholds_from reads it
         "eps_low": eps_low,
         "eps_high": eps_high,
         "token": _stats(token),

@@ -16,10 +16,12 @@ Writes, by default to `RUN_DIR/report/`, one 1000 x 560 px PNG per question:
                            (gspo_trl.diagnose.phase_plot; 1000 x 800 px)
     routing.png            MoE models: expert flip rate per update index, worst layer and
                            response (gspo_trl.diagnose.routing_plot; 1000 x 800 px)
+    behaviour.png          engine.correction: share of responses rejected / truncated, overall
+                           and by response length (`gspo/behaviour/*`)
 
 A metric that was never logged gives a PNG that says so, so the file set is predictable; the
-exceptions are phases.png, not written for a run without `perf/*` keys (older runs), and
-routing.png, not written for a dense model.
+exceptions are phases.png, not written for a run without `perf/*` keys (older runs),
+routing.png, not written for a dense model, and behaviour.png, not written without engine.correction.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ from gspo_trl.model.checkpoints import TRAINER_STATE, latest_checkpoint
 
 OFFPOLICY_LENGTH_KEYS = re.escape(names.under(names.OFFPOLICY, names.clip_by_length("len_"))) + ".+"
 MINIBATCH_REGION_KEYS = names.MINIBATCH_REGEX + re.escape("/" + names.CLIP_REGION)
+BEHAVIOUR_SHARE_KEYS = re.escape(names.BEHAVIOUR) + r"/(?:rejected|truncated)(?:/len_.+)?"
+BEHAVIOUR_PNG = "behaviour.png"
+BEHAVIOUR_NOT_LOGGED = "no gspo/behaviour/* metrics logged (engine.correction off)"
 logger = logging.getLogger(__name__)
 FIGSIZE_IN, DPI = (10.0, 5.6), 100
 """Every PNG is FIGSIZE_IN * DPI = 1000 x 560 pixels."""
@@ -239,15 +244,25 @@ def plot_log_ratio(history: list[dict], path: Path) -> bool:
     )
 
 
+def _behaviour_label(key: str) -> str:
+    """'gspo/behaviour/rejected/len_6-8' -> 'rejected, 6-8 tokens'; '.../rejected' -> 'rejected'."""
+    share, _, bucket = key.removeprefix(names.BEHAVIOUR + "/").partition("/")
+    return share if not bucket else f"{share}, {_length_label(key)}"
+
+
 def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> dict[str, bool | None]:
     """Write the PNGs; returns {file name: True if it holds data, False if a 'no data' card,
-    None if not written (phases.png of a run without perf/* keys, routing.png of a dense model)}."""
+    None if not written (phases.png of a run without perf/* keys, routing.png of a dense model,
+    behaviour.png of a run without engine.correction)}."""
     history = load_log_history(run_dir)
     out = Path(out_dir) if out_dir else Path(run_dir) / "report"
     out.mkdir(parents=True, exist_ok=True)
     region = names.under(names.OFFPOLICY, names.CLIP_REGION)
     len_keys = sorted(keys_matching(history, OFFPOLICY_LENGTH_KEYS), key=_bucket_order)
     mb_keys = sorted(keys_matching(history, MINIBATCH_REGION_KEYS), key=lambda k: int(k.split("/")[1][2:]))
+    behaviour = sorted(
+        keys_matching(history, BEHAVIOUR_SHARE_KEYS), key=lambda k: (k.count("/"), _bucket_order(k), k)
+    )
     zero_var = keys_matching(history, re.escape(names.ZERO_VARIANCE_GROUPS)) or keys_matching(
         history, names.TRL_ZERO_VARIANCE
     )
@@ -291,4 +306,15 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> dict
         ),
         PHASES_PNG: plot_phases(history, out / PHASES_PNG),
         ROUTING_PNG: plot_routing(history, out / ROUTING_PNG),
+        BEHAVIOUR_PNG: plot_lines(
+            history,
+            out / BEHAVIOUR_PNG,
+            "engine.correction: responses rejected or truncated, per rollout batch",
+            "fraction of responses",
+            behaviour,
+            _behaviour_label,
+            fraction=True,
+        )
+        if behaviour
+        else None,
     }

@@ -9,6 +9,7 @@ the order of their events and of their callbacks:
     GspoTokenProbe        GSPO-token (`GSPOConfig(gspo_token=True)`): pi_old rewritten per token
     DiagnosticsProbe      gspo/* from the loss's own policy pass (no extra forward)
     EngineLogprobsProbe   `engine: {old_logprobs: engine}`: pi_old from vLLM, and its guard
+    BehaviourProbe        `engine: {correction: ...}`: each response weighed for the engine/trainer gap
     RoutingProbe          `moe:` routing record/replay and flip rates (inert for a dense model)
     PerfProbe             perf/* phase timings, tokens/s, MFU
     StagedCheckpointsProbe  checkpoints written whole or not at all
@@ -43,6 +44,7 @@ from gspo_trl.training.probes.base import (
     Probe,
     ProbeCallbacks,
 )
+from gspo_trl.training.probes.behaviour import BehaviourProbe
 from gspo_trl.training.probes.chain import ProbeChain
 from gspo_trl.training.probes.console import ConsoleProbe
 from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
@@ -69,6 +71,7 @@ def builtin_probes(args: Any) -> list[Probe]:
         *probes,
         DiagnosticsProbe(diagnostics),
         EngineLogprobsProbe(_section(args, "engine", EngineConfig)),
+        BehaviourProbe(_section(args, "engine", EngineConfig), diagnostics),
         RoutingProbe(_section(args, "moe", MoeConfig), diagnostics),
         PerfProbe(),
         StagedCheckpointsProbe(),
@@ -136,6 +139,10 @@ class GSPOTrainer(GRPOTrainer):
     @routing.setter
     def routing(self, value: Any) -> None:
         self.probes.find(RoutingProbe).routing = value
+
+    @property
+    def behaviour(self) -> Any:
+        return self.probes.find(BehaviourProbe).correction
 
     @property
     def engine_logprobs(self) -> Any:

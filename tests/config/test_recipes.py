@@ -15,13 +15,14 @@ import pytest
 from gspo_trl.config.batch import rollout_batch
 from gspo_trl.config.defaults import GSPO_DEFAULTS
 from gspo_trl.config.recipe import load_recipe
+from gspo_trl.config.sections import EngineConfig
 from gspo_trl.config.validation import validate
 from gspo_trl.plan.topology import resolve_topology
 from tests._paths import ROOT
 
 RECIPES = sorted((ROOT / "recipes").glob("**/*.yaml"))
 RECIPE_IDS = [str(path.relative_to(ROOT / "recipes")) for path in RECIPES]
-HEADER_FIELDS = ("Tracker:",)
+HEADER_FIELDS = ("Tracker:", "Mismatch:")
 GSPO_UPDATES = GSPO_DEFAULTS["steps_per_generation"] // GSPO_DEFAULTS["gradient_accumulation_steps"]
 
 
@@ -57,6 +58,10 @@ def test_recipe_header_and_validation(path: Path) -> None:
     tracker = recipe.training.get("report_to", "none")
     tracker = tracker if isinstance(tracker, str) else ", ".join(tracker)
     assert re.search(rf"# Tracker: +report_to: {re.escape(tracker)}\b", text), f"{path}: Tracker line"
+    correction = recipe.engine.get("correction", EngineConfig.correction)
+    trl = str(bool(recipe.training.get("vllm_importance_sampling_correction"))).lower()
+    mismatch = rf"# Mismatch: +engine.correction: {correction}, vllm_importance_sampling_correction: {trl}\b"
+    assert re.search(mismatch, text), f"{path}: the Mismatch line must say what the recipe corrects"
     validate(recipe, processes=1)
     if recipe.training.get("save_strategy") == "steps":
         updates = rollout_batch(recipe.training, 1).optimizer_updates

@@ -93,6 +93,7 @@ def test_report_reads_the_latest_checkpoint_and_plots_heldout(tmp_path):
     written = report.write_report(tmp_path)
     assert all(written[name] for name in EXPECTED), written
     assert written["phases.png"] is None  # no perf/* keys: not written
+    assert written[report.BEHAVIOUR_PNG] is None  # no engine.correction: not written
     assert report.load_log_history(tmp_path)[-1]["step"] == 12
     for name in EXPECTED:
         assert_real_image(tmp_path / "report" / name)
@@ -138,3 +139,30 @@ def test_missing_metrics_give_a_no_data_card_and_missing_state_an_error(tmp_path
     (tmp_path / "trainer_state.json").unlink()
     assert gspo_trl_main(["report", str(tmp_path)]) == 2
     assert "trainer_state.json" in capsys.readouterr().err
+
+
+def test_behaviour_png_draws_the_corrections_rejected_and_truncated_shares(tmp_path):
+    history = [
+        {
+            "step": step,
+            "gspo/behaviour/rejected": 0.1 * step,
+            "gspo/behaviour/truncated": 0.0,
+            "gspo/behaviour/rejected/len_64-256": 0.2,
+            "gspo/behaviour/rejected/len_0-64": 0.0,
+        }
+        for step in (4, 8)
+    ]
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+    written = report.write_report(tmp_path)
+    assert written[report.BEHAVIOUR_PNG] is True
+    assert_real_image(tmp_path / "report" / report.BEHAVIOUR_PNG)
+    assert report._behaviour_label("gspo/behaviour/rejected/len_64-256") == "rejected, 64-256 tokens"
+
+
+def test_a_run_without_the_correction_gets_a_one_line_note(tmp_path, capsys):
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": [{"step": 1, "loss": 0.5}]}))
+    assert gspo_trl_main(["report", str(tmp_path)]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if report.BEHAVIOUR_PNG in line]
+    assert notes == [
+        f"{tmp_path / 'report' / report.BEHAVIOUR_PNG}  not written: {report.BEHAVIOUR_NOT_LOGGED}"
+    ]

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+from gspo_trl.config.sections.engine_correction import check_correction_settings
 from gspo_trl.errors import RecipeError
 
 OLD_LOGPROBS_SOURCES = ("trainer", "engine")
@@ -40,12 +41,36 @@ class EngineConfig:
         fraction of the narrower clip half-range, min(log(1 + eps_high), -log(1 - eps_low)).
     max_outside_clip: flag when more than this fraction (0-1) of the on-policy minibatch's
         responses fall outside the clip range from the mismatch alone.
+
+    The behaviour correction (off by default; gspo_trl.training.engine.correction, checked by
+    gspo_trl.config.sections.engine_correction, docs/engine-logprobs.md "Correcting the mismatch"):
+    correction: `off`, `truncate` (weight each response's loss by min(w_i, weight_max), w_i =
+        exp(mean_t(log pi_old - log mu)) over its tokens) or `reject` (weight w_i inside
+        [weight_min, weight_max], 0 outside). With old_logprobs: engine, pi_old = mu, so w_i = 1
+        and only the token rules below act (on the update's log-probs against mu).
+    weight_max: the upper bound on w_i (C in truncate, C_max in reject); a number, `auto` (from
+        the measured mismatch) or null (no bound).
+    weight_min: the lower bound on w_i (C_min, reject only); a number, `auto` or null.
+    reject_max_token: reject a response whose largest |log pi_old - log mu| over its tokens
+        exceeds this (nats); null: off.
+    reject_k3: reject a response whose mean K3 = exp(d) - 1 - d over its tokens exceeds this
+        (nats); null: off.
+    thresholds_from: a `gspo-trl check-logprobs --json` report to take the `auto` values from;
+        null: the first rollout batch's measured mismatch.
+    max_rejected: warn when a rollout batch rejects more than this share (0-1) of its responses.
     """
 
     old_logprobs: str = "trainer"
     on_mismatch: str = "warn"
     max_bias_fraction: float = MAX_BIAS_FRACTION
     max_outside_clip: float = MAX_OUTSIDE_CLIP
+    correction: str = "off"
+    weight_max: float | Literal["auto"] | None = "auto"
+    weight_min: float | Literal["auto"] | None = "auto"
+    reject_max_token: float | Literal["auto"] | None = None
+    reject_k3: float | Literal["auto"] | None = None
+    thresholds_from: str | None = None
+    max_rejected: float = 0.1
 
     def __post_init__(self) -> None:
         if self.old_logprobs not in OLD_LOGPROBS_SOURCES:
@@ -69,6 +94,11 @@ class EngineConfig:
         """True when pi_old is the engine's log-probs."""
         return self.old_logprobs == "engine"
 
+    @property
+    def corrects(self) -> bool:
+        """True when the behaviour correction reweights or rejects responses."""
+        return self.correction != "off"
+
 
 SAMPLING_NEUTRAL = {
     "top_p": (1.0, None),
@@ -82,7 +112,9 @@ softmax of logits / temperature: with engine log-probs as pi_old, every s_i woul
 
 
 def check_engine_settings(config: EngineConfig, training: Mapping[str, Any]) -> None:
-    """Engine log-probs need vLLM and an unreshaped sampler (`training`: the GRPOConfig fields)."""
+    """Engine log-probs need vLLM and an unreshaped sampler (`training`: the GRPOConfig fields); the
+    behaviour correction's keys (gspo_trl.config.sections.engine_correction)."""
+    check_correction_settings(config, training)
     if not config.from_engine:
         return
     if not training.get("use_vllm"):

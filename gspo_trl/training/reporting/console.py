@@ -137,6 +137,8 @@ def banner(trainer: Any, model_name: str, reward_names: list[str], eval_rows: in
     algorithm = "GSPO-token" if getattr(trainer, "gspo_token", False) else f"{level}-level ratio"
     length = f"{args.max_steps} steps" if args.max_steps > 0 else f"{args.num_train_epochs:g} epoch(s)"
     moe = moe_banner_line(trainer)
+    correction = getattr(trainer, "behaviour", None)
+    engine = [f"  engine   correction {correction.describe()}"] if correction and correction.active else []
     return "\n".join(
         [
             "gspo-trl: training",
@@ -147,6 +149,7 @@ def banner(trainer: Any, model_name: str, reward_names: list[str], eval_rows: in
             f"{RolloutBatch.from_grpo_config(args).optimizer_updates} updates per rollout batch, "
             f"beta {args.beta:g}, "
             f"lr {args.learning_rate:g}",
+            *engine,
             f"  run      {length} on {trainer.accelerator.num_processes} process(es), "
             f"logging every {args.logging_steps:g}, output {args.output_dir}",
             *([moe] if moe else []),

