@@ -8,6 +8,7 @@ prompt ids the engine receives can be compared with GRPOTrainer._tokenize_prompt
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -36,7 +37,7 @@ def main() -> None:
     }
     trainer = build_trainer(load_recipe(RECIPES_DIR / "tiny" / "reversal.yaml", overrides))
     callback = next(c for c in trainer.callback_handler.callbacks if isinstance(c, HeldoutCallback))
-    callback.ks = ()
+    callback.settings = dataclasses.replace(callback.settings, ks=())
     prompts = callback.dataset["prompt"]
     llm = trainer.vllm_generation.llm
     sent: list[list[int]] = []
@@ -54,7 +55,7 @@ def main() -> None:
     model = trainer.accelerator.unwrap_model(trainer.model)
     rendering = PromptRendering.of_trainer(trainer)
     hf_texts = generate_completions(
-        model, trainer.processing_class, prompts, callback.max_new_tokens, rendering=rendering
+        model, trainer.processing_class, prompts, callback.settings.max_new_tokens, rendering=rendering
     )
     logs = callback.evaluate()
     training_ids = [list(ids) for ids in trainer._tokenize_prompts(list(prompts))[0]]

@@ -3,6 +3,7 @@ recounts from the saved samples, HumanEval with canonical solutions and mutants,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -51,7 +52,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     recipe = load_recipe(REPO / "recipes/tiny/reversal.yaml", overrides)
     trainer = build_trainer(recipe)
     callback = next(c for c in trainer.callback_handler.callbacks if isinstance(c, HeldoutCallback))
-    callback.ks, callback.num_samples = (1, 2), 2
+    callback.settings = dataclasses.replace(callback.settings, ks=(1, 2), num_samples=2)
     trainer.train()
     model_dir = root / "run" / "gspo"
     trainer.save_model(str(model_dir))
