@@ -22,7 +22,7 @@ from gspo_trl.config.sections.moe import (
     expert_count,
     installed_vllm_version,
 )
-from gspo_trl.config.validation import validate
+from gspo_trl.config.validation import find_problems, validate
 from gspo_trl.errors import RecipeError
 from tests._paths import ROOT
 
@@ -90,7 +90,8 @@ def test_a_recipe_with_a_local_moe_model_is_checked(tmp_path):
 def test_validate_runs_the_check_and_the_installed_vllm_passes(tmp_path):
     """validate() calls it; the vLLM installed here (0.31, which tests/model/test_vllm_moe_sync.py runs)
     is past the floor, so a MoE recipe with use_vllm validates."""
-    assert "run(check_vllm_for_moe, recipe.model.name_or_path, recipe.training" in inspect.getsource(validate)
+    source = inspect.getsource(find_problems)  # validate() raises what find_problems records
+    assert "run(check_vllm_for_moe, recipe.model.name_or_path, recipe.training" in source
     recipe = load_recipe(
         None, {"model.name_or_path": str(moe_model_dir(tmp_path)), "rewards": ["math"], "use_vllm": True}
     )
