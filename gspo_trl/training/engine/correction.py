@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gspo_trl.config.sections import CORRECTION_MODES
+from gspo_trl.config.sections.engine_correction import CORRECTION_MODES
 
 AUTO_MARGIN = 2.0
 """`auto` thresholds: this many times the 99th percentile of each statistic on the calibrating
