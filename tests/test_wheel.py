@@ -1,6 +1,8 @@
 """The built wheel works without the source tree: recipes, configs and the demo ship inside it.
 
-Builds the wheel with `python -m build`, installs it (without dependencies) into a fresh venv
+Builds the wheel with `python -m build` from a copy of the checkout's files (git's tracked and
+new ones: a `build/` folder a previous build left in the checkout would otherwise put modules that
+no longer exist into the wheel), installs it (without dependencies) into a fresh venv
 outside the checkout, lends that venv this environment's third-party packages through a
 `.pth` line (so no download is needed), and runs the commands a user of an installed package
 runs, from a scratch directory. The checkout is never on the path: the test checks which
@@ -10,6 +12,7 @@ runs, from a scratch directory. The checkout is never on the path: the test chec
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -29,13 +32,34 @@ def _run(command: list[str], cwd: Path, env: dict[str, str], timeout: int = 300)
     return result.stdout
 
 
+def _checkout_files() -> list[str]:
+    listing = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [name for name in listing.split("\0") if name and os.path.lexists(ROOT / name)]
+
+
+def _checkout_copy(target: Path) -> Path:
+    """The checkout's files (links kept as links) under `target`, without its build leftovers."""
+    for name in _checkout_files():
+        destination = target / name
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, destination, follow_symlinks=False)
+    return target
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, str]]:
     """(venv bin dir, scratch working dir, environment) with only the wheel of gspo-trl installed."""
     root = tmp_path_factory.mktemp("wheel")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    _run([sys.executable, "-m", "build", "--wheel", "--outdir", str(root / "dist"), str(ROOT)], root, env)
+    source = _checkout_copy(root / "source")
+    _run([sys.executable, "-m", "build", "--wheel", "--outdir", str(root / "dist"), str(source)], root, env)
     (wheel,) = (root / "dist").glob("gspo_trl-*.whl")
     venv = root / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], root, env)
@@ -80,6 +104,9 @@ def test_the_wheel_holds_gspo_trl_only(installed) -> None:
         top = {name.split("/")[0] for name in archive.namelist()}
     assert {name for name in top if not name.endswith(".dist-info")} == {"gspo_trl"}, sorted(top)
     assert any(name.startswith("gspo_trl/rewards/") for name in archive.namelist())
+    shipped = {name for name in archive.namelist() if name.startswith("gspo_trl/") and name.endswith(".py")}
+    sources = {name for name in _checkout_files() if name.startswith("gspo_trl/") and name.endswith(".py")}
+    assert shipped == sources, f"stale: {sorted(shipped - sources)}; missing: {sorted(sources - shipped)}"
 
 
 def test_recipes_list_and_copy_then_validate(installed) -> None:
