@@ -50,9 +50,9 @@ _EXPORTS = {
     "CalibrateSettings": "gspo_trl.diagnose.calibrate",
     "Calibration": "gspo_trl.diagnose.calibrate",
     "calibrate": "gspo_trl.diagnose.calibrate",
-    "UserError": "gspo_trl.errors",
-    "RecipeError": "gspo_trl.errors",
-    "DataError": "gspo_trl.errors",
+    "UserError": "gspo_trl.core.errors",
+    "RecipeError": "gspo_trl.core.errors",
+    "DataError": "gspo_trl.core.errors",
 }
 __all__ = [  # the keys of _EXPORTS (tests/test_public_api.py checks)
     "GSPO_DEFAULTS",
@@ -87,9 +87,9 @@ if TYPE_CHECKING:
     from gspo_trl.config.recipe import Recipe, load_recipe
     from gspo_trl.config.sections import DiagnosticsConfig
     from gspo_trl.config.validation import validate
+    from gspo_trl.core.errors import DataError, RecipeError, UserError
     from gspo_trl.diagnose.calibrate import CalibrateSettings, Calibration, calibrate
     from gspo_trl.diagnose.check_logprobs import CheckLogprobsSettings, LogprobCheck, check_logprobs
-    from gspo_trl.errors import DataError, RecipeError, UserError
     from gspo_trl.eval.evaluate import EvalResult, EvalSettings, evaluate
     from gspo_trl.eval.filter import FilterResult, FilterSettings, filter_dataset
     from gspo_trl.training.build import build_trainer, train_recipe

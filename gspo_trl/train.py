@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from gspo_trl.cli.recipe_args import pop_flag, split_argv
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 
 USAGE = "gspo-trl train RECIPE.yaml [--resume | --overwrite] [--key value ...]  (or --config RECIPE.yaml)"
 

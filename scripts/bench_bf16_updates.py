@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from gspo_trl.model.tiny import TinyModelSpec, build_tiny_model, default_corpus, train_tokenizer
+from gspo_trl.model.tiny.dense import TinyModelSpec, build_tiny_model, default_corpus, train_tokenizer
 
 MODES = {
     "pure bf16 weights": torch.bfloat16,

@@ -130,7 +130,7 @@ PARITY_DRIVER = """
 import json, sys
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.training.build import train_recipe
-from gspo_trl.metric_names import ENGINE_MISMATCH_MEAN
+from gspo_trl.core.metric_names import ENGINE_MISMATCH_MEAN
 from gspo_trl.training.heldout.scoring import HeldoutCallback
 recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]))
 trainer = train_recipe(recipe)
@@ -146,7 +146,7 @@ print("RESULT=" + json.dumps({"before": history[0][1], "after": history[-1][1],
 def parity(seeds: list[int], max_steps: int, sft_steps: int, output_dir: Path) -> list[dict]:
     from gspo_trl.data.synthetic import ReversalTask
     from gspo_trl.demo.warm_start import WarmStartSettings, warm_start
-    from gspo_trl.model.tiny import save_tiny_model
+    from gspo_trl.model.tiny.dense import save_tiny_model
 
     # The model, warm start and schedule docs/engine-logprobs.md measured with (the demo's of
     # the time): the default tiny shape, lr 3e-3, a constant GSPO rate.

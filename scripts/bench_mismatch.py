@@ -66,7 +66,7 @@ from gspo_trl.training.build import build_trainer
 from gspo_trl.training.diagnostics import bucket_labels
 from gspo_trl.training.engine.correction import response_divergence
 from gspo_trl.training.heldout.scoring import HeldoutCallback
-import gspo_trl.metric_names as names
+import gspo_trl.core.metric_names as names
 
 recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]))
 strength = float(sys.argv[3])
@@ -131,7 +131,7 @@ def warm_model(output_dir: Path, sft_steps: int) -> Path:
     """The demo's warm-started tiny model (cached under output_dir)."""
     from gspo_trl.data.synthetic import ReversalTask
     from gspo_trl.demo.warm_start import WarmStartSettings, warm_start
-    from gspo_trl.model.tiny import save_tiny_model
+    from gspo_trl.model.tiny.dense import save_tiny_model
 
     settings = WarmStartSettings(steps=sft_steps, learning_rate=3e-3)
     return warm_start(save_tiny_model(output_dir / "tiny"), output_dir / "warm", ReversalTask(), settings)

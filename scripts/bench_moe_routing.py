@@ -44,7 +44,7 @@ from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.shipped import RECIPES_DIR
 from gspo_trl.data.synthetic import ReversalTask
 from gspo_trl.demo.warm_start import WarmStartSettings, warm_start
-from gspo_trl.model.tiny_moe import TinyMoeSpec, save_tiny_moe
+from gspo_trl.model.tiny.moe import TinyMoeSpec, save_tiny_moe
 from gspo_trl.training.build import train_recipe
 from gspo_trl.training.heldout.scoring import HeldoutCallback
 from gspo_trl.training.probes.base import LossCall, PolicyForward, Probe
@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=8, help="overhead: pairs of runs (smoke: 1)")
     parser.add_argument("--smoke", action="store_true", help="tiny model, few steps: seconds, no meaning")
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)  # one thread: least noise on shared cores (gspo_trl.cpu_threads)
+    torch.set_num_threads(1)  # one thread: least noise on shared cores (gspo_trl.core.cpu_threads)
     if args.steps is None:
         args.steps = {"overhead": 40}.get(args.command, 200) if not args.smoke else 4
     if args.smoke and args.command == "overhead":

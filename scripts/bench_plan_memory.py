@@ -2,7 +2,7 @@
 
     python scripts/bench_plan_memory.py [--batch 16] [--prompt 64] [--completion 448] [--checkpointing both]
 
-Each setting runs in a fresh subprocess: load the tiny model (gspo_trl.model.tiny, fp32), patch
+Each setting runs in a fresh subprocess: load the tiny model (gspo_trl.model.tiny.dense, fp32), patch
 it with TRL's fused LM head exactly as GRPOTrainer does, and take one step of the per-token
 log-prob loss on batch x (prompt + completion) tokens (completion tokens scored) with torch
 AdamW. The measured figure is the peak resident set (VmHWM, reset just before) during the step minus
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         model_dir = args.model_dir
         if model_dir is None:
-            from gspo_trl.model.tiny import save_tiny_model
+            from gspo_trl.model.tiny.dense import save_tiny_model
 
             model_dir = str(save_tiny_model(Path(scratch) / "tiny"))
         settings = (True, False) if args.checkpointing == "both" else (args.checkpointing == "on",)

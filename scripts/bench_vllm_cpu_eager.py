@@ -24,7 +24,7 @@ import sys, time
 t0 = time.time()
 import torch
 from vllm import LLM, SamplingParams
-from gspo_trl.model.vllm_cpu import patch_trl_for_vllm_cpu
+from gspo_trl.model.vllm_cpu.shim import patch_trl_for_vllm_cpu
 assert patch_trl_for_vllm_cpu()
 t1 = time.time()
 eager = sys.argv[1] == "1"
@@ -47,7 +47,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1, help="compiled/eager pairs (default 1)")
     args = parser.parse_args()
-    from gspo_trl.model.tiny import save_tiny_model
+    from gspo_trl.model.tiny.dense import save_tiny_model
 
     env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")

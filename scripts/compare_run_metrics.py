@@ -24,7 +24,8 @@ import sys
 from pathlib import Path
 
 WALL_CLOCK_KEYS = re.compile(
-    r"^(?:perf/(?:total/)?\w+_s"  # seconds per phase and wall seconds (gspo_trl.metric_names.perf_seconds)
+    # seconds per phase and wall seconds (gspo_trl.core.metric_names.perf_seconds)
+    r"^(?:perf/(?:total/)?\w+_s"
     r"|perf/(?:trained_)?tokens_per_s|perf/mfu"  # a count divided by those seconds
     r"|train_runtime|train_(?:samples|steps)_per_second"  # transformers' end-of-run timing
     r"|step_time"  # TRL's seconds per optimizer step
@@ -63,7 +64,7 @@ def run(recipe: str, out: Path, tiny_moe: bool, overrides: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     extra = []
     if tiny_moe:
-        from gspo_trl.model.tiny_moe import TinyMoeSpec, save_tiny_moe
+        from gspo_trl.model.tiny.moe import TinyMoeSpec, save_tiny_moe
 
         spec = TinyMoeSpec(
             num_hidden_layers=2, hidden_size=64, moe_intermediate_size=64, num_attention_heads=2

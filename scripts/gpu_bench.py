@@ -12,9 +12,9 @@ otherwise. One logging window per rollout batch; a row is the last window (after
 batch's warm-up), read from OUTPUT_DIR/metrics.jsonl: `perf/tokens_per_s`,
 `perf/trained_tokens_per_s`, `perf/mfu`, `perf/{phase}_s` over `perf/wall_s` (docs/performance.md).
 The floor is `Plan.throughput.floor_seconds_per_optimizer_step` at this GPU's row of
-gspo_trl.model.gpus.
+gspo_trl.model.sizing.gpu_rates.
 
-Settings: float32 weights under bf16 autocast (gspo_trl.model.precision), gradient checkpointing,
+Settings: float32 weights under bf16 autocast (gspo_trl.model.loading.precision), gradient checkpointing,
 transformers generate, GSPO's 4 updates per rollout batch of 32 completions (8 per prompt), 512
 tokens, 2 rollout batches per model.
 Budget, estimated and not measured (no GPU run is recorded): the plan's floor on an H200 is
@@ -40,7 +40,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_common as common  # a sibling module: scripts/ is no package
 
-import gspo_trl.metric_names as names
+import gspo_trl.core.metric_names as names
 
 MODELS = ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B")
 DRY_RUN_MODEL = "tiny"
@@ -60,13 +60,13 @@ class BenchError(Exception):
 
 def model_spec(model: str) -> Any:
     """The random model to build: the tiny one, or `model`'s shipped architecture in full."""
-    from gspo_trl.model.tiny import TinyModelSpec
+    from gspo_trl.model.tiny.dense import TinyModelSpec
 
     if model == DRY_RUN_MODEL:
         return TinyModelSpec()
     config = common.shipped_config(model)
-    if not config["tie_word_embeddings"]:  # gspo_trl.model.tiny always ties them
-        raise BenchError(f"{model}: untied embeddings; gspo_trl.model.tiny builds tied ones only")
+    if not config["tie_word_embeddings"]:  # gspo_trl.model.tiny.dense always ties them
+        raise BenchError(f"{model}: untied embeddings; gspo_trl.model.tiny.dense builds tied ones only")
     return TinyModelSpec(
         **common.decoder_fields(config),
         max_position_embeddings=config["max_position_embeddings"],
@@ -161,8 +161,8 @@ def measure(model: str, args: argparse.Namespace, output_dir: Path, rates: Any) 
 
 
 def gpu_rates(dry_run: bool) -> tuple[Any, str]:
-    """(the gspo_trl.model.gpus row the floor is planned at or None, the device in words)."""
-    from gspo_trl.model.gpus import rates_named, rates_of_device
+    """(the gspo_trl.model.sizing.gpu_rates row the floor is planned at or None, the device in words)."""
+    from gspo_trl.model.sizing.gpu_rates import rates_named, rates_of_device
 
     if dry_run:
         return rates_named(DRY_RUN_GPU), f"CPU, dry run (numbers mean nothing; floor of an {DRY_RUN_GPU})"
@@ -170,7 +170,10 @@ def gpu_rates(dry_run: bool) -> tuple[Any, str]:
 
     name = torch.cuda.get_device_name()
     rates = rates_of_device(name)
-    return rates, name if rates is not None else f"{name} (not in gspo_trl.model.gpus: no floor, no MFU)"
+    return (
+        rates,
+        name if rates is not None else f"{name} (not in gspo_trl.model.sizing.gpu_rates: no floor, no MFU)",
+    )
 
 
 def _number(value: float | None, form: str, suffix: str = "") -> str:
@@ -212,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rollout-batches", type=int, default=2, help="per model; the last one is measured")
     args = parser.parse_args(argv)
     if args.dry_run:
-        from gspo_trl.cpu_threads import size_torch_threads
+        from gspo_trl.core.cpu_threads import size_torch_threads
 
         print(size_torch_threads())
         args.completion, args.batch, args.rollout_batches = min(args.completion, 8), 4, 1

@@ -21,7 +21,7 @@ DECODER_FIELDS = (
     "num_key_value_heads",
     "head_dim",
 )
-"""The decoder's shape: the fields gspo_trl.model.tiny.TinyModelSpec and config.json share."""
+"""The decoder's shape: the fields gspo_trl.model.tiny.dense.TinyModelSpec and config.json share."""
 
 
 def shipped_config(hub_id: str) -> dict[str, Any]:
@@ -37,10 +37,10 @@ def decoder_fields(config: dict[str, Any]) -> dict[str, int]:
 
 
 def build_model(output_dir: Path, name: str, spec: Any, dry_run: bool) -> Path:
-    """Save a random-init model of `spec` (gspo_trl.model.tiny) with the tiny tokenizer to
+    """Save a random-init model of `spec` (gspo_trl.model.tiny.dense) with the tiny tokenizer to
     output_dir/name, once: a later run reuses it. Initialised on the GPU unless `dry_run`: a CPU
     took 46 s to build and save Qwen3-0.6B (2 shared cores at load ~3)."""
-    from gspo_trl.model.tiny import save_tiny_model
+    from gspo_trl.model.tiny.dense import save_tiny_model
 
     path = output_dir / name
     if not (path / "config.json").is_file():
@@ -118,7 +118,7 @@ def longest_prompt(trainer: Any) -> int:
 
 def plan_run(recipe: Any, model_dir: Path, prompt: int, rates: Any = None) -> Any:
     """`gspo-trl plan` of this one-GPU run (gspo_trl.plan.plan), prompts `prompt` tokens long;
-    `rates` (a gspo_trl.model.gpus row) sets the GPU's memory, peak and bandwidth, else the
+    `rates` (a gspo_trl.model.sizing.gpu_rates row) sets the GPU's memory, peak and bandwidth, else the
     plan's defaults."""
     from gspo_trl.plan import plan
 
@@ -128,7 +128,8 @@ def plan_run(recipe: Any, model_dir: Path, prompt: int, rates: Any = None) -> An
             "gpu_memory_gb": rates.memory_gb,
             "peak_tflops": rates.bf16_dense_tflops,
             "bandwidth_tb_s": rates.bandwidth_tb_s,
-            "gpu_name": rates.name,  # its measured usable memory (gspo_trl.model.gpus.reported_gib)
+            # its measured usable memory: gspo_trl.model.sizing.gpu_rates.reported_gib
+            "gpu_name": rates.name,
         }
     return plan(
         {**recipe.training, "max_prompt_length": prompt},

@@ -1,5 +1,5 @@
 """Routing replay (`moe.routing_replay: old`) on one GPU: the first minibatch's flip rate, and what
-replay costs per step, on the tiny Qwen3-MoE (gspo_trl.model.tiny_moe) in bf16.
+replay costs per step, on the tiny Qwen3-MoE (gspo_trl.model.tiny.moe) in bf16.
 
     python scripts/gpu_moe_replay.py [--output-dir runs/gpu-moe]   # one CUDA GPU (scripts/gpu_check.sh)
     python scripts/gpu_moe_replay.py --dry-run                      # CPU, float32, no CUDA call
@@ -31,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_common import cuda_missing  # a sibling module: scripts/ is no package
 
-import gspo_trl.metric_names as names
+import gspo_trl.core.metric_names as names
 
 STEPS_PER_GENERATION = 4
 WARM_UP_STEPS = 2
@@ -93,7 +93,7 @@ def step_seconds(events: list[dict[str, Any]]) -> list[float]:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    from gspo_trl.model.tiny_moe import save_tiny_moe
+    from gspo_trl.model.tiny.moe import save_tiny_moe
 
     output_dir = Path(args.output_dir)
     model_dir = output_dir / "tiny-moe"

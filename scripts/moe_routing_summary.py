@@ -41,7 +41,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-import gspo_trl.metric_names as names
+import gspo_trl.core.metric_names as names
 
 SPIKE_FACTOR = 5.0
 HELDOUT_DROP = 0.1

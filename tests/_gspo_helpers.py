@@ -14,7 +14,7 @@ from transformers import AutoTokenizer
 from trl import GRPOConfig
 
 from gspo_trl.config.defaults import GSPO_DEFAULTS
-from gspo_trl.model.tiny import save_tiny_model
+from gspo_trl.model.tiny.dense import save_tiny_model
 
 GSPO_ARGS: dict[str, Any] = dict(GSPO_DEFAULTS)
 """GSPO's settings as GRPOConfig keywords, from the package's one source of them."""

@@ -1,6 +1,6 @@
 """The tiny CPU model with Qwen3's real chat template, for tests of template-dependent behaviour.
 
-The tiny model's own template (gspo_trl.model.tiny.CHATML_TEMPLATE) is ChatML without Qwen3's
+The tiny model's own template (gspo_trl.model.tiny.dense.CHATML_TEMPLATE) is ChatML without Qwen3's
 thinking switch, and the demo keeps it: its behaviour and score must not change. Tests that
 must see what a Qwen3 checkpoint does with `chat_template_kwargs` (`enable_thinking: false`
 ends the generation prompt in an empty think block) use this copy instead. The template is
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gspo_trl.model.tiny import save_tiny_model
+from gspo_trl.model.tiny.dense import save_tiny_model
 
 QWEN3_NO_THINK_GENERATION_PROMPT = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
 """How qwen3.jinja ends a prompt when `enable_thinking` is false (its last lines)."""

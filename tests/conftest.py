@@ -12,7 +12,7 @@ from tests._demo_run import run_demo
 from tests._shared_fixtures import pytest_fixture_setup  # noqa: F401 - the hook: a failed shared fixture once
 
 # The tiny model's runs (in-process and in subprocesses) take one torch thread: on 2 cores a
-# second only spin-waits when another test process is busy. gspo_trl.cpu_threads reads this.
+# second only spin-waits when another test process is busy. gspo_trl.core.cpu_threads reads this.
 os.environ.setdefault("GSPO_TRL_CPU_THREADS", "1")
 
 

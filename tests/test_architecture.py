@@ -8,11 +8,11 @@ ones. `from pkg import name` depends on `pkg` itself (its `__init__` runs) and o
 
 Layers, lowest first; a module may import its own layer or lower ones, never higher:
 
-    gspo_trl.rewards              the verifier library (knows nothing else of gspo_trl)
-    gspo_trl.errors, .progress,   user-facing errors; progress bars; the logged metrics' names;
-      .metric_names, .cpu_threads   torch's thread count on CPU
+    gspo_trl.core                 the ground floor: user errors, coercion, did-you-mean, argument
+                                    parsing, progress, cpu threads, the logged metrics' names
+    gspo_trl.rewards              the verifier library (stands on core only)
     gspo_trl.config               defaults, typed sections, recipe loading, validation
-    gspo_trl.data, gspo_trl.model sources/presets/loading; model loading, checkpoints
+    gspo_trl.data, gspo_trl.model sources/presets/loading; model sizing, tiny models, loading, routing
     gspo_trl.eval                 sampling, pass@k, grading
     gspo_trl.training             GSPOConfig/GSPOTrainer, diagnostics, held-out, build
     gspo_trl.diagnose, .demo, .plan   tools built on training runs
@@ -34,11 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]  # also run as a script: `python test
 
 PACKAGES = ("gspo_trl",)
 LAYERS: dict[str, int] = {
-    "gspo_trl.rewards": 0,
-    "gspo_trl.errors": 1,
-    "gspo_trl.progress": 1,
-    "gspo_trl.metric_names": 1,
-    "gspo_trl.cpu_threads": 1,
+    "gspo_trl.core": 0,
+    "gspo_trl.rewards": 1,
     "gspo_trl.config": 2,
     "gspo_trl.data": 3,
     "gspo_trl.model": 3,
@@ -158,12 +155,25 @@ def test_the_cycle_finder_finds_cycles(edges: dict[str, set[str]]) -> None:
     assert cycles(edges)
 
 
-def test_rewards_never_import_gspo_trl() -> None:
+def test_the_reward_library_stands_on_core_only() -> None:
     graph = import_graph()
     assert [
-        m
+        f"{m} imports {t}"
         for m, targets in graph.items()
-        if m.startswith("gspo_trl.rewards") and any(not t.startswith("gspo_trl.rewards") for t in targets)
+        if m.startswith("gspo_trl.rewards")
+        for t in targets
+        if not t.startswith(("gspo_trl.rewards", "gspo_trl.core"))
+    ] == []
+
+
+def test_core_imports_nothing_of_gspo_trl_above_it() -> None:
+    graph = import_graph()
+    assert [
+        f"{m} imports {t}"
+        for m, targets in graph.items()
+        if m.startswith("gspo_trl.core")
+        for t in targets
+        if not t.startswith("gspo_trl.core")
     ] == []
 
 
@@ -172,8 +182,8 @@ def test_every_module_is_in_a_layer() -> None:
         layer_of(module)
 
 
-ERROR_MODULES = ("gspo_trl/errors.py", "gspo_trl/rewards/errors.py")
-"""Where every user error type lives (the reward library keeps its own: it imports no other room)."""
+ERROR_MODULES = ("gspo_trl/core/errors.py",)
+"""Where every user error type lives."""
 
 
 def _classes(path: Path) -> list[ast.ClassDef]:
@@ -194,10 +204,11 @@ def test_every_user_error_type_is_defined_in_an_errors_module() -> None:
 
 
 def test_the_cli_reports_every_reward_error_in_one_line() -> None:
-    from gspo_trl.errors import USER_ERRORS
+    from gspo_trl.core.errors import REWARD_ERRORS, USER_ERRORS
 
-    reward_errors = {c.name for c in _classes(ROOT / "gspo_trl" / "rewards" / "errors.py")}
-    assert reward_errors <= {e.__name__ for e in USER_ERRORS if e.__module__ == "gspo_trl.rewards.errors"}
+    assert set(REWARD_ERRORS) <= set(USER_ERRORS)
+    errors = {c.name for c in _classes(ROOT / "gspo_trl" / "core" / "errors.py")}
+    assert {e.__name__ for e in REWARD_ERRORS} <= errors
 
 
 def package_graph() -> dict[str, set[str]]:

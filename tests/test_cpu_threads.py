@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from gspo_trl.cpu_threads import OVERRIDE, free_cores, size_torch_threads, threads_for, usable_cores
+from gspo_trl.core.cpu_threads import OVERRIDE, free_cores, size_torch_threads, threads_for, usable_cores
 
 
 @pytest.mark.parametrize(
@@ -72,7 +72,7 @@ def test_without_a_choice_the_line_says_how_many_and_why(monkeypatch) -> None:
 @pytest.mark.usefixtures("torch_threads_restored")
 def test_a_later_stage_says_the_count_only_when_it_changed(monkeypatch) -> None:
     """The demo sizes before its warm start and again before GSPO: one line, not the same twice."""
-    from gspo_trl.cpu_threads import resize_torch_threads
+    from gspo_trl.core.cpu_threads import resize_torch_threads
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setenv(OVERRIDE, "1")

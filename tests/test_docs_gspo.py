@@ -19,7 +19,7 @@ import re
 import pytest
 import torch
 
-from gspo_trl import metric_names
+from gspo_trl.core import metric_names
 from gspo_trl.training import diagnostics
 from tests._paths import ROOT
 
@@ -150,7 +150,7 @@ def logged_keys() -> set[str]:
         rows.append([{**row, "tokens": length, "valid": 1.0}[c] for c in diagnostics.ROW_COLUMNS])
     stats = diagnostics.summarize_rows(torch.tensor(rows), 3e-4, 4e-4, buckets)
     keys = {f"gspo/{prefix}/{k}" for prefix in ("mb1", "mb2", "offpolicy") for k in stats}
-    # Step-level keys (not per minibatch): spelled in gspo_trl.metric_names, their one home.
+    # Step-level keys (not per minibatch): spelled in gspo_trl.core.metric_names, their one home.
     keys.add(metric_names.ZERO_VARIANCE_GROUPS)
     return keys
 

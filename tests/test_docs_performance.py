@@ -1,11 +1,11 @@
-"""docs/performance.md is pinned to gspo_trl.metric_names: it names every `perf/*` key the
+"""docs/performance.md is pinned to gspo_trl.core.metric_names: it names every `perf/*` key the
 package logs, and every `perf/*` key it names is one of them."""
 
 from __future__ import annotations
 
 import re
 
-import gspo_trl.metric_names as names
+import gspo_trl.core.metric_names as names
 from tests._paths import ROOT
 
 DOC = ROOT / "docs" / "performance.md"

@@ -66,7 +66,7 @@ def test_dry_run_prints_the_runs_own_perf_window_without_cuda(tmp_path):
 def test_bench_models_are_the_shipped_architectures_in_full():
     """The random models have every parameter the plan counts for the hub checkpoints (built on
     the meta device: no memory, no time)."""
-    from gspo_trl.model.tiny import build_tiny_model, default_corpus, train_tokenizer
+    from gspo_trl.model.tiny.dense import build_tiny_model, default_corpus, train_tokenizer
     from gspo_trl.plan import load_model_shape
 
     bench = load_script("gpu_bench")

@@ -1,4 +1,4 @@
-"""gspo_trl.metric_names is the one spelling of the logged metrics: the code writes those names,
+"""gspo_trl.core.metric_names is the one spelling of the logged metrics: the code writes those names,
 and every metric key the docs, the recipes' headers and the module docstrings name is one of them."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-import gspo_trl.metric_names as names
+import gspo_trl.core.metric_names as names
 from gspo_trl.training.diagnostics import ROW_COLUMNS, bucket_labels, summarize_rows
 from gspo_trl.training.engine.behaviour import summarize_weights
 from gspo_trl.training.engine.mismatch import judge_mismatch

@@ -2,7 +2,7 @@
 installed version: the text it quotes must still be in the cited file, near the cited line.
 
 A TRL or vLLM upgrade then fails here with one case per assumption that moved, named by where we
-make it (`gspo_trl/model/vllm_routing.py:6`) and what it quoted. Run
+make it (`gspo_trl/model/routing/engine.py:6`) and what it quoted. Run
 `python tests/test_upstream_pins.py` for the whole table (checked, skipped and why, drift).
 
 The citation form (docstrings, comments, docs/, README.md, scripts/):

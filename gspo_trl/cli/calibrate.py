@@ -5,9 +5,9 @@ Arguments and printing only; the work is done by gspo_trl.diagnose.calibrate.
 
 from __future__ import annotations
 
+from gspo_trl.core.arguments import ArgumentParser
+from gspo_trl.core.errors import UserError
 from gspo_trl.diagnose.calibrate import CalibrateSettings, calibrate
-from gspo_trl.errors import UserError
-from gspo_trl.rewards.suggest import ArgumentParser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 
 from gspo_trl.config.sections import MAX_BIAS_FRACTION, MAX_OUTSIDE_CLIP
+from gspo_trl.core.arguments import ArgumentParser
+from gspo_trl.core.errors import UserError
 from gspo_trl.diagnose.check_logprobs import CheckLogprobsSettings, check_logprobs, format_report
-from gspo_trl.errors import UserError
-from gspo_trl.rewards.suggest import ArgumentParser
 
 
 def build_parser() -> argparse.ArgumentParser:

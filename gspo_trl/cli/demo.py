@@ -9,9 +9,9 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from gspo_trl.core.arguments import ArgumentParser
 from gspo_trl.demo.baselines import baseline_lines
 from gspo_trl.demo.pipeline import DEFAULT_RECIPE, DEFAULT_SFT_STEPS, run_demo
-from gspo_trl.rewards.suggest import ArgumentParser
 
 
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:

@@ -9,9 +9,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from gspo_trl.errors import EvalError
+from gspo_trl.core.arguments import ArgumentParser
+from gspo_trl.core.errors import EvalError
 from gspo_trl.eval.evaluate import EvalSettings, evaluate, format_table
-from gspo_trl.rewards.suggest import ArgumentParser
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

@@ -9,8 +9,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from gspo_trl.core.arguments import ArgumentParser
 from gspo_trl.eval.filter import FilterSettings, filter_dataset
-from gspo_trl.rewards.suggest import ArgumentParser
 
 
 def parse_args(argv: Sequence[str]) -> FilterSettings:

@@ -2,7 +2,7 @@
 
 Subcommands are imported lazily, so `gspo-trl rewards list` does not import torch and a
 subcommand whose optional dependency is missing fails alone, with its own message. Every
-subcommand's `main(argv)` raises a `UserError` (gspo_trl.errors) for bad input; this module
+subcommand's `main(argv)` raises a `UserError` (gspo_trl.core.errors) for bad input; this module
 prints it on one line and returns 2, without a traceback.
 """
 
@@ -59,7 +59,7 @@ weight loading and saving, datasets' map): read when each library is first impor
 
 def quiet_library_bars_off_a_terminal() -> None:
     """Off a terminal (a log file, a Slurm job, CI) the libraries' bars write a line per update
-    into the log; turn them off there, as gspo_trl.progress does for ours. A switch the user
+    into the log; turn them off there, as gspo_trl.core.progress does for ours. A switch the user
     set stays as set. Called before a subcommand's module is imported, and again by
     run_command for `accelerate launch -m gspo_trl.train`."""
     if not sys.stderr.isatty():
@@ -100,7 +100,7 @@ def setup_logging() -> None:
 
 def run_command(name: str, main: Callable[[list[str]], int | None], argv: Sequence[str]) -> int:
     """Run one subcommand's `main`: logging set up once, user errors as one line and exit 2."""
-    from gspo_trl.errors import USER_ERRORS
+    from gspo_trl.core.errors import USER_ERRORS
 
     setup_logging()
     quiet_library_bars_off_a_terminal()

@@ -5,7 +5,7 @@ and `from_pretrained` load like any other. RUN_OR_ADAPTER is an adapter folder (
 adapter_config.json) or a LoRA run's output_dir (its final adapter, else its newest
 checkpoint-N). The base model is the one adapter_config.json names, unless --base is given.
 
-Arguments and printing only; the work is done by gspo_trl.model.adapters.
+Arguments and printing only; the work is done by gspo_trl.model.loading.adapters.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from gspo_trl.model.adapters import base_model_of, find_adapter, folder_size, merge_adapter
-from gspo_trl.rewards.suggest import ArgumentParser
+from gspo_trl.core.arguments import ArgumentParser
+from gspo_trl.model.loading.adapters import base_model_of, find_adapter, folder_size, merge_adapter
 
 
 def main(argv: Sequence[str] | None = None) -> int:

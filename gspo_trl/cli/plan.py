@@ -15,8 +15,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from gspo_trl.errors import RecipeError
-from gspo_trl.rewards.suggest import ArgumentParser
+from gspo_trl.core.arguments import ArgumentParser
+from gspo_trl.core.errors import RecipeError
 
 USAGE = (
     "gspo-trl plan RECIPE [--accelerate-config ACCELERATE_YAML] [--nodes N] [--gpus-per-node G] "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 
 
 def pop_flag(args: list[str], flag: str) -> bool:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from gspo_trl.config.recipe import read_yaml
 from gspo_trl.config.shipped import copy_shipped, shipped_configs, shipped_recipes
-from gspo_trl.rewards.suggest import ArgumentParser
+from gspo_trl.core.arguments import ArgumentParser
 
 
 def _summary(path) -> str:

@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from gspo_trl.core.arguments import ArgumentParser
+from gspo_trl.core.errors import UserError
 from gspo_trl.diagnose import phase_plot, routing_plot
 from gspo_trl.diagnose.report import BEHAVIOUR_NOT_LOGGED, BEHAVIOUR_PNG, write_report
-from gspo_trl.errors import UserError
-from gspo_trl.rewards.suggest import ArgumentParser
 
 NOT_WRITTEN = {
     phase_plot.PHASES_PNG: phase_plot.NOT_LOGGED_NOTE,

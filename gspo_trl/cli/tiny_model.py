@@ -1,15 +1,15 @@
 """`gspo-trl tiny-model OUT_DIR [--moe]`: build the tiny CPU model and tokenizer (no hub needed).
 
-`--moe` builds the tiny Qwen3-MoE instead (gspo_trl.model.tiny_moe: 8 experts, top-2), to try the
+`--moe` builds the tiny Qwen3-MoE instead (gspo_trl.model.tiny.moe: 8 experts, top-2), to try the
 `moe:` section (routing replay, flip rates: docs/moe.md) with `--model.name_or_path OUT_DIR`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gspo_trl.model.tiny import TinyModelSpec, save_tiny_model
-from gspo_trl.model.tiny_moe import TinyMoeSpec, save_tiny_moe
-from gspo_trl.rewards.suggest import ArgumentParser
+from gspo_trl.core.arguments import ArgumentParser
+from gspo_trl.model.tiny.dense import TinyModelSpec, save_tiny_model
+from gspo_trl.model.tiny.moe import TinyMoeSpec, save_tiny_moe
 
 
 def main(argv: Sequence[str] | None = None) -> int:

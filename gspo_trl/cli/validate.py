@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gspo_trl.cli.recipe_args import pop_flag, split_argv
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 
 USAGE = "gspo-trl validate RECIPE.yaml [--key value ...]"
 
@@ -40,8 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if warning:
         print(warning)
     from gspo_trl.config.sections import TINY
-    from gspo_trl.errors import UserError
-    from gspo_trl.model.hub import check_cached_when_offline
+    from gspo_trl.core.errors import UserError
+    from gspo_trl.model.loading.hub import check_cached_when_offline
 
     if recipe.model.name_or_path != TINY:
         try:

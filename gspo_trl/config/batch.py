@@ -18,7 +18,7 @@ from fractions import Fraction
 from typing import Any
 
 from gspo_trl.config.trl_fields import grpo_default
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 
 BATCH_KEYS = (
     "per_device_train_batch_size",

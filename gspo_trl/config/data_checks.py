@@ -17,7 +17,7 @@ import gspo_trl.rewards as rewards
 from gspo_trl.config.batch import rollout_batch
 from gspo_trl.config.recipe import Recipe
 from gspo_trl.config.trl_fields import grpo_default
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 
 
 def required_columns(recipe: Recipe) -> set[str]:

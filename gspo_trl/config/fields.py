@@ -1,6 +1,6 @@
 """Recipe sections from YAML: the fields' declared types, and dataclasses built from mappings.
 
-Values are converted by gspo_trl.rewards.coercion.coerce, the one coercion that reward parameters and
+Values are converted by gspo_trl.core.coercion.coerce, the one coercion that reward parameters and
 command-line overrides use too (YAML 1.1 reads `1e-6` as text; every override is text).
 """
 
@@ -12,10 +12,9 @@ from functools import cache
 from typing import Any
 
 from gspo_trl.config.problems import Problems
-from gspo_trl.errors import FieldTypeError, RecipeError
-from gspo_trl.rewards import coercion
-from gspo_trl.rewards.errors import ValueTypeError
-from gspo_trl.rewards.suggest import did_you_mean
+from gspo_trl.core import coercion
+from gspo_trl.core.errors import FieldTypeError, RecipeError, ValueTypeError
+from gspo_trl.core.suggest import did_you_mean
 
 
 @cache
@@ -26,7 +25,7 @@ def field_types(cls: type) -> dict[str, Any]:
 
 
 def coerce(value: Any, annotation: Any, where: str) -> Any:
-    """`value` as `annotation`: gspo_trl.rewards.coercion.coerce (the package's one coercion, which reward
+    """`value` as `annotation`: gspo_trl.core.coercion.coerce (the package's one coercion, which reward
     parameters use too), its error raised as the recipe layer's FieldTypeError."""
     try:
         return coercion.coerce(value, annotation, where)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gspo_trl.config.defaults import ALGORITHMS, EPSILON_CLIP_LOSSES, GSPO_DEFAULTS, TOKEN_SUM_LOSSES
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from gspo_trl.config.batch import is_server_mode
 from gspo_trl.config.recipe import Recipe
 from gspo_trl.config.sections import LaunchConfig
 from gspo_trl.config.shipped import find_accelerate_config
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 
 LAUNCH_SIZE_KEYS = ("launch.nodes", "launch.gpus_per_node")
 """The keys that size the launch: the rollout batch is checked at their world size too."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gspo_trl.config.recipe import Recipe
 from gspo_trl.config.shipped import find_accelerate_config
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import yaml
 
 from gspo_trl.config.problems import Problems
 from gspo_trl.config.recipe_file import load_yaml_text
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 
 SECTIONS = ("model", "data", "rewards", "diagnostics", "heldout", "engine", "moe", "launch")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from gspo_trl.errors import USER_ERRORS, RecipeProblems
+from gspo_trl.core.errors import USER_ERRORS, RecipeProblems
 
 
 def problem_line(source: str, error: BaseException) -> str:

@@ -47,11 +47,10 @@ from gspo_trl.config.sections import (
 )
 from gspo_trl.config.shipped import resolve_recipe_path
 from gspo_trl.config.trl_fields import grpo_field_types
-from gspo_trl.errors import FieldTypeError, RecipeError
+from gspo_trl.core.errors import FieldTypeError, RecipeError, RewardParameterError, UnknownRewardError
+from gspo_trl.core.suggest import did_you_mean
 from gspo_trl.rewards import loading as reward_loading
 from gspo_trl.rewards import registry as rewards_registry
-from gspo_trl.rewards.errors import RewardParameterError, UnknownRewardError
-from gspo_trl.rewards.suggest import did_you_mean
 
 __all__ = ["Recipe", "load_recipe", "parse_overrides", "read_yaml", "recipe_as_yaml"]
 

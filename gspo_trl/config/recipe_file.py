@@ -12,8 +12,8 @@ from typing import Any
 import yaml
 
 from gspo_trl.config.shipped import shipped_name, shipped_recipes
-from gspo_trl.errors import RecipeError
-from gspo_trl.rewards.suggest import did_you_mean
+from gspo_trl.core.errors import RecipeError
+from gspo_trl.core.suggest import did_you_mean
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

@@ -61,8 +61,8 @@ def find_accelerate_config(path: str) -> Path | None:
 
 def copy_shipped(name: str, destination: str | Path) -> Path:
     """Copy a shipped recipe or config to `destination` (a file, or a directory to put it in)."""
-    from gspo_trl.errors import RecipeError
-    from gspo_trl.rewards.suggest import did_you_mean
+    from gspo_trl.core.errors import RecipeError
+    from gspo_trl.core.suggest import did_you_mean
 
     source = find_shipped(name)
     if source is None:

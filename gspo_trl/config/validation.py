@@ -20,11 +20,11 @@ from gspo_trl.config.launch_checks import LAUNCH_CHECKS, LAUNCH_SIZE_KEYS, check
 from gspo_trl.config.optional_packages import PACKAGE_CHECKS
 from gspo_trl.config.problems import Problems
 from gspo_trl.config.recipe import Recipe
-from gspo_trl.config.reward_checks import check_reward_construction, check_rewards
+from gspo_trl.config.rewards_section_checks import check_reward_construction, check_rewards
 from gspo_trl.config.sections import HeldoutConfig
 from gspo_trl.config.sections.engine import check_engine_settings
 from gspo_trl.config.sections.moe import check_moe_model, check_moe_settings, check_vllm_for_moe
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 
 __all__ = ["check_gspo_settings", "check_precision", "check_reward_construction", "validate", "world_size"]
 

@@ -18,9 +18,9 @@ from datasets import Dataset
 
 from gspo_trl.config.data_checks import check_column_renames, check_eval_size
 from gspo_trl.config.sections import DataConfig
+from gspo_trl.core.errors import DataError
 from gspo_trl.data import presets
 from gspo_trl.data.sources import load_split
-from gspo_trl.errors import DataError
 
 logger = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gspo_trl.config.sections import DataConfig
+from gspo_trl.core.errors import DataError
 from gspo_trl.data.sources import HUMANEVAL_SOURCE
-from gspo_trl.errors import DataError
 
 if TYPE_CHECKING:
     from datasets import Dataset

@@ -22,8 +22,8 @@ from datasets.exceptions import DatasetGenerationError
 
 from gspo_trl.config.hub_ids import looks_like_local_path
 from gspo_trl.config.sections import DataConfig
+from gspo_trl.core.errors import DataError
 from gspo_trl.data import synthetic
-from gspo_trl.errors import DataError
 
 LOCAL_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
 TEXT_BUILDERS = ("json", "csv")

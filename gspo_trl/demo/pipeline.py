@@ -1,6 +1,6 @@
 """`gspo-trl demo` (what `make demo` runs): GSPO that visibly learns, on 2 CPU cores, no hub.
 
-1. build a tiny Qwen3 model (DEMO_MODEL, below) and tokenizer locally (gspo_trl.model.tiny);
+1. build a tiny Qwen3 model (DEMO_MODEL, below) and tokenizer locally (gspo_trl.model.tiny.dense);
 2. warm-start it with a short SFT on imperfect data (gspo_trl.demo.warm_start), reused
    from OUTPUT_DIR/warm-start when a previous run made it from the same inputs;
 3. train it with GSPO through the same path as `gspo-trl train recipes/tiny/reversal.yaml`,
@@ -19,11 +19,11 @@ from typing import Any
 
 from gspo_trl.config.recipe import load_recipe, parse_overrides
 from gspo_trl.config.shipped import RECIPES_DIR
-from gspo_trl.cpu_threads import size_torch_threads
+from gspo_trl.core.cpu_threads import size_torch_threads
+from gspo_trl.core.metric_names import heldout_pass_at
 from gspo_trl.data.synthetic import ReversalTask
 from gspo_trl.demo.warm_start import WarmStartSettings, warm_start
-from gspo_trl.metric_names import heldout_pass_at
-from gspo_trl.model.tiny import TinyModelSpec, save_tiny_model
+from gspo_trl.model.tiny.dense import TinyModelSpec, save_tiny_model
 from gspo_trl.training.build import train_recipe
 from gspo_trl.training.heldout.scoring import HeldoutCallback
 

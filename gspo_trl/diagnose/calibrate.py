@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
-import gspo_trl.metric_names as names
-from gspo_trl.errors import UserError
+import gspo_trl.core.metric_names as names
+from gspo_trl.core.errors import UserError
 from gspo_trl.training.diagnostics import (
     bucket_labels,
     clip_fraction_by_length,

@@ -39,9 +39,9 @@ import torch
 from gspo_trl.config.optional_packages import VLLM
 from gspo_trl.config.sections import MAX_BIAS_FRACTION, MAX_OUTSIDE_CLIP
 from gspo_trl.config.sections.engine_correction import CALIBRATION_KEY
-from gspo_trl.errors import UserError
-from gspo_trl.model.hub import hub_model_errors
-from gspo_trl.progress import progress_bar
+from gspo_trl.core.errors import UserError
+from gspo_trl.core.progress import progress_bar
+from gspo_trl.model.loading.hub import hub_model_errors
 from gspo_trl.training.diagnostics import bucket_labels
 from gspo_trl.training.engine.correction import divergence_from_sequences, divergence_percentiles
 from gspo_trl.training.engine.mismatch import judge_mismatch
@@ -331,7 +331,7 @@ def _read_prompts(path: Path | None, n: int) -> list[Any]:
 
 def check_logprobs(settings: CheckLogprobsSettings) -> LogprobCheck:
     """Build the trainer `settings` names, sample with its vLLM engine, rescore, and judge."""
-    from gspo_trl.model.vllm_cpu import patch_trl_for_vllm_cpu
+    from gspo_trl.model.vllm_cpu.shim import patch_trl_for_vllm_cpu
 
     if importlib.util.find_spec("vllm") is None:
         raise UserError(VLLM_MISSING)

@@ -1,7 +1,7 @@
 """`gspo-trl report`'s phases.png: where each logging window's seconds went, and the throughput.
 
 Top panel: one stacked bar per logged window (x = its optimizer step), one segment per phase
-of gspo_trl.metric_names.PHASES plus `other`, in seconds; the segments sum to the window's
+of gspo_trl.core.metric_names.PHASES plus `other`, in seconds; the segments sum to the window's
 `perf/wall_s` (gspo_trl.training.reporting.phases). Bottom panel: trained tokens/s per process
 (`perf/trained_tokens_per_s`) and, on its own axis, the update phase's MFU in percent
 (`perf/mfu`), each when logged. A run without `perf/*` keys (one from before the phase
@@ -18,7 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-import gspo_trl.metric_names as names
+import gspo_trl.core.metric_names as names
 
 PHASES_PNG = "phases.png"
 FIGSIZE_IN, DPI = (10.0, 8.0), 100

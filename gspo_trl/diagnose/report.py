@@ -37,11 +37,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-import gspo_trl.metric_names as names
+import gspo_trl.core.metric_names as names
+from gspo_trl.core.metric_names import METRICS_FILE
 from gspo_trl.diagnose.phase_plot import PHASES_PNG, plot_phases
 from gspo_trl.diagnose.routing_plot import ROUTING_PNG, plot_routing
-from gspo_trl.metric_names import METRICS_FILE
-from gspo_trl.model.checkpoints import TRAINER_STATE, latest_checkpoint
+from gspo_trl.model.loading.checkpoints import TRAINER_STATE, latest_checkpoint
 
 OFFPOLICY_LENGTH_KEYS = re.escape(names.under(names.OFFPOLICY, names.clip_by_length("len_"))) + ".+"
 MINIBATCH_REGION_KEYS = names.MINIBATCH_REGEX + re.escape("/" + names.CLIP_REGION)

@@ -21,7 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-import gspo_trl.metric_names as names
+import gspo_trl.core.metric_names as names
 
 ROUTING_PNG = "routing.png"
 FIGSIZE_IN, DPI = (10.0, 8.0), 100

@@ -35,9 +35,9 @@ from typing import Any
 import gspo_trl.rewards as rewards
 from gspo_trl.config.sections import DataConfig
 from gspo_trl.config.trl_fields import grpo_default
+from gspo_trl.core.errors import DataError, EvalError, ModelNotFoundError
 from gspo_trl.data.loading import load_data, load_split, prepare
 from gspo_trl.data.presets import apply_preset, default_reward
-from gspo_trl.errors import DataError, EvalError, ModelNotFoundError
 from gspo_trl.eval.pass_at_k import GradedSamples, grade_samples
 
 logger = logging.getLogger(__name__)
@@ -370,7 +370,7 @@ def grade_given(settings: EvalSettings, rows: Any, grader: Callable[..., Any]) -
 def model_generator(settings: EvalSettings, recipe: Any, max_new_tokens: int) -> Generate:
     """`Generate` on the settings' model (a LoRA adapter merged into its base first), with a progress bar."""
     from gspo_trl.eval.generation import Sampler
-    from gspo_trl.model.adapters import loadable_model
+    from gspo_trl.model.loading.adapters import loadable_model
     from gspo_trl.model.prompts import PromptRendering
 
     model = loadable_model(str(settings.model))

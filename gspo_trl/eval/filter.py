@@ -39,12 +39,12 @@ from typing import TYPE_CHECKING, Any
 
 import gspo_trl.rewards as rewards
 from gspo_trl.config.trl_fields import grpo_default
+from gspo_trl.core.errors import DataError, FilterError
+from gspo_trl.core.progress import progress_bar
 from gspo_trl.data.loading import load_split, prepare
 from gspo_trl.data.presets import apply_preset
-from gspo_trl.errors import DataError, FilterError
 from gspo_trl.eval.histogram import in_range, pass_rate_histogram, plot_histogram
 from gspo_trl.eval.pass_at_k import grade_samples
-from gspo_trl.progress import progress_bar
 
 if TYPE_CHECKING:
     from gspo_trl.model.prompts import PromptRendering
@@ -374,8 +374,8 @@ def sampling_shape(recipe: Any, num_samples: int | None) -> SamplingShape:
 def load_sampler(recipe: Any, engine: str, rendering: PromptRendering) -> tuple[str, Any]:
     """(model path, a Sampler on it): the recipe's model, a LoRA adapter merged into its base first."""
     from gspo_trl.eval.generation import Sampler
-    from gspo_trl.model.adapters import loadable_model
-    from gspo_trl.model.loading import resolve_model_path
+    from gspo_trl.model.loading.adapters import loadable_model
+    from gspo_trl.model.loading.settings import resolve_model_path
 
     model_path = resolve_model_path(recipe.model, recipe.training.get("output_dir") or "runs/filter")
     model_path = loadable_model(model_path)

@@ -25,13 +25,13 @@ from huggingface_hub.errors import HFValidationError
 
 from gspo_trl.config.hub_ids import looks_like_local_path
 from gspo_trl.config.sections import ModelConfig
-from gspo_trl.errors import ModelNotFoundError
+from gspo_trl.core.errors import ModelNotFoundError
+from gspo_trl.core.progress import progress_bar, vllm_progress
 from gspo_trl.eval.batching import DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TOKENS, token_bounded_batches
-from gspo_trl.model.checkpoints import MODEL_CONFIG, latest_checkpoint
-from gspo_trl.model.hub import hub_model_errors
-from gspo_trl.model.loading import load_tokenizer
+from gspo_trl.model.loading.checkpoints import MODEL_CONFIG, latest_checkpoint
+from gspo_trl.model.loading.hub import hub_model_errors
+from gspo_trl.model.loading.settings import load_tokenizer
 from gspo_trl.model.prompts import PromptRendering, prompt_token_ids
-from gspo_trl.progress import progress_bar, vllm_progress
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def resolve_model_dir(model_or_run: str) -> str:
 
 def _checkpoint_dtype(path: str) -> str:
     """The checkpoint's own dtype on CPU: vLLM-CPU's `auto` turns float32 into bfloat16, so its
-    greedy answers would drift from HF generate's (see gspo_trl.model.vllm_cpu). `auto` on GPUs."""
+    greedy answers would drift from HF generate's (see gspo_trl.model.vllm_cpu.shim). `auto` on GPUs."""
     if torch.cuda.is_available():
         return "auto"
     from transformers import AutoConfig
@@ -178,7 +178,7 @@ class Sampler:
         if self.engine == "vllm":
             from vllm import LLM
 
-            from gspo_trl.model.vllm_cpu import CPU_ENGINE_KWARGS, vllm_runs_on_cpu
+            from gspo_trl.model.vllm_cpu.shim import CPU_ENGINE_KWARGS, vllm_runs_on_cpu
 
             # On the CPU backend this fraction is of host RAM (vLLM reserves it up front, and
             # refuses to start if it is not free): take a modest share, not the GPU's 0.9.
@@ -193,7 +193,7 @@ class Sampler:
             )
         from transformers import AutoModelForCausalLM
 
-        from gspo_trl.model.loading import model_init_kwargs
+        from gspo_trl.model.loading.settings import model_init_kwargs
 
         return AutoModelForCausalLM.from_pretrained(self.path, **model_init_kwargs(config))
 
@@ -235,7 +235,7 @@ class Sampler:
     ) -> list[list[str]]:
         from vllm import SamplingParams
 
-        from gspo_trl.model.vllm_cpu import vllm_runs_on_cpu
+        from gspo_trl.model.vllm_cpu.shim import vllm_runs_on_cpu
 
         # A per-request seed gives each request a torch.Generator, and vLLM rewinds it with
         # set_offset() whenever a step's sampled token is discarded (a partial prefill:

@@ -11,7 +11,7 @@ evaluation without a colocated vLLM engine uses the same cache per generate batc
 The cache's dtype follows the forward: accelerate wraps the model's forward in bf16 autocast
 and unwrapping keeps the wrapper (`keep_fp32_wrapper=True`), so V (a projection's output) is
 bf16; K passes through `k_norm`, whose weight is in the trained dtype, so on fp32 weights
-(gspo_trl.model.precision) K is cached in fp32 (modeling_qwen3.py: `self.weight *
+(gspo_trl.model.loading.precision) K is cached in fp32 (modeling_qwen3.py: `self.weight *
 hidden_states.to(input_dtype)`, then the rotary embedding in that dtype).
 """
 

@@ -13,7 +13,7 @@ and leaves out the bf16 gradient partition, which DeepSpeed allocates for every 
 `bf16`: engine.py get_data_types), while counting every fp32 gradient at once; the plan follows the code
 (tests/plan/test_plan_deepspeed.py reconciles the two term by term).
 
-The torch-native strategies train the weights in the dtype gspo_trl.model.precision picks
+The torch-native strategies train the weights in the dtype gspo_trl.model.loading.precision picks
 (bfloat16 becomes float32 without DeepSpeed or LoRA):
 - ddp: torch AdamW keeps its moments in the parameter dtype and autocast keeps no master copy,
   so fp32 weights cost 4 + 4 + 8 bytes per parameter (pure bf16: 2 + 2 + 4), plus DDP's
@@ -94,7 +94,7 @@ def model_state_terms(shape: ModelShape, setup: Setup) -> list[MemoryTerm]:
     adapters = lora_adapter_params(shape, setup.lora) if setup.lora else 0
     trainable = adapters if setup.lora else total
     frozen = total if setup.lora else 0
-    w = setup.train_weight_bytes  # gspo_trl.model.precision: fp32 where nothing keeps a master
+    w = setup.train_weight_bytes  # gspo_trl.model.loading.precision: fp32 where nothing keeps a master
     dtype = setup.train_weights_dtype
     strategy = setup.strategy
     terms: list[MemoryTerm] = []

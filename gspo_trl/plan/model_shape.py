@@ -1,6 +1,6 @@
 """Where a plan finds a model's `config.json`: a local directory or file, or a shipped hub id.
 
-The shape itself (`ModelShape`, its parameter counts) lives in gspo_trl.model.shape, shared with
+The shape itself (`ModelShape`, its parameter counts) lives in gspo_trl.model.sizing.shape, shared with
 the trainer's FLOP count.
 
 The shipped `model_configs/*.json` are the architecture fields of the hub checkpoints
@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gspo_trl.errors import PlanError
-from gspo_trl.model.shape import DTYPE_BYTES, ModelShape, dtype_bytes, shape_from_config
+from gspo_trl.core.errors import PlanError
+from gspo_trl.model.sizing.shape import DTYPE_BYTES, ModelShape, dtype_bytes, shape_from_config
 
 __all__ = ["DTYPE_BYTES", "ModelShape", "PlanError", "dtype_bytes", "load_model_shape", "shipped_models"]
 

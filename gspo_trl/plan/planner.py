@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gspo_trl.config.trl_fields import grpo_default
-from gspo_trl.model.gpus import GPU_RATES, usable_memory_gib
+from gspo_trl.model.sizing.gpu_rates import GPU_RATES, usable_memory_gib
 from gspo_trl.plan.activations import activation_term, logits_term
 from gspo_trl.plan.generation_memory import generate_kv_term
 from gspo_trl.plan.memory import MemoryTerm, model_state_terms
@@ -171,9 +171,9 @@ def plan(
     a shipped hub id (`Qwen/Qwen3-8B`), or a `ModelShape` already read. `strategy` is ddp, zero2,
     zero3 or fsdp2; `lora` holds peft.LoraConfig fields; `dtype` the recipe's `model.dtype` (None:
     the checkpoint's own; bfloat16 is trained as float32 without DeepSpeed or LoRA unless
-    `allow_pure_bf16`, gspo_trl.model.precision).
+    `allow_pure_bf16`, gspo_trl.model.loading.precision).
     `gpu_memory_gb` is the card's nominal size ("80" GB); the plan fills only what CUDA reports
-    of it (gspo_trl.model.gpus.usable_memory_gib: measured for `gpu_name` H100/H200, else an
+    of it (gspo_trl.model.sizing.gpu_rates.usable_memory_gib: measured for `gpu_name` H100/H200, else an
     assumed share). `peak_tflops` and `bandwidth_tb_s` (H100 SXM by default) only scale the time
     estimates.
     """

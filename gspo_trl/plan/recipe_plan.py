@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from gspo_trl.config.batch import RolloutBatch, rollout_batch
 from gspo_trl.config.recipe import Recipe
 from gspo_trl.config.sections import LaunchConfig
-from gspo_trl.errors import RecipeError
-from gspo_trl.plan.gpus import PRICE_NOTE
+from gspo_trl.core.errors import RecipeError
+from gspo_trl.plan.gpu_prices import PRICE_NOTE
 from gspo_trl.plan.heldout_memory import HeldoutLoad, heldout_load
 from gspo_trl.plan.model_shape import ModelShape, PlanError, load_model_shape
 from gspo_trl.plan.planner import Plan, plan
@@ -53,8 +53,8 @@ class RecipePlan:
 
 
 def tiny_shape() -> ModelShape:
-    """The locally built CPU model's shape (gspo_trl.model.tiny), without building it."""
-    from gspo_trl.model.tiny import TinyModelSpec
+    """The locally built CPU model's shape (gspo_trl.model.tiny.dense), without building it."""
+    from gspo_trl.model.tiny.dense import TinyModelSpec
 
     spec = TinyModelSpec()
     return ModelShape(
@@ -79,7 +79,7 @@ def recipe_shape(recipe: Recipe) -> ModelShape:
 
 
 def price_of(topology: Topology, gpu_price: float | None = None) -> Price:
-    """`--gpu-price` when given, else the GPU type's row of gspo_trl.plan.gpus, source named."""
+    """`--gpu-price` when given, else the GPU type's row of gspo_trl.plan.gpu_prices, source named."""
     if gpu_price is not None:
         if not gpu_price > 0:
             raise PlanError(f"--gpu-price {gpu_price!r}: expected a positive USD per GPU-hour")

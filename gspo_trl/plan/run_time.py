@@ -7,7 +7,7 @@ peak rate). The held-out evaluations (gspo_trl.plan.heldout_memory counts them: 
 every `every_steps`, at the end) pay the same decode floor for their rows on the busiest shard.
 Checkpoint saves, rewards, prefill, sampling and weight syncs are not timed, so every figure is
 a floor: real RL steps run several times it. Cost is every GPU the run holds (a vLLM server
-node's included) x hours x the price per GPU-hour (gspo_trl.plan.gpus, or `--gpu-price`).
+node's included) x hours x the price per GPU-hour (gspo_trl.plan.gpu_prices, or `--gpu-price`).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from typing import Any
 
 from gspo_trl.config.batch import RolloutBatch, rollout_batch
 from gspo_trl.config.trl_fields import grpo_default
-from gspo_trl.errors import RecipeError
-from gspo_trl.model.precision import training_weight_precision
+from gspo_trl.core.errors import RecipeError
+from gspo_trl.model.loading.precision import training_weight_precision
 from gspo_trl.plan.model_shape import ModelShape, PlanError, dtype_bytes
 
 STRATEGIES = ("ddp", "zero2", "zero3", "fsdp2")
@@ -86,7 +86,7 @@ class Setup:
 
     @property
     def train_weights_dtype(self) -> str:
-        """The dtype the trainer loads and keeps the weights in (gspo_trl.model.precision, the
+        """The dtype the trainer loads and keeps the weights in (gspo_trl.model.loading.precision, the
         rule `gspo-trl train` applies: bfloat16 becomes float32 without DeepSpeed or LoRA)."""
         precision = training_weight_precision(
             self.requested_dtype, self.deepspeed, self.lora is not None, self.allow_pure_bf16

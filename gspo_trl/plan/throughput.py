@@ -1,6 +1,6 @@
 """Estimates of the work in one rollout batch: tokens, training FLOPs, and generation-time floors.
 
-FLOPs are gspo_trl.model.flops (Kaplan et al. 2020, the same count the trainer's `perf/mfu` uses):
+FLOPs are gspo_trl.model.sizing.flops (Kaplan et al. 2020, the same count the trainer's `perf/mfu` uses):
 2N + 2 x layers x context x d_attn per token forward, 3 forwards per training pass (4 with
 gradient checkpointing; LoRA on a frozen base: 4N + 6 x adapters instead of 6N). GRPO adds a
 no-grad forward for the old policy's log-probs when TRL computes them (see
@@ -19,8 +19,8 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from gspo_trl.model.flops import forward_flops_per_token, training_flops_per_token
-from gspo_trl.model.gpus import rates_named
+from gspo_trl.model.sizing.flops import forward_flops_per_token, training_flops_per_token
+from gspo_trl.model.sizing.gpu_rates import rates_named
 from gspo_trl.plan.memory import lora_adapter_params
 from gspo_trl.plan.model_shape import ModelShape
 from gspo_trl.plan.setup import Setup
@@ -126,7 +126,7 @@ def throughput(
     tokens = completions * setup.sequence_length
     forward = forward_flops_per_token(shape, setup.sequence_length) * tokens
     trained = shape
-    if setup.lora:  # a frozen base: no weight gradients but the adapters' (gspo_trl.model.flops)
+    if setup.lora:  # a frozen base: no weight gradients but the adapters' (gspo_trl.model.sizing.flops)
         trained = dataclasses.replace(shape, lora_adapter_params=lora_adapter_params(shape, setup.lora, True))
     per_token = training_flops_per_token(trained, setup.sequence_length, setup.gradient_checkpointing)
     training = setup.num_iterations * per_token * tokens

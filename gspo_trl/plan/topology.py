@@ -4,7 +4,7 @@ Precedence, strongest first: the command-line flags, an accelerate config passed
 `--accelerate-config`, the recipe's `launch:` section (nodes, gpus_per_node, gpu_memory_gb), the
 accelerate config it names (`launch.accelerate_config`), and last a single GPU (what
 `gspo-trl train` without accelerate starts) of 80 GB. The strategy comes from the accelerate
-config (explicit, else the recipe's), else ddp. The GPU type (gspo_trl.plan.gpus: the rates the
+config (explicit, else the recipe's), else ddp. The GPU type (gspo_trl.plan.gpu_prices: the rates the
 plan times work at and the price per GPU-hour) is `--gpu-type`, else `launch.gpu_type` when it
 has the memory planned, else the table's first row of that memory, else H100, said as assumed;
 `--gpu-type` alone also sets the memory.
@@ -23,8 +23,8 @@ from typing import Any
 from gspo_trl.config.batch import is_server_mode
 from gspo_trl.config.batch import training_nodes as nodes_that_train
 from gspo_trl.config.sections import LaunchConfig
-from gspo_trl.plan.gpus import DEFAULT_GPU, GpuType, find_gpu, gpu_of_memory
-from gspo_trl.plan.gpus import gpu_type as gpu_type_named
+from gspo_trl.plan.gpu_prices import DEFAULT_GPU, GpuType, find_gpu, gpu_of_memory
+from gspo_trl.plan.gpu_prices import gpu_type as gpu_type_named
 from gspo_trl.plan.launch import AccelerateLaunch, read_accelerate_config
 from gspo_trl.plan.model_shape import PlanError
 

@@ -16,8 +16,8 @@ if __name__ != "gspo_trl.rewards":  # a checkout's top-level rewards/ is a link 
         "checkout is its source folder): write `from gspo_trl import rewards`"
     )
 
+from gspo_trl.core.errors import RewardParameterError, RewardRegistrationError, UnknownRewardError
 from gspo_trl.rewards import code, cosine, math_verify_reward, shaping  # noqa: F401  (registers the built-ins)
-from gspo_trl.rewards.errors import RewardParameterError, RewardRegistrationError, UnknownRewardError
 from gspo_trl.rewards.registry import (
     RewardInfo,
     RewardParam,

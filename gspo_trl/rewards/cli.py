@@ -12,9 +12,9 @@ import argparse
 import sys
 
 import gspo_trl.rewards as rewards
+from gspo_trl.core.arguments import ArgumentParser
 from gspo_trl.rewards.loading import import_modules, modules_registering
 from gspo_trl.rewards.registry import RewardInfo
-from gspo_trl.rewards.suggest import ArgumentParser
 
 
 def format_info(info: RewardInfo) -> str:

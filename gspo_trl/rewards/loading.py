@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gspo_trl.rewards.errors import UnknownRewardError
+from gspo_trl.core.errors import UnknownRewardError
 
 ENTRY_POINT_GROUP = "gspo_trl.rewards"
 _FILE_MODULES: dict[Path, Any] = {}  # a file is imported once per process, like a module

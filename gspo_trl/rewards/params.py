@@ -2,7 +2,7 @@
 
 A parameter's type is its annotation in the reward's signature, resolved (rewards written
 with `from __future__ import annotations` have text annotations). Values are converted with
-gspo_trl.rewards.coercion.coerce, the same coercion recipe fields and command-line overrides get, so
+gspo_trl.core.coercion.coerce, the same coercion recipe fields and command-line overrides get, so
 `--rewards.1.max_completion_len 4096` is the int 4096 and `max_len: 1.5` is refused.
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gspo_trl.rewards.coercion import coerce, type_name
-from gspo_trl.rewards.errors import RewardParameterError, ValueTypeError
+from gspo_trl.core.coercion import coerce, type_name
+from gspo_trl.core.errors import RewardParameterError, ValueTypeError
 
 
 class _Required:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gspo_trl.rewards.errors import RewardParameterError, RewardRegistrationError, UnknownRewardError
+from gspo_trl.core.errors import RewardParameterError, RewardRegistrationError, UnknownRewardError
 from gspo_trl.rewards.loading import entry_points, import_modules, load_object
 from gspo_trl.rewards.params import REQUIRED, RewardParam, coerce_param, describe_type, parameter_types
 
@@ -158,7 +158,7 @@ def available(imports: list[str] | tuple[str, ...] = ()) -> list[RewardInfo]:
 def validate_params(spec: str, params: dict[str, Any]) -> dict[str, Any]:
     """``params`` checked against the reward's signature and converted to its declared types.
 
-    Names, required ones, and each value read as its annotation by gspo_trl.rewards.coercion (text
+    Names, required ones, and each value read as its annotation by gspo_trl.core.coercion (text
     from a command line, ``"4096"``, becomes the int 4096; ``1.5`` for an int is refused).
     Returns the converted parameters (old names replaced by their new ones, ``label`` kept);
     raises :class:`RewardParameterError` naming the reward and the parameter. Runs nothing

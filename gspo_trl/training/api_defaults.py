@@ -17,7 +17,7 @@ to download (`AutoModelForSequenceClassification.from_pretrained(reward_func, ..
 - a reward name (`"math"`, `["math", "format"]`, `"pkg.module:fn"`) resolves through the
   reward registry, as a recipe's `rewards:` does; a hub id (`org/name`) or a local folder
   stays TRL's reward model. Reward functions get the recipe's per-call checks
-  (gspo_trl.training.safety.reward_checks).
+  (gspo_trl.training.safety.reward_output_checks).
 """
 
 from __future__ import annotations
@@ -32,9 +32,13 @@ from trl.trainer.utils import get_config_model_id
 import gspo_trl.rewards as rewards
 from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.config.defaults import GSPO_DEFAULTS
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 from gspo_trl.training.config import GSPOConfig
-from gspo_trl.training.safety.reward_checks import AsyncCheckedReward, CheckedReward, with_reward_checks
+from gspo_trl.training.safety.reward_output_checks import (
+    AsyncCheckedReward,
+    CheckedReward,
+    with_reward_checks,
+)
 
 ALGORITHM_FIELDS = ("importance_sampling_level", "loss_type", "beta", "epsilon", "epsilon_high")
 """The GRPOConfig fields that decide which algorithm runs; each must hold GSPO's value."""

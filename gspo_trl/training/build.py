@@ -20,11 +20,11 @@ import gspo_trl.rewards as rewards
 from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.config.recipe import Recipe, recipe_as_yaml
 from gspo_trl.config.recipe_file import RESOLVED_RECIPE
-from gspo_trl.cpu_threads import resize_torch_threads
-from gspo_trl.model.checkpoints import latest_checkpoint
-from gspo_trl.model.hub import hub_model_errors
-from gspo_trl.model.loading import load_tokenizer, lora_config, model_init_kwargs, resolve_model_path
-from gspo_trl.model.precision import training_weight_precision
+from gspo_trl.core.cpu_threads import resize_torch_threads
+from gspo_trl.model.loading.checkpoints import latest_checkpoint
+from gspo_trl.model.loading.hub import hub_model_errors
+from gspo_trl.model.loading.precision import training_weight_precision
+from gspo_trl.model.loading.settings import load_tokenizer, lora_config, model_init_kwargs, resolve_model_path
 from gspo_trl.training.engine.vllm_server import check_vllm_server
 from gspo_trl.training.heldout.scoring import HeldoutSettings
 from gspo_trl.training.preflight import PreparedData, check_one_gpu_per_process, output_dir_of, preflight
@@ -37,7 +37,7 @@ from gspo_trl.training.safety.resume_warnings import (
     mid_batch_resume_note,
     quiet_tied_weights_warning,
 )
-from gspo_trl.training.safety.reward_checks import with_reward_checks
+from gspo_trl.training.safety.reward_output_checks import with_reward_checks
 from gspo_trl.training.safety.run_dir import RunComplete, claim_run_dir
 
 logger = logging.getLogger("gspo_trl")
@@ -53,7 +53,7 @@ def _deepspeed_launch(recipe: Recipe) -> bool:
 
 
 def _weights_dtype(recipe: Recipe, dtype: Any) -> Any:
-    """The dtype to load trainable weights in (gspo_trl.model.precision: bfloat16 becomes
+    """The dtype to load trainable weights in (gspo_trl.model.loading.precision: bfloat16 becomes
     float32 where nothing keeps fp32 master weights)."""
     precision = training_weight_precision(
         dtype, _deepspeed_launch(recipe), bool(recipe.model.lora), recipe.model.allow_pure_bf16
@@ -71,7 +71,7 @@ def _weights_dtype(recipe: Recipe, dtype: Any) -> Any:
 def gspo_config(recipe: Recipe) -> Any:
     """The GSPOConfig for the recipe: its algorithm's defaults, its keys, the rewards' weights,
     and weights in float32 where a bfloat16 dtype would lose updates (`_weights_dtype`). Unset
-    `bf16`/`use_cpu` reach GSPOConfig as unset: it applies the CPU rule (gspo_trl.model.precision)."""
+    `bf16`/`use_cpu` reach GSPOConfig as unset: it applies the CPU rule (gspo_trl.model.loading.precision)."""
     from gspo_trl.training.config import GSPOConfig
 
     training = dict(recipe.training)
@@ -96,7 +96,8 @@ def gspo_config(recipe: Recipe) -> Any:
 
 def build_trainer(recipe: Recipe, data: PreparedData | None = None, probes: Sequence[Probe] = ()) -> Any:
     """A ready GSPOTrainer for `recipe` (`data`: its preflight's result, when already run; `probes`:
-    added after the built-in ones, docs/probes.md); raises a UserError (gspo_trl.errors) for bad input."""
+    added after the built-in ones, docs/probes.md); raises a UserError (gspo_trl.core.errors) for bad
+    input."""
     from gspo_trl.training.trainer import GSPOTrainer
 
     data = data if data is not None else preflight(recipe)
@@ -111,7 +112,7 @@ def build_trainer(recipe: Recipe, data: PreparedData | None = None, probes: Sequ
     model_path = resolve_model_path(recipe.model, args.output_dir)
     tokenizer = load_tokenizer(recipe.model, model_path)
     if args.use_vllm:
-        from gspo_trl.model.vllm_cpu import patch_trl_for_vllm_cpu
+        from gspo_trl.model.vllm_cpu.shim import patch_trl_for_vllm_cpu
 
         patch_trl_for_vllm_cpu()
 

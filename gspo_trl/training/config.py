@@ -30,8 +30,8 @@ from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig, MoeConfig
 from gspo_trl.config.sections.engine import check_engine_settings
 from gspo_trl.config.sections.moe import check_moe_settings
 from gspo_trl.config.validation import check_gspo_settings
-from gspo_trl.errors import RecipeError
-from gspo_trl.model.precision import cpu_mixed_precision
+from gspo_trl.core.errors import RecipeError
+from gspo_trl.model.loading.precision import cpu_mixed_precision
 
 
 def _help(text: str) -> dict[str, str]:

@@ -7,7 +7,7 @@ response per update (the fields of `RESPONSE_FIELDS`), gathers rows across ranks
 logging step turns them into the metrics below with the functions of this module.
 
 The metrics are logged through the normal Trainer path (trackio / wandb / tensorboard and
-`trainer_state.json` see them). gspo_trl.metric_names spells every key; docs/gspo.md ("The
+`trainer_state.json` see them). gspo_trl.core.metric_names spells every key; docs/gspo.md ("The
 diagnostics") says what each means, its unit and range, and when to worry. `mb{k}` is the
 update index within a rollout batch: mb1 is on-policy, `offpolicy` pools mb2..mbK.
 """
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-import gspo_trl.metric_names as names
+import gspo_trl.core.metric_names as names
 from gspo_trl.config.sections import DiagnosticsConfig
 
 logger = logging.getLogger(__name__)

@@ -33,11 +33,11 @@ from gspo_trl.config.data_checks import (
 )
 from gspo_trl.config.hub_ids import looks_like_local_path
 from gspo_trl.config.recipe import Recipe
-from gspo_trl.config.reward_checks import REWARDS_KEY
+from gspo_trl.config.rewards_section_checks import REWARDS_KEY
 from gspo_trl.config.sections import TINY, TINY_MODEL_DIR
 from gspo_trl.config.validation import ROLLOUT_KEYS, check_reward_construction, find_problems, world_size
-from gspo_trl.errors import RecipeError
-from gspo_trl.model.hub import check_cached_when_offline
+from gspo_trl.core.errors import RecipeError
+from gspo_trl.model.loading.hub import check_cached_when_offline
 from gspo_trl.training.safety.input_sizes import check_generation_fits, check_synthetic_rows
 
 logger = logging.getLogger("gspo_trl")

@@ -27,17 +27,17 @@ from typing import Any
 
 import torch
 
-import gspo_trl.metric_names as names
+import gspo_trl.core.metric_names as names
 from gspo_trl.config.sections import DiagnosticsConfig, MoeConfig
-from gspo_trl.errors import RecipeError
-from gspo_trl.model.routing.families import find_routers, supported_routers
-from gspo_trl.model.routing.hooks import RoutingHooks
-from gspo_trl.model.vllm_routing import (
+from gspo_trl.core.errors import RecipeError
+from gspo_trl.model.routing.engine import (
     engine_routing_unavailable_reason,
     returning_engine_routing,
     routing_batch,
     take_sampled_routing,
 )
+from gspo_trl.model.routing.families import find_routers, supported_routers
+from gspo_trl.model.routing.hooks import RoutingHooks
 
 logger = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ class MoeRouting:
         self.updates = self.replayed = 0
         """Update passes, and those forced to a recorded routing, since the last log."""
         """routing_replay: engine: the experts vLLM used for each completion of this rollout batch,
-        (layers, P_i + C_i, k) each (gspo_trl.model.vllm_routing), taken after TRL's `_generate`."""
+        (layers, P_i + C_i, k) each (gspo_trl.model.routing.engine), taken after TRL's `_generate`."""
         self._old_forward_pending = False
         self._rollout_routing: torch.Tensor | None = None
 
@@ -308,7 +308,7 @@ def replay_metrics(replayed: int, updates: int) -> dict[str, float]:
 
 def engine_routing_returned(config: MoeConfig) -> contextlib.AbstractContextManager[None]:
     """Around GRPOTrainer's construction: with `moe.routing_replay: engine`, TRL's colocated vLLM
-    is built to return the experts it routes to (gspo_trl.model.vllm_routing), or a one-line
+    is built to return the experts it routes to (gspo_trl.model.routing.engine), or a one-line
     refusal says why it cannot; otherwise nothing."""
     if config.routing_replay != "engine":
         return contextlib.nullcontext()

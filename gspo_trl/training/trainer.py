@@ -193,7 +193,7 @@ class GSPOTrainer(GRPOTrainer):
 
         def sync(*args: Any, **kwargs: Any) -> Any:
             # The class's method, looked up at each call: a sync patched onto the class after
-            # the trainer was built (gspo_trl.model.vllm_cpu's shim, a user's) is the one called.
+            # the trainer was built (gspo_trl.model.vllm_cpu.shim's shim, a user's) is the one called.
             return self.probes.weight_sync(
                 self, lambda: type(generation).sync_weights(generation, *args, **kwargs)
             )

@@ -73,9 +73,9 @@ def test_eval_loads_an_adapter_directory_directly(lora_run, tmp_path, capsys, ca
     merged = lora_run["run"] / "merged"
     for done in ("merged it into its base model and wrote the whole model to", "merged from it earlier"):
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger="gspo_trl.model.adapters"):
+        with caplog.at_level(logging.INFO, logger="gspo_trl.model.loading.adapters"):
             assert gspo_trl_main(["eval", str(lora_run["run"]), *common]) == 0, capsys.readouterr().err
-        said = [r.getMessage() for r in caplog.records if r.name == "gspo_trl.model.adapters"]
+        said = [r.getMessage() for r in caplog.records if r.name == "gspo_trl.model.loading.adapters"]
         assert len(said) == 1 and done in said[0] and f"{merged} (" in said[0] and " MB;" in said[0], said
     assert (merged / "config.json").is_file()
     assert (lora_run["run"] / "eval_results.json").is_file()

@@ -88,7 +88,7 @@ def test_a_library_warning_is_printed_once(tmp_path) -> None:
 
 def test_other_load_errors_keep_their_own_type() -> None:
     """Only hub and network failures become the one-line error; a bug's OSError passes."""
-    from gspo_trl.model.hub import hub_model_errors
+    from gspo_trl.model.loading.hub import hub_model_errors
 
     with pytest.raises(PermissionError), hub_model_errors(MISSING):
         raise PermissionError("disk says no")

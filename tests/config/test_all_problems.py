@@ -200,7 +200,7 @@ def test_rewards_describe_takes_import_like_rewards_list(tmp_path, capsys, monke
     ],
 )
 def test_close_matches(name, candidates, expected) -> None:
-    """Fails on main: there is no gspo_trl.rewards.suggest (difflib alone misses `lr`, `--learn`)."""
-    from gspo_trl.rewards.suggest import close_matches
+    """Fails on main: there is no gspo_trl.core.suggest (difflib alone misses `lr`, `--learn`)."""
+    from gspo_trl.core.suggest import close_matches
 
     assert close_matches(name, candidates) == expected

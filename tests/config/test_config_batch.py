@@ -11,7 +11,7 @@ import pytest
 from trl import GRPOConfig, GRPOTrainer
 
 from gspo_trl.config.batch import RolloutBatch, rollout_batch
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 
 
 def grpo_config_at(world_size: int, tmp_path, **keys) -> GRPOConfig:

@@ -11,7 +11,7 @@ from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.sections import EngineConfig
 from gspo_trl.config.sections.engine_correction import CALIBRATION_KEY, read_calibration
 from gspo_trl.config.validation import validate
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 from gspo_trl.training.config import GSPOConfig
 
 RECIPE = "recipes/tiny/reversal.yaml"
@@ -74,7 +74,7 @@ def test_gspo_config_refuses_the_same(tmp_path):
     with pytest.raises(RecipeError, match="both reweight"):
         GSPOConfig(**base, engine={"correction": "truncate"}, vllm_importance_sampling_correction=True)
     config = GSPOConfig(**base, engine={"correction": "reject", "weight_max": 1.5, "weight_min": "auto"})
-    assert config.engine_config().weight_max == 1.5 and config.engine_config().weight_min == "auto"
+    assert config.engine.weight_max == 1.5 and config.engine.weight_min == "auto"
 
 
 def test_thresholds_from_a_check_logprobs_report(tmp_path):

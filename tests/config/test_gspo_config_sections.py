@@ -11,7 +11,7 @@ import pytest
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig, MoeConfig
 from gspo_trl.config.validation import validate
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 from gspo_trl.training.config import GSPOConfig
 
 TINY_RECIPE = "recipes/tiny/reversal.yaml"

@@ -7,7 +7,7 @@ import pytest
 
 from gspo_trl.config.hub_ids import looks_like_local_path
 from gspo_trl.config.recipe import load_recipe
-from gspo_trl.errors import ModelNotFoundError, RecipeError
+from gspo_trl.core.errors import ModelNotFoundError, RecipeError
 from gspo_trl.eval.generation import resolve_model_dir
 from gspo_trl.training.preflight import check_model_path
 

@@ -10,7 +10,7 @@ import pytest
 
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.validation import validate
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 from gspo_trl.training.config import GSPOConfig
 from tests._paths import ROOT
 

@@ -23,7 +23,7 @@ from gspo_trl.config.sections.moe import (
     installed_vllm_version,
 )
 from gspo_trl.config.validation import find_problems, validate
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 from tests._paths import ROOT
 
 FLOOR = ".".join(map(str, VLLM_STACKED_EXPERTS))

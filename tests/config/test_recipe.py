@@ -13,7 +13,7 @@ from gspo_trl.config.batch import rollout_batch
 from gspo_trl.config.defaults import GSPO_DEFAULTS
 from gspo_trl.config.recipe import load_recipe, parse_overrides
 from gspo_trl.config.validation import validate
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 from tests._paths import ROOT
 
 TINY_RECIPE = ROOT / "recipes" / "tiny" / "reversal.yaml"

@@ -26,7 +26,7 @@ from tests._gspo_helpers import single_torch_thread  # noqa: F401  (fixture: one
 )
 def test_trl_and_open_r1_keys_point_to_the_recipe_key(key, value, points_to) -> None:
     from gspo_trl.config.recipe import load_recipe
-    from gspo_trl.errors import RecipeError
+    from gspo_trl.core.errors import RecipeError
 
     with pytest.raises(RecipeError, match=rf"{key!r} is not a recipe key here: use {re.escape(points_to)}"):
         load_recipe(None, {key: value})
@@ -62,7 +62,7 @@ def test_recipe_imports_register_custom_rewards(tmp_path, monkeypatch, capsys) -
     assert gspo_trl_main(["rewards", "list", "--import", f"{package}.numeric"]) == 0
     assert reward_name in capsys.readouterr().out
 
-    from gspo_trl.errors import RecipeError
+    from gspo_trl.core.errors import RecipeError
 
     with pytest.raises(RecipeError, match="imports: cannot import 'no_such_module_here'"):
         load_recipe(None, {"imports": ["no_such_module_here"]})
@@ -91,7 +91,7 @@ def test_one_reward_field_from_the_command_line(overrides, weights, params) -> N
 )
 def test_reward_override_names_what_is_wrong(key, message) -> None:
     from gspo_trl.config.recipe import load_recipe
-    from gspo_trl.errors import RecipeError
+    from gspo_trl.core.errors import RecipeError
 
     with pytest.raises(RecipeError, match=message):
         load_recipe(None, {"rewards": ["math", "format"], key: "0.5"})

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from gspo_trl.config.sections import DataConfig
+from gspo_trl.core.errors import DataError
 from gspo_trl.data.loading import load_data
-from gspo_trl.errors import DataError
 
 ROWS = [{"question": f"what is {i} + {i}?", "answer": str(2 * i)} for i in range(10)]
 

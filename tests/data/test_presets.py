@@ -15,9 +15,9 @@ import pytest
 
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.sections import DataConfig
+from gspo_trl.core.errors import DataError
 from gspo_trl.data.loading import load_data
 from gspo_trl.data.presets import PRESETS, apply_preset, gsm8k_final_answer
-from gspo_trl.errors import DataError
 from tests._paths import FIXTURES, ROOT
 
 os.environ["HF_HUB_OFFLINE"] = "1"

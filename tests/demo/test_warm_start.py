@@ -11,7 +11,7 @@ def test_warm_start_is_cached_by_its_inputs(tmp_path) -> None:
     """`make demo` twice: the second run reuses the warm start; other settings train anew."""
     from gspo_trl.data.synthetic import ReversalTask
     from gspo_trl.demo.warm_start import CACHE_KEY_FILE, WarmStartSettings, warm_start, warm_start_key
-    from gspo_trl.model.tiny import save_tiny_model
+    from gspo_trl.model.tiny.dense import save_tiny_model
 
     task = ReversalTask()
     base = save_tiny_model(tmp_path / "base")
@@ -45,7 +45,7 @@ def test_tokenized_rows_are_the_ones_sft_trainer_makes(tmp_path) -> None:
 
     from gspo_trl.data.synthetic import ReversalTask
     from gspo_trl.demo.warm_start import tokenize_conversations, warm_start_conversations
-    from gspo_trl.model.tiny import save_tiny_model
+    from gspo_trl.model.tiny.dense import save_tiny_model
 
     base = save_tiny_model(tmp_path / "base")
     tokenizer = AutoTokenizer.from_pretrained(base)

@@ -8,7 +8,7 @@ import json
 import pytest
 from PIL import Image
 
-import gspo_trl.metric_names as names
+import gspo_trl.core.metric_names as names
 from gspo_trl.cli.main import main as gspo_trl_main
 from gspo_trl.diagnose import phase_plot
 

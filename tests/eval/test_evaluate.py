@@ -254,7 +254,7 @@ def test_grader_precedence(
     reward: str | None, recipe: dict | None, data: dict, columns: list[str], expected: tuple | None
 ) -> None:
     from gspo_trl.config.sections import DataConfig
-    from gspo_trl.errors import DataError
+    from gspo_trl.core.errors import DataError
     from gspo_trl.eval.evaluate import resolve_grader
 
     parsed = _recipe(recipe) if recipe is not None else None

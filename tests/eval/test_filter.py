@@ -249,7 +249,7 @@ def test_filter_dataset_in_python_rereads_the_command_run(filtered: dict[str, An
 )
 def test_filter_settings_refuse_what_cannot_work(options: dict[str, Any], message: str) -> None:
     from gspo_trl import FilterSettings
-    from gspo_trl.errors import FilterError
+    from gspo_trl.core.errors import FilterError
 
     with pytest.raises(FilterError, match=message):
         FilterSettings(recipe="r.yaml", **options)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gspo_trl.model.flops import datasheet_peak_tflops
-from gspo_trl.model.gpus import GPU_RATES, rates_named, rates_of_device
-from gspo_trl.plan.gpus import GPU_TYPES
+from gspo_trl.model.sizing.flops import datasheet_peak_tflops
+from gspo_trl.model.sizing.gpu_rates import GPU_RATES, rates_named, rates_of_device
+from gspo_trl.plan.gpu_prices import GPU_TYPES
 
 
 @pytest.mark.parametrize(
@@ -52,7 +52,7 @@ def test_measuring_the_cpu_peak_leaves_the_global_rng_alone():
     from the global RNG made that trainer sample differently from later ones with the same seed."""
     import torch
 
-    from gspo_trl.model.flops import measured_cpu_peak_tflops
+    from gspo_trl.model.sizing.flops import measured_cpu_peak_tflops
 
     torch.manual_seed(0)
     state = torch.get_rng_state()

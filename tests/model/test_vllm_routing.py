@@ -1,4 +1,4 @@
-"""Engine routing laid out like TRL's training batch (no engine: gspo_trl.model.vllm_routing's tensor side).
+"""Engine routing laid out like TRL's training batch (no engine: gspo_trl.model.routing.engine's tensor side).
 
 Each token's "routing" here is its own id, so a batch laid out by `routing_batch` must show, at
 every real column of TRL's `torch.cat([prompt_ids, completion_ids], dim=1)` (built with TRL's own
@@ -15,7 +15,7 @@ import pytest
 import torch
 from trl.trainer.utils import pad
 
-from gspo_trl.model.vllm_routing import (
+from gspo_trl.model.routing.engine import (
     ROUTING_DTYPE,
     SAMPLED_ROUTING_ATTR,
     completion_routing,
@@ -122,7 +122,7 @@ def test_routing_wider_than_the_padded_batch_is_refused():
 
 @pytest.mark.skipif(find_spec("vllm") is None, reason="vLLM is not installed")
 def test_colocated_vllm_cpu_returns_routing():
-    from gspo_trl.model.vllm_cpu import vllm_runs_on_cpu
+    from gspo_trl.model.vllm_cpu.shim import vllm_runs_on_cpu
 
     if not vllm_runs_on_cpu():
         pytest.skip("vLLM runs on a GPU here: its own routing output, checked by the engine itself")

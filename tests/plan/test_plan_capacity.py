@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gspo_trl.model.gpus import GPU_RATES, rates_named, usable_memory_gib
+from gspo_trl.model.sizing.gpu_rates import GPU_RATES, rates_named, usable_memory_gib
 from gspo_trl.plan.planner import plan
 from gspo_trl.plan.vllm_memory import ENGINE_OVERHEAD_BYTES, GIB
 

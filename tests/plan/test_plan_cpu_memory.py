@@ -26,7 +26,7 @@ BALLAST = 1 << 30
 @pytest.mark.slow
 @pytest.mark.parametrize("checkpointing", [True, False])
 def test_tiny_model_step_memory_is_within_15_percent_of_the_plan(tmp_path, checkpointing):
-    from gspo_trl.model.tiny import save_tiny_model
+    from gspo_trl.model.tiny.dense import save_tiny_model
 
     bench = load_script("bench_plan_memory")
     model_dir = str(save_tiny_model(tmp_path / "tiny"))

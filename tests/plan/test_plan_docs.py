@@ -7,7 +7,7 @@ import re
 
 from gspo_trl.config.sections import HeldoutConfig
 from gspo_trl.eval.batching import DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TOKENS
-from gspo_trl.plan.gpus import price_table_markdown
+from gspo_trl.plan.gpu_prices import price_table_markdown
 from gspo_trl.plan.memory import DEEPSPEED_SUB_GROUP_SIZE
 from gspo_trl.training.heldout.layout import HF, HF_LOCKSTEP, VLLM_COLOCATE
 from tests._paths import ROOT

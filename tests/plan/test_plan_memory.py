@@ -162,7 +162,7 @@ def test_activation_bytes_by_hand(toy):
 
 
 def test_fp32_weights_under_autocast_keep_an_fp32_residual_and_bf16_weight_copies(toy):
-    """DDP + bfloat16 trains fp32 weights (gspo_trl.model.precision) under bf16 autocast: the
+    """DDP + bfloat16 trains fp32 weights (gspo_trl.model.loading.precision) under bf16 autocast: the
     checkpointed layer inputs are fp32, and each linear saves its own bf16 cast."""
     bf16 = toy_setup(toy, "ddp", gradient_checkpointing=True)
     upcast = make_setup(

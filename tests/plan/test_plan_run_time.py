@@ -12,7 +12,7 @@ from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.sections import LaunchConfig
 from gspo_trl.config.shipped import find_shipped
 from gspo_trl.plan import PlanError
-from gspo_trl.plan.gpus import GPU_TYPES, find_gpu
+from gspo_trl.plan.gpu_prices import GPU_TYPES, find_gpu
 from gspo_trl.plan.planner import plan
 from gspo_trl.plan.recipe_plan import plan_recipe
 from gspo_trl.plan.run_time import run_time

@@ -26,7 +26,7 @@ MATMUL_PARAMS = 74_112 + 64_000
 # Forward FLOPs per token (Kaplan): 2N + 2 x layers x context x d_attn = 2N + 2 x 2 x 64 x 64.
 FORWARD_PER_TOKEN = 2 * MATMUL_PARAMS + 2 * 2 * 64 * 64
 # Gradient checkpointing reruns the decoder layers less their down projections (64 x 128 each);
-# not the LM head (gspo_trl.model.flops.recompute_flops_per_token).
+# not the LM head (gspo_trl.model.sizing.flops.recompute_flops_per_token).
 RECOMPUTE_PER_TOKEN = FORWARD_PER_TOKEN - 2 * 64_000 - 2 * 2 * 64 * 128
 TOKENS = 2 * 4 * 64  # 2 per GPU x 4 GPUs x (16 + 48) tokens, steps_per_generation 1
 

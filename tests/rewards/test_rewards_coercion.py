@@ -1,4 +1,4 @@
-"""gspo_trl.rewards.coercion: the one reading of user values (YAML, command-line text) as declared types,
+"""gspo_trl.core.coercion: the one reading of user values (YAML, command-line text) as declared types,
 used by recipe fields, reward parameters and overrides alike (table-driven)."""
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ import pytest
 
 from gspo_trl import rewards
 from gspo_trl.config.fields import coerce as recipe_coerce
-from gspo_trl.errors import FieldTypeError, RecipeError
-from gspo_trl.rewards.coercion import coerce
-from gspo_trl.rewards.errors import ValueTypeError
+from gspo_trl.core.coercion import coerce
+from gspo_trl.core.errors import FieldTypeError, RecipeError, ValueTypeError
 from tests._paths import ROOT
 
 

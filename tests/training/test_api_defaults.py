@@ -22,7 +22,7 @@ from datasets import Dataset
 from trl import GRPOConfig
 
 from gspo_trl import GSPO_DEFAULTS, GSPOConfig, GSPOTrainer, RecipeError
-from gspo_trl.model.precision import cpu_mixed_precision
+from gspo_trl.model.loading.precision import cpu_mixed_precision
 from gspo_trl.training.api_defaults import check_plain_grpo_config, resolve_reward_funcs
 from gspo_trl.training.reporting.console import ConsoleCallback
 from tests._gspo_helpers import single_torch_thread, tiny_model_dir  # noqa: F401 - autouse fixture

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gspo_trl.model.tiny_moe import TinyMoeSpec, save_tiny_moe
+from gspo_trl.model.tiny.moe import TinyMoeSpec, save_tiny_moe
 from tests._gspo_helpers import tiny_model_dir
 from tests._paths import ROOT
 

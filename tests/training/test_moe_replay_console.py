@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-import gspo_trl.metric_names as names
+import gspo_trl.core.metric_names as names
 from gspo_trl.cli.main import main as gspo_trl_main
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.sections.moe import expert_count

@@ -15,7 +15,7 @@ import re
 import pytest
 
 from gspo_trl.config.recipe import load_recipe
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 from gspo_trl.training.preflight import check_one_gpu_per_process
 from tests._paths import ROOT
 

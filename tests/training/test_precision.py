@@ -16,7 +16,7 @@ import pytest
 
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.validation import validate
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 from gspo_trl.training.build import gspo_config
 from tests._gspo_helpers import single_torch_thread  # noqa: F401 (autouse fixture)
 from tests._paths import ROOT

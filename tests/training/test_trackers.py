@@ -11,7 +11,7 @@ import pytest
 
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.validation import TRACKER_PACKAGES, validate
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 from gspo_trl.training.build import train_recipe
 from tests._gspo_helpers import single_torch_thread  # noqa: F401  (fixture: one torch thread)
 from tests._paths import ROOT

@@ -145,7 +145,7 @@ class LaunchConfig:
     """Each GPU's nominal memory (80 for an H100); the plan fills what CUDA reports (79.2 GiB). None: 80."""
     gpu_type: str | None = None
     """e.g. H100: `gspo-trl plan` times and prices the run at this type's row of
-    gspo_trl/plan/gpus.py when its memory is gpu_memory_gb's (memory is sized from gpu_memory_gb)."""
+    gspo_trl/plan/gpu_prices.py when its memory is gpu_memory_gb's (memory is sized from gpu_memory_gb)."""
     accelerate_config: str | None = None
     """The accelerate config `command` passes (a file, or shipped `configs/zero3.yaml`): the plan's
     strategy (DDP, ZeRO-2/3, FSDP2)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 
 
 @dataclass

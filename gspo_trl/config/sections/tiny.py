@@ -1,6 +1,6 @@
 """The tiny CPU model's name in a recipe, and where a run builds it."""
 
 TINY = "tiny"
-"""`model.name_or_path: tiny` builds the tiny CPU model (gspo_trl.model.tiny) under the output dir."""
+"""`model.name_or_path: tiny` builds the tiny CPU model (gspo_trl.model.tiny.dense) under the output dir."""
 TINY_MODEL_DIR = "tiny-model"
-"""Where a run asking for `tiny` builds it: OUTPUT_DIR/tiny-model (gspo_trl.model.loading)."""
+"""Where a run asking for `tiny` builds it: OUTPUT_DIR/tiny-model (gspo_trl.model.loading.settings)."""

@@ -3,35 +3,8 @@
 Runs inside the sandbox (imported by ``_harness`` and ``_server``). The harness installs the
 filter on the job itself, after its rlimits and before any untrusted code, so it holds in
 both modes and across ``fork``/``execve``; the fork server stays unfiltered. What it denies
-(EPERM, or ENOSYS for ``clone3`` so that libc falls back to ``clone``), and why:
-
-* ``ptrace``, ``process_vm_readv``/``writev``: no job reads or writes another process;
-* ``add_key``, ``request_key``, ``keyctl``: the kernel keyrings outlive a job (a channel
-  from one job to the next);
-* ``memfd_create``, ``memfd_secret``: memory-backed files outside every tmpfs size cap;
-* ``shmget``, ``shmat``, ``semget``, ``msgget``: SysV IPC objects outlive their job and
-  sit outside ``memory_mb``;
-* ``unshare``, ``setns``, ``clone`` with a new-namespace flag: a job's own user namespace
-  would let it mount an uncapped tmpfs or hide processes in a nested pid namespace.
-
-and, so that nothing a job does to another process outlives the job, every call that sets
-a property of a process other than the caller. prlimit(2): a process may change another's
-limits when its real uid matches the target's real, effective and saved uids (and likewise
-for gids), and in a reused sandbox the fork server shares the job's uid; setpriority(2) and
-sched_setscheduler(2) likewise let a process renice or reschedule any process of its own
-uid. A job that lowered the server's RLIMIT_FSIZE to 1 byte made every later job of that
-server fail before it ran (the server passes its limits on to every fork); ``SCHED_IDLE`` or
-nice 19 on the server made later jobs time out under a cpu cgroup. So (``OWN_PROCESS_ONLY``):
-
-* ``prlimit64``, ``sched_setscheduler``, ``sched_setparam``, ``sched_setattr``,
-  ``sched_setaffinity``, ``migrate_pages``, ``move_pages``: only with pid 0 (the caller);
-  ``setrlimit``, ``nice()``, ``os.sched_setaffinity(0, ...)`` keep working;
-* ``setpriority`` and ``ioprio_set``: only with who 0 and never for a whole uid
-  (``PRIO_USER``, ``IOPRIO_WHO_USER``: the server is of that uid);
-* ``kill`` with pid -1 (every process the caller may signal: in the rlimit mode as an
-  ordinary user, the trainer too);
-* ``process_madvise``, ``pidfd_getfd``, ``kcmp``, ``perf_event_open``: no job needs to look
-  into or act on another process's memory, files or counters.
+(EPERM, or ENOSYS for ``clone3`` so that libc falls back to ``clone``), and why: the
+docstrings of ``DENIED`` and ``OWN_PROCESS_ONLY``.
 
 The parent also checks the server's limits, priority, policy and affinity before reusing it
 (``servers``): the filter is the first line, the check the second.
@@ -99,6 +72,18 @@ DENIED = (
     "kcmp",
     "perf_event_open",
 )
+"""Denied outright (EPERM, or ENOSYS for ``clone3``):
+
+* ``ptrace``, ``process_vm_readv``/``writev``: no job reads or writes another process;
+* ``add_key``, ``request_key``, ``keyctl``: the kernel keyrings outlive a job (a channel
+  from one job to the next);
+* ``memfd_create``, ``memfd_secret``: memory-backed files outside every tmpfs size cap;
+* ``shmget``, ``shmat``, ``semget``, ``msgget``: SysV IPC objects outlive their job and
+  sit outside ``memory_mb``;
+* ``unshare``, ``setns``, ``clone`` with a new-namespace flag: a job's own user namespace
+  would let it mount an uncapped tmpfs or hide processes in a nested pid namespace.
+"""
+
 # Allowed only when their first argument (a pid) is 0, the caller itself.
 OWN_PROCESS_ONLY = (
     "prlimit64",
@@ -109,8 +94,29 @@ OWN_PROCESS_ONLY = (
     "migrate_pages",
     "move_pages",
 )
+"""So that nothing a job does to another process outlives the job, every call that sets
+a property of a process other than the caller. prlimit(2): a process may change another's
+limits when its real uid matches the target's real, effective and saved uids (and likewise
+for gids), and in a reused sandbox the fork server shares the job's uid; setpriority(2) and
+sched_setscheduler(2) likewise let a process renice or reschedule any process of its own
+uid. A job that lowered the server's RLIMIT_FSIZE to 1 byte made every later job of that
+server fail before it ran (the server passes its limits on to every fork); ``SCHED_IDLE`` or
+nice 19 on the server made later jobs time out under a cpu cgroup. So (``OWN_PROCESS_ONLY``):
+
+* ``prlimit64``, ``sched_setscheduler``, ``sched_setparam``, ``sched_setattr``,
+  ``sched_setaffinity``, ``migrate_pages``, ``move_pages``: only with pid 0 (the caller);
+  ``setrlimit``, ``nice()``, ``os.sched_setaffinity(0, ...)`` keep working;
+* ``setpriority`` and ``ioprio_set``: only with who 0 and never for a whole uid
+  (``PRIO_USER``, ``IOPRIO_WHO_USER``: the server is of that uid);
+* ``kill`` with pid -1 (every process the caller may signal: in the rlimit mode as an
+  ordinary user, the trainer too);
+* ``process_madvise``, ``pidfd_getfd``, ``kcmp``, ``perf_event_open``: no job needs to look
+  into or act on another process's memory, files or counters.
+"""
+
 # (which, who): allowed only with who 0 and ``which`` not a whole uid.
 PRIO_USER, IOPRIO_WHO_USER = 2, 3
+
 WHOLE_UID = {"setpriority": PRIO_USER, "ioprio_set": IOPRIO_WHO_USER}
 # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
 NEW_NAMESPACE_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-import gspo_trl.metric_names as names
+import gspo_trl.core.metric_names as names
 from gspo_trl.config.sections import EngineConfig
 from gspo_trl.config.sections.engine_correction import THRESHOLD_KEYS, read_calibration
 from gspo_trl.training.diagnostics import bucket_labels

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from gspo_trl.config.sections import EngineConfig
-from gspo_trl.errors import RecipeError, UserError
+from gspo_trl.core.errors import RecipeError, UserError
 from gspo_trl.training.engine.mismatch import EngineMismatchGuard, MismatchVerdict
 
 logger = logging.getLogger(__name__)  # the console shows its warnings as `!` alarm lines

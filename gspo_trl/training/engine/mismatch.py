@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-import gspo_trl.metric_names as names
+import gspo_trl.core.metric_names as names
 from gspo_trl.config.sections import MAX_BIAS_FRACTION, MAX_OUTSIDE_CLIP, EngineConfig
 
 

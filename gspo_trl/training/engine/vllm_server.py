@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 
 CHECK_TIMEOUT_S = 5.0
 """How long a train start waits for the server to answer: it is meant to be up already (the

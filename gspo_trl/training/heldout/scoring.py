@@ -19,7 +19,7 @@ from typing import Any
 
 from transformers import Trainer, TrainerCallback
 
-import gspo_trl.metric_names as names
+import gspo_trl.core.metric_names as names
 from gspo_trl.config.sections import HeldoutConfig
 from gspo_trl.eval.generation import DEFAULT_BATCH_TOKENS, generate_completions
 from gspo_trl.eval.pass_at_k import GradedSamples, grade_samples

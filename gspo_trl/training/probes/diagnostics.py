@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-import gspo_trl.metric_names as names
+import gspo_trl.core.metric_names as names
 from gspo_trl.config.sections import DiagnosticsConfig
 from gspo_trl.training.diagnostics import ClipAlarm, PolicyPass, response_rows, summarize_rows
 from gspo_trl.training.probes.base import LossCall, PolicyForward, Probe

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import torch
 
-import gspo_trl.metric_names as names
+import gspo_trl.core.metric_names as names
 from gspo_trl.training.probes.base import (
     CheckpointSave,
     Generation,

@@ -14,7 +14,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from gspo_trl.metric_names import METRICS_FILE
+from gspo_trl.core.metric_names import METRICS_FILE
 
 
 class MetricsFileCallback(TrainerCallback):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import gspo_trl.metric_names as names
+import gspo_trl.core.metric_names as names
 
 FLIP_KEY = names.under(names.OFFPOLICY, names.FLIP_RATE)
 REPLAY_MEANING = {

@@ -19,9 +19,9 @@ over (window wall seconds x processes), with tokens counted over every process:
 
 `generated_tokens` are the completion tokens sampled for training; `trained_tokens` the prompt
 and completion tokens (padding excluded) of every minibatch a gradient was taken on (counted
-again on each of `num_iterations` passes). MFU is this process's update FLOPs (gspo_trl.model.flops,
+again on each of `num_iterations` passes). MFU is this process's update FLOPs (gspo_trl.model.sizing.flops,
 the count `gspo-trl plan` uses, over the padded minibatches as the forward runs them) over
-(update seconds x the device's peak, gspo_trl.model.flops.peak_tflops), 0-1.
+(update seconds x the device's peak, gspo_trl.model.sizing.flops.peak_tflops), 0-1.
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-import gspo_trl.metric_names as names
-from gspo_trl.errors import PlanError
-from gspo_trl.model.flops import peak_tflops, training_flops_per_token, update_flops
-from gspo_trl.model.shape import ModelShape, shape_from_config
+import gspo_trl.core.metric_names as names
+from gspo_trl.core.errors import PlanError
+from gspo_trl.model.sizing.flops import peak_tflops, training_flops_per_token, update_flops
+from gspo_trl.model.sizing.shape import ModelShape, shape_from_config
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +130,9 @@ def trainer_model_shape(model: Any) -> ModelShape | None:
     except (AttributeError, PlanError) as error:
         logger.warning("perf/mfu is not logged: %s", error)
         return None
-    if getattr(model, "peft_config", None):  # LoRA: a frozen base, counted as gspo_trl.model.flops says
+    if getattr(
+        model, "peft_config", None
+    ):  # LoRA: a frozen base, counted as gspo_trl.model.sizing.flops says
         # Every trainable parameter is an adapter; a MoE's expert adapters all count, not only the
         # routed ones (an overcount of 6 x the unrouted adapters, small beside 4N).
         adapters = sum(p.numel() for p in model.parameters() if p.requires_grad)

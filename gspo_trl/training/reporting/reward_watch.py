@@ -1,7 +1,7 @@
 """Each reward of a run, visible: its mean on the step line, and an alarm when one stops varying.
 
 TRL logs every reward function's mean and spread over a rollout batch's completions
-(`rewards/{name}/mean`, `rewards/{name}/std`, gspo_trl.metric_names.trl_reward). The step line
+(`rewards/{name}/mean`, `rewards/{name}/std`, gspo_trl.core.metric_names.trl_reward). The step line
 shows only the weighted total, so a reward stuck at 0.0 (a length cap it never reaches, a
 column it reads in the wrong format) can sit there for a whole run unnoticed while the others
 train. The console shows the means compactly (`[math 0.50 format 0.00]`) when there are two or
@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import gspo_trl.metric_names as names
+import gspo_trl.core.metric_names as names
 
 CONSTANT_REWARD_ROLLOUTS = 3
 """Logged rollout batches in a row in which a reward scored every completion alike before the alarm."""

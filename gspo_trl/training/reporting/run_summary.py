@@ -18,8 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import gspo_trl.metric_names as names
-from gspo_trl.progress import duration
+import gspo_trl.core.metric_names as names
+from gspo_trl.core.progress import duration
 
 SHOWN_SHARE = 0.005
 """Phases below this share of the run are left out of the time line."""

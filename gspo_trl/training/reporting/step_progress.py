@@ -11,7 +11,7 @@ from typing import Any
 
 from transformers.trainer_callback import TrainerCallback
 
-from gspo_trl.progress import progress_bar
+from gspo_trl.core.progress import progress_bar
 from gspo_trl.training.reporting.console import remove_console
 
 

@@ -22,8 +22,8 @@ import os
 from pathlib import Path
 
 from gspo_trl.config.recipe import Recipe
+from gspo_trl.core.errors import RecipeError
 from gspo_trl.data.synthetic import ReversalTask
-from gspo_trl.errors import RecipeError
 
 SYNTHETIC_PROBLEMS = {"synthetic:reversal": ReversalTask().distinct_problems}
 """Distinct problems each synthetic `data.path` can generate."""

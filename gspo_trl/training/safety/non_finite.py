@@ -25,8 +25,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from gspo_trl.errors import NonFiniteTrainingError
-from gspo_trl.model.checkpoints import latest_checkpoint
+from gspo_trl.core.errors import NonFiniteTrainingError
+from gspo_trl.model.loading.checkpoints import latest_checkpoint
 from gspo_trl.training.probes.base import Probe, ProbeCallbacks
 
 WATCHED_LOGS = ("loss", "grad_norm")

@@ -34,7 +34,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from gspo_trl.errors import RewardFailedError
+from gspo_trl.core.errors import RewardFailedError
 from gspo_trl.training.safety.interrupt import HANDLED_SIGNALS, TrainingInterrupted
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ and before anything heavy is imported, so each refusal below takes as long as `v
   it, `--overwrite` deletes its checkpoints and logs first (what the HF Trainer's users know
   as overwrite_output_dir), so a later `--resume` cannot jump into the old run's checkpoints;
 - `--resume` picks the newest checkpoint holding every part a resume reads
-  (gspo_trl.model.checkpoints.resumable_checkpoint) and refuses over a finished run with no
+  (gspo_trl.model.loading.checkpoints.resumable_checkpoint) and refuses over a finished run with no
   checkpoint left instead of starting it again from scratch, and says a run whose checkpoint
   already reached its last step is complete (RunComplete: exit 0, nothing written);
 - RUN_RECORD holds what defines the run (gspo_trl.training.safety.run_record); `--resume`
@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from gspo_trl.config.recipe import Recipe
-from gspo_trl.errors import RunDirError
-from gspo_trl.metric_names import METRICS_FILE
-from gspo_trl.model.checkpoints import TRAINER_STATE, checkpoints_newest_first, resumable_checkpoint
+from gspo_trl.core.errors import RunDirError
+from gspo_trl.core.metric_names import METRICS_FILE
+from gspo_trl.model.loading.checkpoints import TRAINER_STATE, checkpoints_newest_first, resumable_checkpoint
 from gspo_trl.training.safety.run_lock import LOCK_FILE, RunLock
 from gspo_trl.training.safety.run_record import RUN_RECORD, compare_records, run_record
 

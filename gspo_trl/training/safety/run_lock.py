@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gspo_trl.errors import RunDirError
+from gspo_trl.core.errors import RunDirError
 
 logger = logging.getLogger(__name__)
 

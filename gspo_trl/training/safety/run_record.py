@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from gspo_trl.config.recipe import Recipe, recipe_as_yaml
-from gspo_trl.errors import RunDirError
+from gspo_trl.core.errors import RunDirError
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ some of the files, which `--resume` would then pick. `StagedCheckpointsProbe` ma
 write the whole checkpoint into `OUTPUT_DIR/.staging/checkpoint-N` (same file system) and,
 once every process has finished writing, renames it into place: one atomic step, so a
 `checkpoint-N` folder either holds everything or does not exist. A staging folder left by a
-crash is removed at the next save; the resolver (gspo_trl.model.checkpoints) never looks
+crash is removed at the next save; the resolver (gspo_trl.model.loading.checkpoints) never looks
 inside it. Old checkpoints are rotated (`save_total_limit`) after the rename.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import rotate_checkpoints
 
-from gspo_trl.errors import CheckpointWriteError
+from gspo_trl.core.errors import CheckpointWriteError
 from gspo_trl.training.probes.base import CheckpointSave, Probe
 
 DISK_FULL_BYTES = 16 << 20

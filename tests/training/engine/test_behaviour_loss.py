@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 
-import gspo_trl.metric_names as names
+import gspo_trl.core.metric_names as names
 from gspo_trl.config.sections import EngineConfig
 from gspo_trl.training.engine.behaviour import BehaviourCorrection
 from tests._gspo_helpers import make_trainer, single_torch_thread, tiny_model_dir  # noqa: F401

@@ -38,8 +38,8 @@ DRIVER = """
 import json, sys
 from datasets import Dataset
 from gspo_trl.diagnose.check_logprobs import _read_prompts, length_reward
-from gspo_trl.model.tiny import save_tiny_model
-from gspo_trl.model.vllm_cpu import patch_trl_for_vllm_cpu
+from gspo_trl.model.tiny.dense import save_tiny_model
+from gspo_trl.model.vllm_cpu.shim import patch_trl_for_vllm_cpu
 from gspo_trl.training.config import GSPOConfig
 from gspo_trl.training.trainer import GSPOTrainer
 

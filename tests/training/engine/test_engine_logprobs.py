@@ -13,8 +13,8 @@ from gspo_trl.cli.check_logprobs import build_parser as check_logprobs_parser
 from gspo_trl.config.recipe import load_recipe, recipe_as_yaml
 from gspo_trl.config.sections import MAX_BIAS_FRACTION, MAX_OUTSIDE_CLIP, EngineConfig
 from gspo_trl.config.validation import validate
+from gspo_trl.core.errors import RecipeError
 from gspo_trl.diagnose.check_logprobs import LogprobPairs, agreement_report
-from gspo_trl.errors import RecipeError
 from gspo_trl.training.config import GSPOConfig
 from gspo_trl.training.engine.mismatch import EngineMismatchGuard, judge_mismatch
 from tests._paths import ROOT

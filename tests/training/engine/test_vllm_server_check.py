@@ -18,7 +18,7 @@ import pytest
 
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.shipped import RECIPES_DIR
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 from gspo_trl.training.build import build_trainer, gspo_config
 from gspo_trl.training.engine.vllm_server import check_vllm_server
 from gspo_trl.training.trainer import GSPOTrainer  # noqa: F401 (warm: time the check, not a cold TRL import)

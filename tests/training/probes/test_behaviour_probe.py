@@ -13,7 +13,7 @@ import pytest
 import torch
 from trl import GRPOTrainer
 
-import gspo_trl.metric_names as names
+import gspo_trl.core.metric_names as names
 from gspo_trl.config.sections import EngineConfig
 from gspo_trl.training.probes.base import LossCall, PolicyForward
 from gspo_trl.training.probes.behaviour import BehaviourProbe

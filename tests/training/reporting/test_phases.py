@@ -9,7 +9,7 @@ import time
 import pytest
 from torch.utils.flop_counter import FlopCounterMode
 
-import gspo_trl.metric_names as names
+import gspo_trl.core.metric_names as names
 from gspo_trl.training.probes.console import install_console
 from gspo_trl.training.reporting.phases import PhaseTimer
 from tests._gspo_helpers import make_trainer, single_torch_thread, tiny_model_dir  # noqa: F401
@@ -84,7 +84,7 @@ def test_console_shows_tokens_per_second_and_the_plan_floor(run):
 
 @pytest.mark.parametrize("gradient_checkpointing", [False, True], ids=["plain", "checkpointed"])
 def test_update_flops_match_torchs_count(tmp_path, gradient_checkpointing):
-    """The plan's FLOP model (gspo_trl.model.flops) against FlopCounterMode on one real update
+    """The plan's FLOP model (gspo_trl.model.sizing.flops) against FlopCounterMode on one real update
     (torch does not count the CPU attention kernel, the plan does). Checkpointed: 880.9M planned
     vs 847.4M counted; charging a full forward for the recompute gave 952.7M (+12.4%)."""
     out = tmp_path / "out"

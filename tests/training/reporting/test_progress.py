@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-from gspo_trl.progress import progress_bar, vllm_progress
+from gspo_trl.core.progress import progress_bar, vllm_progress
 from gspo_trl.training.reporting.console import ConsoleCallback
 from gspo_trl.training.reporting.metrics_file import MetricsFileCallback
 from gspo_trl.training.reporting.step_progress import StepProgressBar, show_steps_as_bar

@@ -12,9 +12,9 @@ import re
 
 import pytest
 
-import gspo_trl.metric_names as names
+import gspo_trl.core.metric_names as names
 from gspo_trl.config.recipe import load_recipe
-from gspo_trl.model.cpu_peak import CACHE_FILE, machine_cpu_peak
+from gspo_trl.model.sizing.cpu_peak import CACHE_FILE, machine_cpu_peak
 from gspo_trl.training.build import train_recipe
 from gspo_trl.training.reporting.run_summary import RunTotals, summary_lines
 from tests._gspo_helpers import single_torch_thread  # noqa: F401  (fixture: one torch thread)

@@ -24,8 +24,12 @@ from pathlib import Path
 import pytest
 
 from gspo_trl.cli.main import main as gspo_trl_main
-from gspo_trl.model.checkpoints import latest_checkpoint
-from gspo_trl.training.safety.reward_checks import AsyncCheckedReward, RewardFailedError, with_reward_checks
+from gspo_trl.model.loading.checkpoints import latest_checkpoint
+from gspo_trl.training.safety.reward_output_checks import (
+    AsyncCheckedReward,
+    RewardFailedError,
+    with_reward_checks,
+)
 from gspo_trl.training.safety.staged_checkpoints import STAGING
 from tests._gspo_helpers import tiny_model_dir
 from tests.training.safety.test_resume import RUN_TIMEOUT_S

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gspo_trl.model.checkpoints import latest_checkpoint
+from gspo_trl.model.loading.checkpoints import latest_checkpoint
 from tests._gspo_helpers import tiny_model_dir
 from tests.training.safety.test_resume import RUN_TIMEOUT_S
 from tests.training.test_distributed import (

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import torch
 
-from gspo_trl.model.checkpoints import latest_checkpoint
+from gspo_trl.model.loading.checkpoints import latest_checkpoint
 from tests._gspo_helpers import tiny_model_dir
 from tests.training.test_distributed import (
     kill_group,
@@ -198,7 +198,7 @@ def test_resume_needs_every_part_it_reads(tmp_path: Path, caplog, missing, named
     """transformers resumes from a folder without optimizer.pt or scheduler.pt by silently
     restarting Adam and the schedule, and dies in a traceback without the weights: such a
     folder is skipped for the newest complete one, saying what it lacks and where it falls back."""
-    from gspo_trl.model.checkpoints import resumable_checkpoint
+    from gspo_trl.model.loading.checkpoints import resumable_checkpoint
 
     for step in (4, 8):
         _write_checkpoint(tmp_path / f"checkpoint-{step}", step)
@@ -215,7 +215,7 @@ def test_resume_needs_every_part_it_reads(tmp_path: Path, caplog, missing, named
 def test_resume_accepts_the_sharded_layouts(tmp_path: Path) -> None:
     """A DeepSpeed checkpoint keeps weights, optimizer and its scheduler in a tag folder named by
     `latest`; a LoRA one holds an adapter instead of the model."""
-    from gspo_trl.model.checkpoints import resumable_checkpoint
+    from gspo_trl.model.loading.checkpoints import resumable_checkpoint
 
     deepspeed = tmp_path / "ds" / "checkpoint-2"
     deepspeed.parent.mkdir()
@@ -240,7 +240,7 @@ def test_file_names_match_the_libraries_that_write_them() -> None:
     """The resolver and the run-directory guard name these files without importing transformers."""
     from transformers import trainer, utils
 
-    from gspo_trl.model import checkpoints
+    from gspo_trl.model.loading import checkpoints
     from gspo_trl.training.reporting import metrics_file
     from gspo_trl.training.safety import run_dir, staged_checkpoints
 

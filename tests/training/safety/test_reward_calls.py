@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from gspo_trl.errors import RewardFailedError
-from gspo_trl.training.safety.reward_checks import with_reward_checks
+from gspo_trl.core.errors import RewardFailedError
+from gspo_trl.training.safety.reward_output_checks import with_reward_checks
 from tests._gspo_helpers import tiny_model_dir
 from tests.training.test_distributed import start, subprocess_env, tail, wait_or_kill, write_mini_recipe
 

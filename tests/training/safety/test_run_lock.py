@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gspo_trl.errors import RunDirError
+from gspo_trl.core.errors import RunDirError
 from gspo_trl.training.safety.run_dir import LOCK_FILE, RunLock
 
 RACERS = 6

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from gspo_trl.config.sections import TINY, TINY_MODEL_DIR, ModelConfig
-from gspo_trl.errors import ModelConfigError
-from gspo_trl.model.hub import hub_model_errors
-from gspo_trl.model.tiny import save_tiny_model
+from gspo_trl.core.errors import ModelConfigError
+from gspo_trl.model.loading.hub import hub_model_errors
+from gspo_trl.model.tiny.dense import save_tiny_model
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def model_init_kwargs(config: ModelConfig) -> dict[str, Any]:
 
 def load_tokenizer(config: ModelConfig, model_path: str, setting: str = "model.name_or_path") -> Any:
     """The model's tokenizer, with the recipe's chat template if it sets one; a hub model that
-    cannot be had is one error naming `setting` (gspo_trl.model.hub)."""
+    cannot be had is one error naming `setting` (gspo_trl.model.loading.hub)."""
     from transformers import AutoTokenizer
 
     with hub_model_errors(model_path, setting):

@@ -19,9 +19,9 @@ only the input gradients the adapters below it need (2N), while the adapters run
 (`gspo-trl plan recipes/qwen3-4b/math-lora.yaml`: 1.62e16 training FLOPs per rollout batch, not
 2.07e16 as full fine-tuning, gradient checkpointing included).
 
-Peak rates: the published dense bf16 figures of gspo_trl.model.gpus. A CPU has no datasheet
+Peak rates: the published dense bf16 figures of gspo_trl.model.sizing.gpu_rates. A CPU has no datasheet
 figure that torch reaches, so its peak is measured: the best rate of a square float32 matmul at
-the current thread count, the best ever measured on the machine (gspo_trl.model.cpu_peak).
+the current thread count, the best ever measured on the machine (gspo_trl.model.sizing.cpu_peak).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from typing import Any
 
 import torch
 
-from gspo_trl.model.cpu_peak import machine_cpu_peak
-from gspo_trl.model.gpus import rates_of_device
-from gspo_trl.model.shape import ModelShape
+from gspo_trl.model.sizing.cpu_peak import machine_cpu_peak
+from gspo_trl.model.sizing.gpu_rates import rates_of_device
+from gspo_trl.model.sizing.shape import ModelShape
 
 CPU_BENCH_SIZE = 512
 """Side of the square float32 matmul that measures a CPU's peak (about 0.27 GFLOP a product)."""
@@ -81,7 +81,8 @@ def update_flops(shape: ModelShape, rows: int, sequence_length: int, gradient_ch
 
 
 def datasheet_peak_tflops(device_name: str) -> float | None:
-    """The dense bf16 peak of a GPU named like `torch.cuda.get_device_name()` (gspo_trl.model.gpus);
+    """The dense bf16 peak of a GPU named like `torch.cuda.get_device_name()`
+    (gspo_trl.model.sizing.gpu_rates);
     None if the table has no such GPU."""
     rates = rates_of_device(device_name)
     return rates.bf16_dense_tflops if rates else None

@@ -1,6 +1,6 @@
 """GPU types the plan times and prices: peak bf16 rate, memory bandwidth, and a price per GPU-hour.
 
-The rates (dense bf16 peak, memory bandwidth) are gspo_trl.model.gpus's rows, the one table of
+The rates (dense bf16 peak, memory bandwidth) are gspo_trl.model.sizing.gpu_rates's rows, the one table of
 them, which a run's MFU reads too; this module adds a price to the GPUs the plan prices. The
 prices are on-demand list prices as recalled from each row's named provider and date: a stated
 assumption, not a quote fetched by this code (nothing here goes on the network). Prices move
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gspo_trl.model.gpus import rates_named
+from gspo_trl.model.sizing.gpu_rates import rates_named
 from gspo_trl.plan.model_shape import PlanError
 
 
@@ -23,7 +23,8 @@ class GpuType:
 
     name: str
     memory_gb: float
-    """Nominal GB, as sold (the plan fills what CUDA reports: gspo_trl.model.gpus.usable_memory_gib)."""
+    """Nominal GB, as sold (the plan fills what CUDA reports:
+    gspo_trl.model.sizing.gpu_rates.usable_memory_gib)."""
     bf16_dense_tflops: float
     bandwidth_tb_s: float
     rates_source: str
@@ -36,7 +37,7 @@ PRICE_NOTE = "stated assumption, not fetched; override with --gpu-price"
 
 
 def _priced(name: str, usd_per_gpu_hour: float, price_source: str) -> GpuType:
-    """A row of gspo_trl.model.gpus (the one table of rates) with its price."""
+    """A row of gspo_trl.model.sizing.gpu_rates (the one table of rates) with its price."""
     rates = rates_named(name)
     return GpuType(
         rates.name, rates.memory_gb, rates.bf16_dense_tflops, rates.bandwidth_tb_s, rates.source,

@@ -1,8 +1,8 @@
 """GPU models' published rates: dense bf16 Tensor Core peak and memory bandwidth, one row each.
 
-The one table of them: `gspo-trl plan` times work by these ceilings (gspo_trl.plan.gpus adds a
+The one table of them: `gspo-trl plan` times work by these ceilings (gspo_trl.plan.gpu_prices adds a
 price to the rows it prices), and a run's `perf/mfu` divides by the peak of the GPU torch names
-(gspo_trl.model.flops). NVIDIA's datasheets print the 2:4-sparse figure first, twice the dense
+(gspo_trl.model.sizing.flops). NVIDIA's datasheets print the 2:4-sparse figure first, twice the dense
 one given here.
 """
 

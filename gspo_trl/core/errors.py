@@ -8,12 +8,25 @@ nothing heavy, so every layer of the package can raise these.
 
 from __future__ import annotations
 
-from gspo_trl.rewards.errors import (
-    RewardParameterError,
-    RewardRegistrationError,
-    UnknownRewardError,
-    ValueTypeError,
-)
+# The reward library's errors: ValueErrors (a reward's caller may catch ValueError), not
+# UserErrors; the CLI reports them in one line too (USER_ERRORS).
+
+
+class UnknownRewardError(ValueError):
+    """A reward name or path that resolves to nothing; the message names it and the closest candidates."""
+
+
+class RewardParameterError(ValueError):
+    """A parameter a reward does not take, lacks, or cannot accept; the message names both."""
+
+
+class RewardRegistrationError(ValueError):
+    """Two different definitions registered under one reward name; the message names both."""
+
+
+class ValueTypeError(ValueError):
+    """A value that cannot be read as the type declared for it (a recipe field, a reward
+    parameter, an override); the message names the key. See gspo_trl.core.coercion."""
 
 
 class UserError(ValueError):
@@ -35,7 +48,7 @@ class RecipeProblems(RecipeError):
 
 
 class FieldTypeError(RecipeError, ValueTypeError):
-    """A value that cannot be read as its field's declared type (gspo_trl.rewards.coercion's error, as a
+    """A value that cannot be read as its field's declared type (gspo_trl.core.coercion's error, as a
     recipe error)."""
 
 
@@ -78,7 +91,7 @@ REWARD_ERRORS: tuple[type[Exception], ...] = (
     RewardRegistrationError,
     ValueTypeError,
 )
-"""The reward library's own errors (rewards.errors: it cannot import this module), re-exported here."""
+"""The reward library's errors: ValueErrors, not UserErrors, that the CLI reports too."""
 
 USER_ERRORS: tuple[type[Exception], ...] = (UserError, *REWARD_ERRORS)
 """What the CLI reports in one line (exit 2); the reward library's own errors included."""

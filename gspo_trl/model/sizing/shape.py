@@ -8,7 +8,7 @@ cards (e.g. Qwen3-8B "8.2B, 6.95B non-embedding") to within 2% (tests/plan).
 
 Here, below both `gspo-trl plan` (which reads shipped or local config files) and the trainer
 (which reads its live model's config), so both count FLOPs from the same shape
-(gspo_trl.model.flops).
+(gspo_trl.model.sizing.flops).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gspo_trl.errors import PlanError
+from gspo_trl.core.errors import PlanError
 
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
 
@@ -52,7 +52,7 @@ class ModelShape:
     lora_adapter_params: int = 0
     """LoRA adapter parameters one token passes through when the base is frozen and only they
     train (0: full fine-tuning). Not part of config.json: the FLOP count of a LoRA run reads it
-    (gspo_trl.model.flops.training_flops_per_token)."""
+    (gspo_trl.model.sizing.flops.training_flops_per_token)."""
 
     @property
     def q_dim(self) -> int:

@@ -13,7 +13,7 @@ import gspo_trl.rewards as rewards
 from gspo_trl.config.problems import Problems
 from gspo_trl.config.recipe import Recipe
 from gspo_trl.config.trl_fields import grpo_default
-from gspo_trl.errors import RecipeError
+from gspo_trl.core.errors import RecipeError
 from gspo_trl.rewards.loading import modules_registering
 
 REWARDS_KEY = "rewards"

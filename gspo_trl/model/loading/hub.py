@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from gspo_trl.errors import ModelNotFoundError
+from gspo_trl.core.errors import ModelNotFoundError
 
 
 def _hub_failure(error: BaseException) -> BaseException | None:

@@ -13,9 +13,9 @@ import json
 import logging
 from pathlib import Path
 
-from gspo_trl.errors import ModelNotFoundError
-from gspo_trl.model.checkpoints import latest_checkpoint
-from gspo_trl.model.hub import hub_model_errors
+from gspo_trl.core.errors import ModelNotFoundError
+from gspo_trl.model.loading.checkpoints import latest_checkpoint
+from gspo_trl.model.loading.hub import hub_model_errors
 
 logger = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from trl.trainer.utils import get_callable_name, is_async_callable
 
-from gspo_trl.errors import RewardFailedError, UserError
+from gspo_trl.core.errors import RewardFailedError, UserError
 from gspo_trl.training.safety.reward_calls import DEFAULT_TIME_LIMIT_S, guarded_call, restored_cwd
 
 MAX_UNJUDGED_BATCHES = 5

@@ -1,4 +1,4 @@
-"""A tiny Qwen3-MoE, built locally like the tiny dense model (gspo_trl.model.tiny): the CPU
+"""A tiny Qwen3-MoE, built locally like the tiny dense model (gspo_trl.model.tiny.dense): the CPU
 stand-in for Qwen3-30B-A3B in the routing tests and benchmarks (docs/moe.md).
 
 Same tokenizer, chat template and attention shape as the dense tiny model (head_dim 32 for
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerFast, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-from gspo_trl.model.tiny import (
+from gspo_trl.model.tiny.dense import (
     default_corpus,
     tokenizer_bound_config,
     train_tokenizer,

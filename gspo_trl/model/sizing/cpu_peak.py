@@ -1,6 +1,6 @@
 """A CPU's peak matmul rate, kept per machine so that CPU MFU figures compare between runs.
 
-A CPU has no datasheet peak that torch reaches, so gspo_trl.model.flops measures one: the best
+A CPU has no datasheet peak that torch reaches, so gspo_trl.model.sizing.flops measures one: the best
 float32 matmul rate in 0.2 s. Measured afresh by each process, it followed the machine's load
 (0.033-0.173 TFLOPS on this project's shared 2-core machine), and so did every MFU divided by it:
 a busier machine showed a *higher* MFU. Here each measurement is kept in a small JSON file, per
