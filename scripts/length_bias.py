@@ -1,10 +1,12 @@
 """Which responses does an engine/trainer correction zero, by length? TRL's product rule vs ours.
 
 Per token, d_t = log pi_old - log mu has a mean g (a systematic gap, nats/token) and a spread
-sigma. TRL 1.16's sequence modes weight a response by exp(SUM_t d_t) (grpo_trainer.py:2668);
-`sequence_mask`, its default (`default="sequence_mask"`, grpo_config.py:935), zeroes it outside
-[C_min, C_max] = [none, 3] (`default=3.0`, grpo_config.py:948), and `sequence_truncate` with a
-negative gap leaves exp(g n) -> 0. Ours (engine.correction) weighs by exp(MEAN_t d_t).
+sigma. TRL 1.16's sequence modes weight a response by exp(SUM_t d_t)
+(`per_token_logps_diff.sum(dim=-1, keepdim=True)`, trl/trainer/grpo_trainer.py:2668);
+`sequence_mask`, its default (`default="sequence_mask"`, trl/trainer/grpo_config.py:935),
+zeroes it outside [C_min, C_max] = [none, 3] (`default=3.0`, grpo_config.py:948), and
+`sequence_truncate` with a negative gap leaves exp(g n) -> 0. Ours (engine.correction) weighs by
+exp(MEAN_t d_t).
 
     formula   with SUM_t d_t ~ N(g n, sigma^2 n) and MEAN_t d_t ~ N(g, sigma^2 / n):
               P(zeroed) by length n, for TRL's mask at C_max 3, TRL's truncate (weight < 0.1),

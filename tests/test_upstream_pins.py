@@ -22,6 +22,10 @@ The citation form (docstrings, comments, docs/, README.md, scripts/):
   (`grpo_trainer.py:1492`, `aux_output_connector/worker.py:143`) or by a line alone (`:322`).
 - A citation of another version says so right after it: `routed_experts.py:974 in 0.24.0`; it is
   skipped unless that version is installed.
+- A citation of a repository that is not an installed package (verl, AReaL) names its commit in
+  the same sentence, `verl/trainer/ppo/core_algos.py:2491 at verl-project/verl@1dda039` (or
+  `at commit 1dda039`), and is skipped with that reason: there is no installed file to compare
+  with. Without a commit it fails like any other path outside the citation form.
 
 A quote found farther than `DRIFT_TOLERANCE` lines from the cited range fails too, with the line
 where it is now: the number is wrong for the installed version. A citation with no quote is
@@ -74,6 +78,8 @@ CITATION = re.compile(
 """`path.py:N`, `path.py:N-M`, `:N` (the file cited last) or `path.py` alone (no line: names the
 file later `:N` citations refer to)."""
 VERSION_AFTER = re.compile(r"^`?,?\s*(?:in|from) (?:\w+ )?v?(?P<version>\d+\.\d+(?:\.\d+)?)")
+COMMIT = re.compile(r"(?:(?P<repository>[\w.-]+/[\w.-]+)@|\bcommit\s+)(?P<commit>[0-9a-f]{7,40})\b")
+"""`owner/name@1dda039` or `commit 1dda039`: the commit a citation of another repository reads."""
 
 
 @dataclass
@@ -87,6 +93,7 @@ class Citation:
     quotes: list[str] = field(default_factory=list)
     version: str | None = None  # the version it cites when not the installed one
     problem: str | None = None  # not in the citation form
+    commit: str | None = None  # "verl-project/verl at commit 1dda039": a repository, not a package
 
     @property
     def id(self) -> str:
@@ -174,8 +181,12 @@ def citations_in(path: Path, root: Path = ROOT) -> list[Citation]:
             continue
         last_end = match.end()
         resolved, problem = _resolve(cited, previous)
+        commit = next((e.commit for e in reversed(previous) if e.path == resolved), None)
+        if problem and cited and "/" in cited and installed(cited.split("/")[0]) is None:
+            commit = _commit_in_sentence(text, match.start(), match.end(), cited.split("/")[0])
+            resolved, problem = (cited, None) if commit else (resolved, problem)
         opening = match.start() - 1 if match.start() and text[match.start() - 1] == "`" else match.start()
-        citation = Citation(where, resolved or (cited or ""), start, end, problem=problem)
+        citation = Citation(where, resolved or (cited or ""), start, end, problem=problem, commit=commit)
         citation.quotes = _quote_before(text, opening) + _block_after(lines, _line_of(starts, match.end()))
         version = VERSION_AFTER.match(text[match.end() : match.end() + 40])
         citation.version = version.group("version") if version else None
@@ -195,6 +206,19 @@ def _looks_like_a_continuation(text: str, match: re.Match[str], last_end: int) -
     if text[match.start() - 1 : match.start()] == "`":
         return True
     return 0 <= match.start() - last_end <= 4 and text[last_end : match.start()].strip(" `,") == ""
+
+
+def _commit_in_sentence(text: str, start: int, end: int, package: str) -> str | None:
+    """The commit named in the sentence around text[start:end] (the nearest one), as "repository
+    at commit X", or None: another repository's file is cited at a commit or not at all."""
+    first = text.rfind(". ", 0, start) + 1
+    last = text.find(". ", end)
+    sentence = text[first : last if last >= 0 else len(text)]
+    named = list(COMMIT.finditer(sentence))
+    if not named:
+        return None
+    nearest = min(named, key=lambda m: min(abs(m.start() - (start - first)), abs(m.end() - (end - first))))
+    return f"{nearest.group('repository') or package} at commit {nearest.group('commit')}"
 
 
 def _resolve(cited: str | None, previous: list[Citation]) -> tuple[str | None, str | None]:
@@ -295,6 +319,8 @@ class Verdict:
 def check(citation: Citation) -> Verdict:
     if citation.problem:
         return Verdict("failed", citation.problem)
+    if citation.commit:
+        return Verdict("skipped", f"not an installed package: cites {citation.commit}")
     package = citation.path.split("/")[0]
     found = installed(package)
     if found is None:
@@ -364,6 +390,10 @@ def _write_citing(tmp_path: Path, text: str) -> list[Citation]:
         ("TRL checks (`num_generations`, grpo_trainer.py:1).", "failed"),
         ("TRL checks (trl/trainer/grpo_trainer.py:{line}).", "skipped"),
         ("(`x`, no_such_package_here/a.py:1)", "failed"),
+        ("(`x`, no_such_package_here/a.py:1 at owner/repo@1dda039)", "skipped"),
+        ("(`x`, no_such_package_here/a.py:1 at commit 1dda039)", "skipped"),
+        ("At owner/repo@1dda039. Then (`x`, no_such_package_here/a.py:1).", "failed"),
+        ("(`num_generations`, trl/no_such_file.py:1 at commit 1dda039).", "failed"),
     ],
 )
 def test_the_checker_fails_a_moved_quote(tmp_path: Path, text: str, status: str) -> None:
@@ -372,6 +402,21 @@ def test_the_checker_fails_a_moved_quote(tmp_path: Path, text: str, status: str)
     line = places[0][0]
     (citation,) = _write_citing(tmp_path, text.format(line=line, far=line + 5 * DRIFT_TOLERANCE + 400))
     assert check(citation).status == status, check(citation)
+
+
+def test_another_repository_is_cited_at_the_commit_its_sentence_names(tmp_path: Path) -> None:
+    text = (
+        "Here (`a`, verl/trainer/x.py:10 at verl-project/verl@1dda039), then `x.py:20`; AReaL's "
+        "(`b`, areal/y.py:5 at commit 4aef98d). Its `c` (areal/z.py:7)."
+    )
+    found = _write_citing(tmp_path, text)
+    verl = "not an installed package: cites verl-project/verl at commit 1dda039"
+    assert [(c.path, c.start, check(c).status, check(c).detail.split(" (")[0]) for c in found] == [
+        ("verl/trainer/x.py", 10, "skipped", verl),
+        ("verl/trainer/x.py", 20, "skipped", verl),
+        ("areal/y.py", 5, "skipped", "not an installed package: cites areal at commit 4aef98d"),
+        ("areal/z.py", 7, "failed", "areal/z.py: not in the citation form"),
+    ]
 
 
 def test_short_forms_resolve_to_the_full_citation_before(tmp_path: Path) -> None:

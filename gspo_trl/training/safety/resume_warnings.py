@@ -41,10 +41,11 @@ class IntervalsFromArgs(TrainerCallback):
     The Trainer sets them on its state from the arguments (`self.state.compute_steps(self.args,
     max_steps)`, transformers/trainer.py:1631), then on a resume replaces the whole state with
     the checkpoint's (`self.state = TrainerState.load_from_json(...)`, trainer.py:1639), whose
-    intervals are the old run's; `compare_trainer_and_checkpoint_args` (trainer_utils.py:1133)
-    only warns, and DefaultFlowCallback decides by the state's (`state.global_step %
-    state.logging_steps == 0`, trainer_callback.py:572). run_dir calls these keys fine to change
-    on a resume: this makes them so, at train begin (after the state is loaded)."""
+    intervals are the old run's; `compare_trainer_and_checkpoint_args`
+    (transformers/trainer_utils.py:1133) only warns, and DefaultFlowCallback decides by the
+    state's (`state.global_step % state.logging_steps == 0`, transformers/trainer_callback.py:572).
+    run_dir calls these keys fine to change on a resume: this makes them so, at train begin
+    (after the state is loaded)."""
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         state.compute_steps(args, state.max_steps)
