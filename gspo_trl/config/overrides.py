@@ -16,7 +16,7 @@ import yaml
 from gspo_trl.config.problems import Problems
 from gspo_trl.errors import RecipeError
 
-SECTIONS = ("model", "data", "rewards", "diagnostics", "heldout", "engine", "moe", "launch")
+SECTIONS = ("model", "data", "rewards", "diagnostics", "heldout", "engine", "moe", "sampling", "launch")
 
 
 def _override_value(text: str) -> Any:
