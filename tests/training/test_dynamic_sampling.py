@@ -11,6 +11,7 @@ import collections
 import json
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -191,6 +192,13 @@ def test_informative_groups_table(rewards, informative):
 )
 def test_refill_size_table(missing, kept, drawn, target, step, expected):
     assert refill_size(missing, kept, drawn, target, step) == expected
+
+
+def test_docs_table_lists_every_metric():
+    text = (ROOT / "docs" / "dynamic-sampling.md").read_text()
+    documented = set(re.findall(r"^\| `(gspo/dynamic/[a-z_]+)` \|", text, flags=re.M))
+    assert documented == set(DYNAMIC_METRICS)
+    assert all(names.is_metric_name(key) for key in DYNAMIC_METRICS)
 
 
 def test_refill_stream_is_resumable():
