@@ -9,7 +9,7 @@ by seed), each `--steps` optimizer steps; the held-out greedy exact-match accura
 accuracy against updates, with each run's generated tokens (perf/generated_tokens summed) and
 wall time; writes everything to OUT/results.json.
 
-    python scripts/bench_dynamic_sampling.py [--seeds 0 1 2] [--steps 60] [--every 20] [--out DIR]
+    python scripts/bench_dynamic_sampling.py [--seeds 0 1 2] [--steps 40] [--every 20] [--out DIR]
 """
 
 from __future__ import annotations
@@ -111,15 +111,21 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
-    parser.add_argument("--steps", type=int, default=60, help="optimizer steps (policy updates) per run")
+    parser.add_argument("--steps", type=int, default=40, help="optimizer steps (policy updates) per run")
     parser.add_argument("--every", type=int, default=20, help="held-out evaluation every N steps")
     parser.add_argument("--max-rounds", type=int, default=3)
     parser.add_argument("--rows", type=int, default=4000)
     parser.add_argument("--heldout-rows", type=int, default=100)
     parser.add_argument("--sft-steps", type=int, default=800, help="the warm start's steps (the demo's)")
     parser.add_argument("--out", type=Path, default=Path("runs/bench-dynamic"))
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads (1: the tiny model gains nothing from more)"
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    import torch
+
+    torch.set_num_threads(args.threads)
     model = warm_model(args.out, args.sft_steps)
     results: dict[str, dict[str, list[dict]]] = {}
     for task in args.tasks:
