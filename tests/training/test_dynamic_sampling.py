@@ -107,6 +107,36 @@ def test_no_informative_group_trains_as_generated_and_warns(model_dir, tmp_path,
     assert len(alarms) == 1 and "2 rollout batches in a row" in alarms[0]
 
 
+@pytest.mark.slow
+def test_moe_routing_replay_moves_with_the_rows(tmp_path):
+    """A tiny MoE with routing_replay: old: pi_old's recorded experts travel with the refilled rows
+    ((B, layers, P + C, k) padded over prompt and completion), so every update replays the routing
+    of its own rows: the trainer's router agrees with it (flip rate 0 on the on-policy minibatch)."""
+    from gspo_trl.model.tiny_moe import TinyMoeSpec, save_tiny_moe
+    from gspo_trl.training.routing import ROUTED_EXPERTS
+
+    spec = TinyMoeSpec(num_hidden_layers=2, hidden_size=64, moe_intermediate_size=64, num_attention_heads=2)
+    moe_dir = save_tiny_moe(tmp_path / "moe", spec)
+    sampling = {"dynamic": True, "max_rounds": 8}
+    trainer, recorder = build(moe_dir, tmp_path / "run", "tto", sampling, moe={"routing_replay": "old"})
+    seen = []
+    original = trainer.routing.begin_update
+
+    def begin_update(inputs):
+        seen.append(
+            (inputs[ROUTED_EXPERTS].shape, inputs["prompt_ids"].shape, inputs["completion_ids"].shape)
+        )
+        return original(inputs)
+
+    trainer.routing.begin_update = begin_update
+    trainer.train()
+    assert seen and all(r[0] == p[0] and r[2] == p[1] + c[1] for r, p, c in seen)
+    assert all(p.startswith("open") for m in recorder.minibatches for p in m["prompts"])
+    flips = _logged(trainer, names.under(names.minibatch(1), names.FLIP_RATE))
+    assert flips and all(f == 0.0 for f in flips)
+    assert max(_logged(trainer, names.DYNAMIC_ROUNDS)) > 1
+
+
 def test_resume_continues_the_prompt_stream(model_dir, tmp_path):
     """A run resumed from its step-2 checkpoint generates the same rounds of prompts for steps 2-3
     as the run that went on: the main stream (transformers' skip) and the refill stream (its
