@@ -85,8 +85,13 @@ def one_run(args: argparse.Namespace, model: Path, data: Path, seed: int, dynami
     generated = sum(e.get("perf/generated_tokens", 0.0) for e in logs)
     zero = [e["gspo/zero_variance_groups"] for e in logs if "gspo/zero_variance_groups" in e]
     kept = [e["gspo/dynamic/keep_rate"] for e in logs if "gspo/dynamic/keep_rate" in e]
+
+    def tokens_by(step: int) -> float:  # generated tokens, every round, up to this evaluation
+        return sum(e.get("perf/generated_tokens", 0.0) for e in logs if e.get("step", 0) <= step)
+
     return {
         "heldout": [[step, score] for step, score in heldout.history],
+        "tokens_at_heldout": [tokens_by(step) for step, _ in heldout.history],
         "generated_tokens": generated,
         "wall_s": wall,
         "zero_variance_first": zero[0] if zero else None,
@@ -111,6 +116,14 @@ def table(results: dict[str, dict[str, list[dict]]]) -> str:
             zero = statistics.mean(r["zero_variance_mean"] or 0.0 for r in runs)
             cells = [mode, *(f"{s:.3f}" for s in scores), f"{tokens:,.0f}", f"{wall:.0f}", f"{zero:.0%}"]
             lines.append("| " + " | ".join(cells) + " |")
+        lines.append("\nthousands of generated tokens spent by each evaluation (mean over seeds)\n")
+        lines.append("| dynamic | " + " | ".join(f"step {s}" for s in steps) + " |")
+        lines.append("|" + "---|" * (len(steps) + 1))
+        for mode, runs in modes.items():
+            spent = [
+                statistics.mean(r["tokens_at_heldout"][i] for r in runs) / 1000 for i in range(len(steps))
+            ]
+            lines.append("| " + " | ".join([mode, *(f"{t:.1f}" for t in spent)]) + " |")
     return "\n".join(lines)
 
 
