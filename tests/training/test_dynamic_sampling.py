@@ -224,6 +224,26 @@ def test_refill_size_table(missing, kept, drawn, target, step, expected):
     assert refill_size(missing, kept, drawn, target, step) == expected
 
 
+def test_sampling_section_is_off_by_default_and_checked_against_the_aggregation(tmp_path):
+    from gspo_trl.config.recipe import load_recipe, recipe_as_yaml
+    from gspo_trl.config.sections import SamplingConfig
+    from gspo_trl.config.validation import validate
+    from gspo_trl.errors import RecipeError
+    from gspo_trl.training.config import GSPOConfig
+
+    base = {"output_dir": str(tmp_path), "use_cpu": True, "report_to": "none"}
+    assert GSPOConfig(**base).sampling == SamplingConfig(dynamic=False)
+    assert "\nsampling:" not in recipe_as_yaml(load_recipe("tiny/reversal"))
+    on = load_recipe("tiny/reversal", ["--sampling.dynamic", "true", "--sampling.max_rounds", "5"])
+    assert on.sampling == SamplingConfig(dynamic=True, max_rounds=5)
+    assert "sampling:\n  dynamic: true\n  max_rounds: 5" in recipe_as_yaml(on)
+    bad = {"sampling": {"dynamic": True}, "multi_objective_aggregation": "normalize_then_sum"}
+    with pytest.raises(RecipeError, match=r"sampling\.dynamic drops the groups"):
+        validate(load_recipe("tiny/reversal", bad, partial=True), processes=1)
+    with pytest.raises(RecipeError, match=r"sampling\.dynamic drops the groups"):
+        GSPOConfig(**base, **bad)
+
+
 def test_docs_table_lists_every_metric():
     text = (ROOT / "docs" / "dynamic-sampling.md").read_text()
     documented = set(re.findall(r"^\| `(gspo/dynamic/[a-z_]+)` \|", text, flags=re.M))
