@@ -3,7 +3,7 @@ gathered from every rank, a chosen set of groups taken, and this rank's share cu
 
 TRL's `_generate_and_score_completions` returns this rank's rows, prompts left-padded and
 completions right-padded to the widest row of that one call (`pad(prompt_ids, ...,
-padding_side="left")`, `pad(completion_ids, ..., padding_side="right")`, grpo_trainer.py:2442-2462),
+padding_side="left")`, `pad(completion_ids, ..., padding_side="right")`, grpo_trainer.py:2443-2462),
 so two calls (two generation rounds, or two ranks) have different widths. Each key has a layout
 saying which of its dimensions runs over the prompt, the completion or both, and what pads it.
 A key not listed is refused by name (a multimodal batch's pixel values, a probe's new key):
@@ -37,7 +37,7 @@ LAYOUTS = {
     "prompt_mask": Layout(1, "prompt"),
     "completion_ids": Layout(1, "completion", "pad_token"),
     "completion_mask": Layout(1, "completion"),
-    "tool_mask": Layout(1, "completion", 1),  # TRL pads it with 1 (grpo_trainer.py:2480)
+    "tool_mask": Layout(1, "completion", 1),  # TRL pads it with 1 (grpo_trainer.py:2481-2482)
     "old_per_token_logps": Layout(1, "completion"),
     "ref_per_token_logps": Layout(1, "completion"),
     "sampling_per_token_logps": Layout(1, "completion"),

@@ -77,7 +77,7 @@ class RefillStream:
 def informative_groups(rewards_per_func: torch.Tensor, weights: torch.Tensor, group: int) -> torch.Tensor:
     """(G,) True where a group's summed rewards do not all tie. TRL's own test for a tied group
     (`is_std_zero = torch.isclose(std_rewards, ...)`, grpo_trainer.py:2770, 2788), on the weighted
-    sum it normalises (:2764); a row no reward scored is NaN and left out, as TRL does (:2765)."""
+    sum it normalises (:2763); a row no reward scored is NaN and left out, as TRL does (:2764)."""
     rewards = (rewards_per_func * weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
     rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
     std = nanstd(rewards.view(-1, group), dim=1)
