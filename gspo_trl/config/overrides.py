@@ -17,7 +17,7 @@ from gspo_trl.config.problems import Problems
 from gspo_trl.config.recipe_file import load_yaml_text
 from gspo_trl.core.errors import RecipeError
 
-SECTIONS = ("model", "data", "rewards", "diagnostics", "heldout", "engine", "moe", "launch")
+SECTIONS = ("model", "data", "rewards", "diagnostics", "heldout", "engine", "moe", "sampling", "launch")
 
 
 def _override_value(text: str) -> Any:

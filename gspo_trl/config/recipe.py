@@ -8,6 +8,7 @@
     diagnostics: {length_buckets: [256, 1024, 4096]}
     engine: {old_logprobs: engine}   # pi_old from vLLM's log-probs (docs/engine-logprobs.md)
     moe: {routing_replay: old}       # MoE: replay pi_old's experts in the updates (docs/moe.md)
+    sampling: {dynamic: true}        # drop tied groups, refill the batch (docs/dynamic-sampling.md)
     launch: {nodes: 1, gpus_per_node: 8, gpu_memory_gb: 80, accelerate_config: configs/zero2.yaml}
 
 Command-line overrides use the same keys, TRL-style: `--learning_rate 5e-7`, and dotted keys
@@ -44,6 +45,7 @@ from gspo_trl.config.sections import (
     ModelConfig,
     MoeConfig,
     RewardEntry,
+    SamplingConfig,
 )
 from gspo_trl.config.shipped import resolve_recipe_path
 from gspo_trl.config.trl_fields import grpo_field_types
@@ -98,6 +100,8 @@ class Recipe:
     """`engine:` section: where pi_old comes from."""
     moe: MoeConfig = field(default_factory=MoeConfig)
     """`moe:` section: routing replay for MoE models."""
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    """`sampling:` section: dynamic sampling (drop groups whose rewards tie, refill the batch)."""
     imports: list[str] = field(default_factory=list)
     """Modules (or .py files) imported before the rewards resolve: they register custom rewards."""
     launch: LaunchConfig | None = None
@@ -208,6 +212,7 @@ def recipe_as_yaml(recipe: Recipe) -> str:
         **({"heldout": asdict(recipe.heldout)} if recipe.heldout is not None else {}),
         **({"engine": section_as_yaml(recipe.engine)} if recipe.engine != EngineConfig() else {}),
         **({"moe": section_as_yaml(recipe.moe)} if recipe.moe != MoeConfig() else {}),
+        **({"sampling": section_as_yaml(recipe.sampling)} if recipe.sampling != SamplingConfig() else {}),
         **({"launch": asdict(recipe.launch)} if recipe.launch is not None else {}),
         **recipe.training,
     }
@@ -278,6 +283,7 @@ def load_recipe(
     diagnostics = _build_section(content, DiagnosticsConfig, "diagnostics", problems) or DiagnosticsConfig()
     engine = _build_section(content, EngineConfig, "engine", problems) or EngineConfig()
     moe = _build_section(content, MoeConfig, "moe", problems) or MoeConfig()
+    sampling = _build_section(content, SamplingConfig, "sampling", problems) or SamplingConfig()
     launch = _build_section(content, LaunchConfig, "launch", problems)
     on_policy = content.get("allow_on_policy", False)
     allow_on_policy = _read(problems, "allow_on_policy", coerce, on_policy, bool, "allow_on_policy")
@@ -303,6 +309,7 @@ def load_recipe(
         allow_on_policy=bool(allow_on_policy),
         engine=engine,
         moe=moe,
+        sampling=sampling,
         imports=imports,
         launch=launch,
         explicit_keys=frozenset(explicit),

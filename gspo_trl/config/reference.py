@@ -31,6 +31,7 @@ SECTION_CLASSES = (
     ("diagnostics", sections.DiagnosticsConfig),
     ("engine", sections.EngineConfig),
     ("moe", sections.MoeConfig),
+    ("sampling", sections.SamplingConfig),
     ("launch", sections.LaunchConfig),
 )
 TOP_LEVEL = (

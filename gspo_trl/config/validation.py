@@ -24,6 +24,7 @@ from gspo_trl.config.rewards_section_checks import check_reward_construction, ch
 from gspo_trl.config.sections import HeldoutConfig
 from gspo_trl.config.sections.engine import check_engine_settings
 from gspo_trl.config.sections.moe import check_moe_model, check_moe_settings, check_vllm_for_moe
+from gspo_trl.config.sections.sampling import check_sampling_settings
 from gspo_trl.core.errors import RecipeError
 
 __all__ = ["check_gspo_settings", "check_precision", "check_reward_construction", "validate", "world_size"]
@@ -232,6 +233,7 @@ def find_problems(recipe: Recipe, processes: int | None = None) -> Problems:
     run(_check_model, recipe)
     run(check_precision, recipe, reads=("model.dtype", "model.allow_pure_bf16"))
     run(check_engine_settings, recipe.engine, recipe.training, reads=("engine",))
+    run(check_sampling_settings, recipe.sampling, recipe.training, reads=("sampling",))
     run(check_vllm_for_moe, recipe.model.name_or_path, recipe.training, reads=("model.name_or_path",))
     run(check_moe_model, recipe.model.name_or_path, recipe.moe, reads=("model.name_or_path", "moe"))
     run(_check_trackers, recipe, reads=("report_to",))

@@ -13,6 +13,8 @@ docs/performance.md the perf/* ones; tests check that every key the docs name is
     gspo/routing_replay/replayed_updates   MoE with replay: share of updates run on recorded experts
     gspo/behaviour/{weight_mean,weight_p1,weight_p99,truncated,rejected}   engine.correction, per
                                   rollout batch; truncated/len_{a}-{b}, rejected/len_{a}-{b} by length
+    gspo/dynamic/{groups_kept,keep_rate,rounds,prompts_per_kept_group,dropped_tokens,padded_groups}
+                                  dynamic sampling, per rollout batch (docs/dynamic-sampling.md)
     heldout/{score,judged,pass@k} the held-out evaluation
     perf/{PHASE}_s, perf/total/{PHASE}_s   seconds per phase in a logging window, and over the run
     perf/{wall_s,generated_tokens,trained_tokens,tokens_per_s,trained_tokens_per_s,update_flops,mfu}
@@ -105,6 +107,28 @@ def behaviour_by_length(share: str, bucket: str) -> str:
     diagnostics.bucket_labels)."""
     return f"{share}/{bucket}"
 
+
+DYNAMIC = f"{GSPO}/dynamic"
+DYNAMIC_GROUPS_KEPT = f"{DYNAMIC}/groups_kept"
+"""Informative groups (rewards not all tied) in the trained rollout batch, before any repeat."""
+DYNAMIC_KEEP_RATE = f"{DYNAMIC}/keep_rate"
+"""Share (0-1) of the groups generated for a rollout batch, every round, that were informative."""
+DYNAMIC_ROUNDS = f"{DYNAMIC}/rounds"
+"""Generation rounds a rollout batch took (1: nothing refilled)."""
+DYNAMIC_PROMPTS_PER_KEPT_GROUP = f"{DYNAMIC}/prompts_per_kept_group"
+"""Prompts generated for a rollout batch per informative group trained (1: none dropped)."""
+DYNAMIC_DROPPED_TOKENS = f"{DYNAMIC}/dropped_tokens"
+"""Generated completion tokens, all ranks, of the groups left out of the trained batch."""
+DYNAMIC_PADDED_GROUPS = f"{DYNAMIC}/padded_groups"
+"""Groups repeated to fill a batch that reached sampling.max_rounds short."""
+_DYNAMIC_FIELDS = (
+    "groups_kept",
+    "keep_rate",
+    "rounds",
+    "prompts_per_kept_group",
+    "dropped_tokens",
+    "padded_groups",
+)
 
 HELDOUT = "heldout"
 HELDOUT_SCORE = f"{HELDOUT}/score"
@@ -203,6 +227,7 @@ METRIC_PATTERN = re.compile(
     rf"|{re.escape(ENGINE_MISMATCH)}/(?:mean|std|outside_clip)"
     rf"|{re.escape(ENGINE_ROUTING)}/(?:flip_rate|flip_rate_layer_max)"
     rf"|{re.escape(BEHAVIOUR)}/(?:weight_(?:mean|p1|p99)|(?:truncated|rejected)(?:/len_\d+-(?:\d+|inf))?)"
+    rf"|{re.escape(DYNAMIC)}/(?:{'|'.join(_DYNAMIC_FIELDS)})"
     rf"|(?:eval_)?{re.escape(HELDOUT)}/(?:score|judged|pass@[1-9]\d*)"
     rf"|{PERF}/(?:total/)?(?:{'|'.join((*PHASES, PHASE_OTHER))})_s"
     rf"|{PERF}/(?:{'|'.join((*_PERF_FIELDS, 'update_flops', 'mfu'))})"

@@ -91,6 +91,7 @@ def gspo_config(recipe: Recipe) -> Any:
         allow_on_policy=recipe.allow_on_policy,
         engine=recipe.engine,
         moe=recipe.moe,
+        sampling=recipe.sampling,
     )
 
 

@@ -26,9 +26,10 @@ from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.config.defaults import GSPO_DEFAULTS
 from gspo_trl.config.fields import build_dataclass
 from gspo_trl.config.invariants import algorithm_of, check_off_policy
-from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig, MoeConfig
+from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig, MoeConfig, SamplingConfig
 from gspo_trl.config.sections.engine import check_engine_settings
 from gspo_trl.config.sections.moe import check_moe_settings
+from gspo_trl.config.sections.sampling import check_sampling_settings
 from gspo_trl.config.validation import check_gspo_settings
 from gspo_trl.core.errors import RecipeError
 from gspo_trl.model.loading.precision import cpu_mixed_precision
@@ -50,9 +51,11 @@ class GSPOConfig(GRPOConfig):
         vLLM's sampling log-probs instead of a trainer forward (docs/engine-logprobs.md).
     moe: a MoeConfig (or a dict): `MoeConfig(routing_replay="old")` replays pi_old's experts in the
         updates of a mixture-of-experts model (docs/moe.md).
+    sampling: a SamplingConfig (or a dict): `SamplingConfig(dynamic=True)` drops the groups whose
+        rewards tie and refills the rollout batch (docs/dynamic-sampling.md).
 
     A dict is built into its dataclass when the config is built, with a recipe's checks and
-    one-line errors (gspo_trl.config.sections.*); afterwards the three fields hold dataclasses, and
+    one-line errors (gspo_trl.config.sections.*); afterwards the four fields hold dataclasses, and
     `to_dict()` writes them as dicts.
     """
 
@@ -97,6 +100,9 @@ class GSPOConfig(GRPOConfig):
     moe: MoeConfig | dict[str, Any] | None = field(
         default=None, metadata=_help("MoeConfig (or a dict): routing_replay off|old|engine")
     )
+    sampling: SamplingConfig | dict[str, Any] | None = field(
+        default=None, metadata=_help("SamplingConfig (or a dict): dynamic, max_rounds")
+    )
 
     def __post_init__(self) -> None:
         if self.steps_per_generation is None and self.generation_batch_size is None:
@@ -106,10 +112,12 @@ class GSPOConfig(GRPOConfig):
         self.engine = _typed(EngineConfig, self.engine, "engine")
         self.moe = _typed(MoeConfig, self.moe, "moe")
         self.bf16, self.use_cpu = cpu_mixed_precision(self.bf16, self.use_cpu, torch.cuda.is_available())
+        self.sampling = _typed(SamplingConfig, self.sampling, "sampling")
         super().__post_init__()
         settings = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         check_gspo_settings(self.algorithm, settings)
         check_engine_settings(self.engine, settings)
+        check_sampling_settings(self.sampling, settings)
         on_policy = RolloutBatch.from_grpo_config(self).on_policy
         check_off_policy(self.algorithm, on_policy, self.allow_on_policy)
         check_moe_settings(self.moe, settings, self.engine, on_policy)
@@ -127,7 +135,7 @@ class GSPOConfig(GRPOConfig):
         return out
 
 
-SECTIONS = ("diagnostics", "engine", "moe")
+SECTIONS = ("diagnostics", "engine", "moe", "sampling")
 """GSPOConfig's fields that hold a recipe section's dataclass."""
 
 

@@ -6,6 +6,7 @@ beta 0, eps 3e-4/4e-4, 4 updates per rollout batch). What GSPO-trl adds lives in
 (gspo_trl.training.probes; the event list is in probes/base.py), in this order, which is also
 the order of their events and of their callbacks:
 
+    DynamicSamplingProbe  `sampling: {dynamic: true}`: tied groups dropped, the rollout batch refilled
     GspoTokenProbe        GSPO-token (`GSPOConfig(gspo_token=True)`): pi_old rewritten per token
     DiagnosticsProbe      gspo/* from the loss's own policy pass (no extra forward)
     EngineLogprobsProbe   `engine: {old_logprobs: engine}`: pi_old from vLLM, and its guard
@@ -33,7 +34,7 @@ import torch
 from trl import GRPOTrainer
 
 from gspo_trl.config.invariants import algorithm_of, check_ratio_level
-from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig, MoeConfig
+from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig, MoeConfig, SamplingConfig
 from gspo_trl.training.api_defaults import gspo_trainer_arguments
 from gspo_trl.training.probes.base import (
     CheckpointSave,
@@ -48,6 +49,7 @@ from gspo_trl.training.probes.behaviour import BehaviourProbe
 from gspo_trl.training.probes.chain import ProbeChain
 from gspo_trl.training.probes.console import ConsoleProbe
 from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
+from gspo_trl.training.probes.dynamic_sampling import DynamicSamplingProbe
 from gspo_trl.training.probes.engine import EngineLogprobsProbe
 from gspo_trl.training.probes.gspo_token import GspoTokenProbe
 from gspo_trl.training.probes.perf import PerfProbe
@@ -68,6 +70,7 @@ def builtin_probes(args: Any) -> list[Probe]:
     diagnostics = _section(args, "diagnostics", DiagnosticsConfig)
     probes: list[Probe] = [GspoTokenProbe()] if getattr(args, "gspo_token", False) else []
     return [
+        DynamicSamplingProbe(_section(args, "sampling", SamplingConfig)),  # outermost: rounds of rollouts
         *probes,
         DiagnosticsProbe(diagnostics),
         EngineLogprobsProbe(_section(args, "engine", EngineConfig)),

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from gspo_trl.config.recipe import load_recipe
-from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig, MoeConfig
+from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig, MoeConfig, SamplingConfig
 from gspo_trl.config.validation import validate
 from gspo_trl.core.errors import RecipeError
 from gspo_trl.training.config import GSPOConfig
@@ -25,6 +25,8 @@ BAD_SECTIONS = [
     ("diagnostics", {"warn_flip_rate": 0.0}, "diagnostics.warn_flip_rate must be in (0, 1]"),
     ("diagnostics", {"length_buckets": [8, 4]}, "diagnostics.length_buckets must be strictly increasing"),
     ("engine", {"old_logprob": "engine"}, "engine.old_logprob"),  # a misspelt key
+    ("sampling", {"dynamic": True, "max_rounds": 0}, "sampling.max_rounds must be a whole number"),
+    ("sampling", {"warn_capped_batches": 0}, "sampling.warn_capped_batches must be >= 1"),
 ]
 
 
@@ -38,7 +40,8 @@ def test_a_bad_section_is_refused_alike_in_a_recipe_a_dict_and_a_dataclass(tmp_p
     assert phrase in str(from_recipe.value) and phrase in str(from_dict.value)
     assert len(str(from_dict.value).splitlines()) == 1
     assert str(from_dict.value) in str(from_recipe.value)  # the recipe's line adds only the file
-    kind = {"engine": EngineConfig, "moe": MoeConfig, "diagnostics": DiagnosticsConfig}[section]
+    kinds = {"engine": EngineConfig, "moe": MoeConfig, "diagnostics": DiagnosticsConfig}
+    kind = {**kinds, "sampling": SamplingConfig}[section]
     if set(fields) <= {f for f in kind.__dataclass_fields__}:
         with pytest.raises(RecipeError, match=phrase.replace("(", r"\(").replace("]", r"\]")):
             kind(**fields)  # the dataclass itself refuses, with the same words

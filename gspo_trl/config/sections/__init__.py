@@ -3,7 +3,7 @@
 They hold values only (no loading, no torch), so reading and checking a recipe stays fast
 and every layer (data, model, training) can take its own section without importing the
 others. `gspo_trl.config.recipe` builds them from YAML with the types declared here. The
-sections a run's trainer reads (`diagnostics:`, `engine:`, `moe:`) each have a module here
+sections a run's trainer reads (`diagnostics:`, `engine:`, `moe:`, `sampling:`) each have a module here
 holding the dataclass and its checks, shared by recipes and `GSPOConfig`.
 """
 
@@ -15,6 +15,7 @@ from typing import Any
 from gspo_trl.config.sections.diagnostics import DiagnosticsConfig
 from gspo_trl.config.sections.engine import MAX_BIAS_FRACTION, MAX_OUTSIDE_CLIP, EngineConfig
 from gspo_trl.config.sections.moe import MoeConfig
+from gspo_trl.config.sections.sampling import SamplingConfig
 from gspo_trl.config.sections.tiny import TINY, TINY_MODEL_DIR
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "ModelConfig",
     "MoeConfig",
     "RewardEntry",
+    "SamplingConfig",
 ]
 
 

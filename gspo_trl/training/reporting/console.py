@@ -6,7 +6,8 @@ prints instead, on the main process only:
     a start banner     model (and LoRA), data rows, rewards, GSPO settings, world size, output dir
     one line per log   step/max, train reward (each reward's mean too), held-out score (when
                        measured), off-policy clip fraction, spread of log s_i, MoE expert flips,
-                       zero-variance groups, seconds/step, ETA
+                       zero-variance groups, dynamic sampling's keep rate and rounds,
+                       seconds/step, ETA
     an end summary     each phase's share of the run and its token rates (run_summary)
     `!` lines          alarms: the ClipAlarm (everything / nothing clipped), the MoE routing
                        alarm, "every group has zero variance" for several logging steps, and a reward
@@ -40,8 +41,10 @@ ALARM_LOGGERS = (
     "gspo_trl.training.diagnostics",
     "gspo_trl.training.engine.logprobs",
     "gspo_trl.training.routing",
+    "gspo_trl.training.probes.dynamic_sampling",
 )
-"""The ClipAlarm, the engine mismatch guard and the MoE routing alarm warn on these; the console
+"""The ClipAlarm, the engine mismatch guard, the MoE routing alarm and dynamic sampling's capped
+batches alarm warn on these; the console
 shows their warnings as `!` lines."""
 HELDOUT_LOGGER = "gspo_trl.training.heldout.scoring"
 """Its INFO lines repeat the held-out score the console already prints; they are held back."""
@@ -104,6 +107,10 @@ def step_line(
     zero = _number(logs.get(ZERO_VARIANCE_KEY))
     if zero is not None:
         parts.append(f"zero-var {zero:.0%}")
+    kept = _number(logs.get(names.DYNAMIC_KEEP_RATE))
+    if kept is not None:
+        rounds = _number(logs.get(names.DYNAMIC_ROUNDS))
+        parts.append(f"kept {kept:.0%}" + (f" in {rounds:.1f} rounds" if rounds is not None else ""))
     tokens_per_s = _number(logs.get(names.PERF_TRAINED_TOKENS_PER_S))
     if tokens_per_s is not None:
         mfu = _number(logs.get(names.PERF_MFU))

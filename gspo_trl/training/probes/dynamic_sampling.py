@@ -1,0 +1,266 @@
+"""Dynamic sampling (DAPO) as a probe (`sampling:` section; docs/dynamic-sampling.md says when it
+pays): groups whose rewards all tie are dropped from the rollout batch and replaced by groups of
+freshly drawn prompts, generated and scored in further rounds, until the batch holds its full
+number of informative groups or `max_rounds` rounds have run.
+
+Where the extra prompts come from. TRL's dataloader hands `_prepare_inputs` one generation batch
+per rollout (grpo_trainer.py:1538-1541) and transformers resumes it by skipping the batches of the
+steps already trained; drawing more batches from it would shift every later step's data and break
+that skip. So refill prompts come from a stream of their own over the same training set: a fixed
+shuffled order per pass (seeded from the run's seed, the same on every rank), read on from where
+the last refill stopped. The epoch of the main stream is untouched (every prompt still comes up
+once per epoch, dropped or not); refill prompts are extra draws, counted in
+`gspo/dynamic/prompts_per_kept_group`, and the stream's position is saved in every checkpoint's
+trainer_state.json and read back on resume, so a resumed run draws the same prompts.
+
+At the cap a batch still short is filled by repeating its informative groups, as many times as
+needed to hold the full count. verl's DAPO trainer never updates on fewer groups than the batch
+size: it keeps generating, then cuts the batch to exactly `train_batch_size x n` rows (`batch =
+batch[:traj_bsz]`), and at its cap `max_num_gen_batches` it stops the run with an error
+(recipe/dapo/dapo_ray_trainer.py:271-288 at verl 2bb42bae6^). Here the run goes on (a few hard
+batches should not end a week's run; the console warns when the cap keeps being hit) but, like
+verl, every update sees the same batch shape: TRL splits the rollout batch into
+`steps_per_generation` equal minibatches with a floor (`chunk_size = first_tensor.shape[0] //
+num_chunks`, trl/trainer/utils.py:1077) and every rank must hold the same row count, so a shorter
+batch would lose rows silently. A batch with no informative group at all is trained as generated
+(its advantages are 0: the update moves nothing but the clip statistics), as without this probe.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from trl.trainer.utils import nanstd
+
+import gspo_trl.core.metric_names as names
+from gspo_trl.config.sections import SamplingConfig
+from gspo_trl.core.errors import RecipeError
+from gspo_trl.training import rollout_rows
+from gspo_trl.training.probes.base import CheckpointSave, Generation, Probe
+
+logger = logging.getLogger(__name__)
+
+STATE_KEY = "GSPODynamicSampling"
+"""The refill stream's position in trainer_state.json (`TrainerState.stateful_callbacks`, which
+transformers saves with every checkpoint and loads on resume, transformers/trainer.py:3260-3269)."""
+
+
+class RefillStream:
+    """The training rows' indices in a shuffled order per pass over them, the same on every rank;
+    `drawn` counts the prompts taken so far (the position a checkpoint saves)."""
+
+    def __init__(self, size: int, seed: int, drawn: int = 0) -> None:
+        self.size, self.seed, self.drawn = size, seed, drawn
+        self._order: tuple[int, list[int]] | None = None
+
+    def _pass(self, number: int) -> list[int]:
+        if self._order is None or self._order[0] != number:
+            generator = torch.Generator().manual_seed(1_000_003 * (self.seed + 1) + number)
+            self._order = (number, torch.randperm(self.size, generator=generator).tolist())
+        return self._order[1]
+
+    def draw(self, count: int) -> list[int]:
+        out: list[int] = []
+        while len(out) < count:
+            number, offset = divmod(self.drawn, self.size)
+            taken = self._pass(number)[offset : offset + count - len(out)]
+            out += taken
+            self.drawn += len(taken)
+        return out
+
+
+def informative_groups(rewards_per_func: torch.Tensor, weights: torch.Tensor, group: int) -> torch.Tensor:
+    """(G,) True where a group's summed rewards do not all tie. TRL's own test for a tied group
+    (`is_std_zero = torch.isclose(std_rewards, ...)`, grpo_trainer.py:2770, 2788), on the weighted
+    sum it normalises (:2763); a row no reward scored is NaN and left out, as TRL does (:2764)."""
+    rewards = (rewards_per_func * weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
+    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    std = nanstd(rewards.view(-1, group), dim=1)
+    return ((std > 0) & ~torch.isclose(std, torch.zeros_like(std))).cpu()
+
+
+def refill_size(missing: int, kept: int, drawn: int, target: int, step: int) -> int:
+    """Groups to draw for the next round: the missing count over the keep rate seen so far in this
+    rollout batch (a whole generation batch when nothing was kept), never less than the missing
+    count nor more than a generation batch, rounded up to `step` (equal rows on every rank)."""
+    want = target if kept == 0 else math.ceil(missing * drawn / kept)
+    want = max(missing, min(want, target))
+    return step * math.ceil(want / step)
+
+
+@dataclass
+class Round:
+    """One generation round: this rank's scored rows, and for all ranks' rows, in TRL's gather
+    order, which groups teach something and each row's generated tokens."""
+
+    batch: dict[str, Any]
+    informative: torch.Tensor
+    tokens: torch.Tensor
+
+
+class DynamicSamplingProbe(Probe):
+    """Refills a rollout batch's tied groups with freshly generated ones (`sampling.dynamic`)."""
+
+    def __init__(self, config: SamplingConfig) -> None:
+        self.config = config
+        self.stream: RefillStream | None = None
+        self.capped_streak = 0
+        self._restored = False
+        self._rewards: torch.Tensor | None = None
+        self._tokens: list[int] | None = None
+
+    def attach(self, trainer: Any) -> None:
+        if not self.config.dynamic:
+            return
+        dataset = trainer.train_dataset
+        if dataset is None or not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
+            raise RecipeError(
+                "sampling.dynamic draws refill prompts by index from the training set, which needs a "
+                f"map-style dataset (got {type(dataset).__name__}); load it without streaming"
+            )
+        self.dataset = dataset
+        self.stream = RefillStream(len(dataset), trainer.args.seed)
+
+    def on_train_begin(self, trainer: Any) -> None:
+        self._restored = False
+
+    # --- one round's rewards and token counts, as TRL computes them -----------------------------
+    def on_generation(self, trainer: Any, generation: Generation) -> None:
+        if generation.training:
+            self._tokens = [len(ids) for ids in generation.completion_ids]
+
+    def around_rewards(self, trainer: Any, proceed: Callable[[], torch.Tensor]) -> torch.Tensor:
+        rewards = proceed()
+        self._rewards = rewards  # all ranks' rows: TRL gathers them (grpo_trainer.py:1681)
+        return rewards
+
+    def _round(self, trainer: Any, proceed: Callable[[list[Any]], dict[str, Any]], rows: list[Any]) -> Round:
+        self._rewards = self._tokens = None
+        batch = proceed(rows)
+        informative = informative_groups(self._rewards, trainer.reward_weights, trainer.num_generations)
+        tokens = torch.tensor(self._tokens, device=trainer.accelerator.device)
+        return Round(batch, informative, trainer.accelerator.gather(tokens).cpu())
+
+    # --- the rollout ------------------------------------------------------------------------------
+    def around_rollout(
+        self, trainer: Any, prompts: list[Any], proceed: Callable[[list[Any]], dict[str, Any]]
+    ) -> dict[str, Any]:
+        if self.stream is None or not trainer.model.training:
+            return proceed(prompts)
+        self._restore(trainer)
+        accelerator, group = trainer.accelerator, trainer.num_generations
+        world, rank = accelerator.num_processes, accelerator.process_index
+        target = len(prompts) * world // group
+        step = world // math.gcd(group, world)  # groups whose rows split evenly over the ranks
+        rounds = [self._round(trainer, proceed, prompts)]
+        while len(rounds) < self.config.max_rounds:
+            kept = int(sum(int(r.informative.sum()) for r in rounds))
+            drawn = sum(len(r.informative) for r in rounds)
+            if kept >= target:
+                break
+            indices = self.stream.draw(refill_size(target - kept, kept, drawn, target, step))
+            rows = [self.dataset[i] for i in indices for _ in range(group)]
+            share = len(rows) // world
+            rounds.append(self._round(trainer, proceed, rows[rank * share : (rank + 1) * share]))
+        return self._assemble(trainer, rounds, target)
+
+    def _assemble(self, trainer: Any, rounds: list[Round], target: int) -> dict[str, Any]:
+        """The rollout batch of `target` groups from the rounds' informative ones, in draw order
+        (repeated at the cap when short), this rank's share; metrics recorded."""
+        group = trainer.num_generations
+        informative = torch.cat([r.informative for r in rounds])
+        tokens = torch.cat([r.tokens for r in rounds])
+        kept = informative.nonzero().flatten()[:target]
+        padded = target - len(kept) if len(kept) else 0
+        self._record(trainer, rounds, informative, kept, padded, tokens)
+        first = rounds[0].batch
+        if len(kept) == 0 or (len(rounds) == 1 and len(kept) == target):
+            return first  # nothing to train on, or nothing dropped: TRL's batch as it is
+        chosen = torch.cat([kept, kept[torch.arange(padded) % len(kept)]])
+        rows = (chosen.unsqueeze(1) * group + torch.arange(group)).flatten()
+        whole = self._all_ranks(trainer, rounds)
+        selected = rollout_rows.take(whole, rows)
+        accelerator = trainer.accelerator
+        share = len(rows) // accelerator.num_processes
+        mine = torch.arange(accelerator.process_index * share, (accelerator.process_index + 1) * share)
+        batch = rollout_rows.take(selected, mine)
+        if trainer.pad_to_multiple_of is None:
+            batch = rollout_rows.trim(batch)
+        for key in rollout_rows.BATCH_TOTALS:
+            if key in first:
+                batch[key] = rollout_rows.loss_tokens(selected).to(first[key].device, first[key].dtype)
+        return batch
+
+    def _all_ranks(self, trainer: Any, rounds: list[Round]) -> dict[str, Any]:
+        """Every round's rows from every rank, padded to one width, in TRL's gather order."""
+        accelerator = trainer.accelerator
+        local = torch.tensor([rollout_rows.widths(r.batch) for r in rounds], device=accelerator.device)
+        prompt_width, completion_width = (int(w) for w in accelerator.gather(local).amax(dim=0))
+        tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
+        pad_token = tokenizer.pad_token_id
+        gathered = []
+        for r in rounds:
+            padded = rollout_rows.pad_to(r.batch, prompt_width, completion_width, pad_token)
+            gathered.append({key: accelerator.gather(value) for key, value in padded.items()})
+        return rollout_rows.concat(gathered)
+
+    # --- metrics, alarm, checkpoint -----------------------------------------------------------------
+    def _record(
+        self,
+        trainer: Any,
+        rounds: list[Round],
+        informative: torch.Tensor,
+        kept: torch.Tensor,
+        padded: int,
+        tokens: torch.Tensor,
+    ) -> None:
+        group, drawn = trainer.num_generations, len(informative)
+        trained = torch.zeros(drawn, dtype=torch.bool)
+        trained[kept if len(kept) else torch.arange(len(rounds[0].informative))] = True
+        dropped = tokens.view(drawn, group)[~trained].sum()
+        metrics = {
+            names.DYNAMIC_GROUPS_KEPT: float(len(kept)),
+            names.DYNAMIC_KEEP_RATE: float(informative.float().mean()),
+            names.DYNAMIC_ROUNDS: float(len(rounds)),
+            names.DYNAMIC_DROPPED_TOKENS: float(dropped),
+            names.DYNAMIC_PADDED_GROUPS: float(padded),
+        }
+        if len(kept):
+            metrics[names.DYNAMIC_PROMPTS_PER_KEPT_GROUP] = drawn / len(kept)
+        for key, value in metrics.items():
+            trainer.record_metric(key, value)
+        target = len(rounds[0].informative)
+        self.capped_streak = self.capped_streak + 1 if len(kept) < target else 0
+        if self.capped_streak == self.config.warn_capped_batches and trainer.accelerator.is_main_process:
+            logger.warning(
+                "dynamic sampling: %d rollout batches in a row reached sampling.max_rounds (%d) "
+                "short of %d informative groups (last: %d kept of %d drawn): most groups' rewards "
+                "tie, the data is too easy or too hard for the model; filter it by pass rate "
+                "(`gspo-trl filter`) or raise max_rounds",
+                self.capped_streak,
+                self.config.max_rounds,
+                target,
+                len(kept),
+                drawn,
+            )
+
+    def _restore(self, trainer: Any) -> None:
+        """Once per train(): the stream position a resumed checkpoint saved (none on a fresh run)."""
+        if self._restored:
+            return
+        self._restored = True
+        saved = (trainer.state.stateful_callbacks or {}).get(STATE_KEY)
+        if saved:
+            self.stream.drawn = int(saved["attributes"]["groups_drawn"])
+            self.capped_streak = int(saved["attributes"]["capped_streak"])
+
+    def around_checkpoint_save(self, trainer: Any, save: CheckpointSave, proceed: Callable[[], None]) -> None:
+        if self.stream is not None:
+            position = {"groups_drawn": self.stream.drawn, "capped_streak": self.capped_streak}
+            trainer.state.stateful_callbacks[STATE_KEY] = {"args": {}, "attributes": position}
+        proceed()
