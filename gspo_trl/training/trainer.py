@@ -147,6 +147,10 @@ class GSPOTrainer(GRPOTrainer):
     def behaviour(self) -> Any:
         return self.probes.find(BehaviourProbe).correction
 
+    @behaviour.setter
+    def behaviour(self, value: Any) -> None:
+        self.probes.find(BehaviourProbe).correction = value
+
     @property
     def engine_logprobs(self) -> Any:
         return self.probes.find(EngineLogprobsProbe).engine

@@ -15,7 +15,6 @@ import pytest
 from gspo_trl.config.batch import rollout_batch
 from gspo_trl.config.defaults import GSPO_DEFAULTS
 from gspo_trl.config.recipe import load_recipe
-from gspo_trl.config.sections import EngineConfig
 from gspo_trl.config.validation import validate
 from gspo_trl.plan.topology import resolve_topology
 from tests._paths import ROOT
@@ -58,7 +57,7 @@ def test_recipe_header_and_validation(path: Path) -> None:
     tracker = recipe.training.get("report_to", "none")
     tracker = tracker if isinstance(tracker, str) else ", ".join(tracker)
     assert re.search(rf"# Tracker: +report_to: {re.escape(tracker)}\b", text), f"{path}: Tracker line"
-    correction = recipe.engine.get("correction", EngineConfig.correction)
+    correction = recipe.engine.correction
     trl = str(bool(recipe.training.get("vllm_importance_sampling_correction"))).lower()
     mismatch = rf"# Mismatch: +engine.correction: {correction}, vllm_importance_sampling_correction: {trl}\b"
     assert re.search(mismatch, text), f"{path}: the Mismatch line must say what the recipe corrects"
