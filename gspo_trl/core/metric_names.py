@@ -1,9 +1,8 @@
 """The names of the metrics a GSPO run logs: written once here, used by every writer and reader.
 
-The trainer, the engine guard and the held-out callback write these keys; the console,
-`gspo-trl report`, `calibrate --from-run` and the demo read them back from the log history or
-OUTPUT_DIR/metrics.jsonl. docs/gspo.md ("Diagnostics") says what each one means, and
-docs/performance.md the perf/* ones; tests check that every key the docs name is one of these.
+The probes write these keys; the console, `gspo-trl report`, `calibrate --from-run` and the demo
+read them back from metrics.jsonl. docs/gspo.md ("Diagnostics") and docs/performance.md say what
+each means; tests check that every key the docs name is one of these.
 
     gspo/mb{k}/STAT               one update of a rollout batch (k = 1 is on-policy)
     gspo/offpolicy/STAT           the same statistics pooled over updates 2..K
@@ -22,9 +21,8 @@ docs/performance.md the perf/* ones; tests check that every key the docs name is
 PHASE is one of PHASES or `other` (gspo_trl.training.reporting.phases says what each covers).
 
 STAT is `log_ratio/{mean,std,p5,p50,p95,min,max}`, `clip/{low,high,region,pos_adv,neg_adv}`,
-`outside/{low,high}`, `clip/len_{a}-{b}`, `entropy`, `responses`, or for a mixture-of-experts
-model `routing/{flip_rate,flip_rate_layer_max,flip_rate_response_max}` (docs/moe.md). TRL's own
-keys (`reward`, `clip_ratio/*`, ...) are TRL's and are not named here.
+`outside/{low,high}`, `clip/len_{a}-{b}`, `entropy`, `responses`, or for a MoE model
+`routing/{flip_rate,flip_rate_layer_max,flip_rate_response_max}` (docs/moe.md); TRL's own keys are not here.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ gathered from every rank, a chosen set of groups taken, and this rank's share cu
 
 TRL's `_generate_and_score_completions` returns this rank's rows, prompts left-padded and
 completions right-padded to the widest row of that one call (`completion_ids = pad(`, with
-`padding_side="right"`, trl/trainer/grpo_trainer.py:2454-2459; the prompts' `padding_side="left"`, :2443-2448),
+`padding_side="right"`, trl/trainer/grpo_trainer.py:2454-2459; the prompts'
+`padding_side="left"`, :2443-2448),
 so two calls (two generation rounds, or two ranks) have different widths. Each key has a layout
 saying which of its dimensions runs over the prompt, the completion or both, and what pads it.
 A key not listed is refused by name (a multimodal batch's pixel values, a probe's new key):

@@ -4,9 +4,9 @@ freshly drawn prompts, generated and scored in further rounds, until the batch h
 number of informative groups or `max_rounds` rounds have run.
 
 Where the extra prompts come from. TRL's dataloader hands `_prepare_inputs` one generation batch
-per rollout (trl/trainer/grpo_trainer.py:1538-1541) and transformers resumes it by skipping the batches of the
-steps already trained; drawing more batches from it would shift every later step's data and break
-that skip. So refill prompts come from a stream of their own over the same training set: a fixed
+per rollout (trl/trainer/grpo_trainer.py:1538-1541) and transformers resumes it by skipping the
+batches of the steps already trained; drawing more from it would shift every later step's data.
+So refill prompts come from a stream of their own over the same training set: a fixed
 shuffled order per pass (seeded from the run's seed, the same on every rank), read on from where
 the last refill stopped. The epoch of the main stream is untouched (every prompt still comes up
 once per epoch, dropped or not); refill prompts are extra draws, counted in
@@ -17,9 +17,9 @@ At the cap a batch still short is filled by repeating its informative groups, as
 needed to hold the full count. verl's DAPO trainer never updates on fewer groups than the batch
 size: it keeps generating, then cuts the batch to exactly `train_batch_size x n` rows (`batch =
 batch[:traj_bsz]`), and at its cap `max_num_gen_batches` it stops the run with an error
-(recipe/dapo/dapo_ray_trainer.py:271-288 in the parent of verl-project/verl@2bb42bae6). Here the run goes on (a few hard
-batches should not end a week's run; the console warns when the cap keeps being hit) but, like
-verl, every update sees the same batch shape: TRL splits the rollout batch into
+(recipe/dapo/dapo_ray_trainer.py:271-288 in the parent of verl-project/verl@2bb42bae6).
+Here the run goes on (the console warns when the cap keeps being hit) but, like verl, every
+update sees the same batch shape: TRL splits the rollout batch into
 `steps_per_generation` equal minibatches with a floor (`chunk_size = first_tensor.shape[0] //
 num_chunks`, trl/trainer/utils.py:1077) and every rank must hold the same row count, so a shorter
 batch would lose rows silently. A batch with no informative group at all is trained as generated
