@@ -9,9 +9,8 @@ batches of the steps already trained; drawing more from it would shift every lat
 So refill prompts come from a stream of their own over the same training set: a fixed
 shuffled order per pass (seeded from the run's seed, the same on every rank), read on from where
 the last refill stopped. The epoch of the main stream is untouched (every prompt still comes up
-once per epoch, dropped or not); refill prompts are extra draws, counted in
-`gspo/dynamic/prompts_per_kept_group`, and the stream's position is saved in every checkpoint's
-trainer_state.json and read back on resume, so a resumed run draws the same prompts.
+once per epoch); refill prompts are extra draws (`gspo/dynamic/prompts_per_kept_group`), and the
+stream's position is saved in every checkpoint's trainer_state.json and read back on resume.
 
 At the cap a batch still short is filled by repeating its informative groups, as many times as
 needed to hold the full count. verl's DAPO trainer never updates on fewer groups than the batch
