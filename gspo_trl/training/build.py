@@ -33,7 +33,6 @@ from gspo_trl.training.probes.console import ConsoleProbe
 from gspo_trl.training.probes.heldout import HeldoutProbe
 from gspo_trl.training.safety.interrupt import StopOnInterrupt, TrainingInterrupted
 from gspo_trl.training.safety.resume_warnings import (
-    IntervalsFromArgs,
     mid_batch_resume_note,
     quiet_tied_weights_warning,
 )
@@ -190,7 +189,6 @@ def train_claimed(
             logger.info("resuming mid rollout batch: %s", note)
     stopper = StopOnInterrupt()
     trainer.add_callback(stopper)
-    trainer.add_callback(IntervalsFromArgs())  # a resume's changed logging/eval/save steps
     with stopper.installed(), quiet_tied_weights_warning(trainer.model):
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if stopper.stopped_at_step is not None:

@@ -1,5 +1,4 @@
-"""GSPOTrainer: TRL's GRPOTrainer that hands each TRL event to an ordered list of probes; the loss
-stays TRL's.
+"""GSPOTrainer: TRL's GRPOTrainer that hands each TRL event to an ordered list of probes.
 
 GSPO itself is TRL configuration (`importance_sampling_level="sequence"`, `loss_type="grpo"`,
 beta 0, eps 3e-4/4e-4, 4 updates per rollout batch). What GSPO-trl adds lives in probes
@@ -15,6 +14,7 @@ the order of their events and of their callbacks:
     PerfProbe             perf/* phase timings, tokens/s, MFU
     StagedCheckpointsProbe  checkpoints written whole or not at all
     NonFiniteProbe        a run whose loss, grad norm or weights turn inf/NaN stops before a save
+    ResumeIntervalsProbe  a resume logs, evaluates and saves at the intervals it was given
     ... then the probes given as `GSPOTrainer(..., probes=[...])` (the console, held-out scoring,
     or your own: docs/probes.md).
 
@@ -55,6 +55,7 @@ from gspo_trl.training.probes.gspo_token import GspoTokenProbe
 from gspo_trl.training.probes.perf import PerfProbe
 from gspo_trl.training.probes.routing import RoutingProbe
 from gspo_trl.training.safety.non_finite import NonFiniteProbe
+from gspo_trl.training.safety.resume_warnings import ResumeIntervalsProbe
 from gspo_trl.training.safety.staged_checkpoints import StagedCheckpointsProbe
 
 
@@ -79,6 +80,7 @@ def builtin_probes(args: Any) -> list[Probe]:
         PerfProbe(),
         StagedCheckpointsProbe(),
         NonFiniteProbe(),
+        ResumeIntervalsProbe(),
     ]
 
 

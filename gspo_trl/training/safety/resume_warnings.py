@@ -13,6 +13,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from gspo_trl.config.batch import RolloutBatch
+from gspo_trl.training.probes.base import Probe, ProbeCallbacks
 
 
 def mid_batch_resume_note(batch: RolloutBatch, global_step: int) -> str | None:
@@ -50,6 +51,14 @@ class IntervalsFromArgs(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         state.compute_steps(args, state.max_steps)
         return control
+
+
+class ResumeIntervalsProbe(Probe):
+    """IntervalsFromArgs as a built-in probe: a resumed GSPOTrainer, from a recipe or from Python,
+    logs, evaluates and saves at the intervals it was given."""
+
+    def callbacks(self) -> ProbeCallbacks:
+        return ProbeCallbacks(after_reporting=[IntervalsFromArgs()])
 
 
 MISSING_KEYS_PREFIX = "There were missing keys in the checkpoint model loaded: "
