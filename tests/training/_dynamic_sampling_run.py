@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sys
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +66,20 @@ class Recorder(Probe):
         )
 
 
-def build(model_dir: Path, output_dir: Path, pattern: str, sampling: dict | None, **config: Any):
-    """A GSPOTrainer on the tiny model over `rows(pattern, 64)`, with a Recorder; returns both."""
+def build(
+    model_dir: Path,
+    output_dir: Path,
+    pattern: str,
+    sampling: dict | None,
+    *,
+    probes: Sequence[Probe] = (),
+    trainer_kwargs: dict[str, Any] | None = None,
+    num_rows: int = 64,
+    **config: Any,
+):
+    """A GSPOTrainer on the tiny model over `rows(pattern, num_rows)`, with a Recorder then
+    `probes`; `trainer_kwargs` go to GSPOTrainer (peft_config, eval_dataset), `config` to
+    GSPOConfig. Returns the trainer and the Recorder."""
     from datasets import Dataset
     from transformers import AutoTokenizer
 
@@ -98,8 +110,9 @@ def build(model_dir: Path, output_dir: Path, pattern: str, sampling: dict | None
         processing_class=AutoTokenizer.from_pretrained(model_dir),
         reward_funcs=[tied_or_text_reward],
         args=GSPOConfig(**args),
-        train_dataset=Dataset.from_list(rows(pattern, 64)),
-        probes=[recorder],
+        train_dataset=Dataset.from_list(rows(pattern, num_rows)),
+        probes=[recorder, *probes],
+        **(trainer_kwargs or {}),
     )
     return trainer, recorder
 

@@ -45,7 +45,8 @@ class EngineOldLogprobs:
         self.guard = EngineMismatchGuard(config)
         self.active = config.from_engine and bool(getattr(trainer, "use_vllm", False))
         self.forwards_skipped = 0
-        """Rollout batches whose pi_old came from the engine (each one trainer forward saved)."""
+        """Rollout batches whose pi_old came from the engine (each one trainer forward saved); with
+        dynamic sampling every generation round of a batch counts (each is scored on its own)."""
         self._trl_correction = bool(getattr(trainer, "vllm_importance_sampling_correction", False))
         self._pending = False
         self._sampled: list[list[float | None]] | None = None
