@@ -7,12 +7,13 @@ engine new weights every d + 1 rollout batches: staleness is bounded by d and av
 pipeline that keeps a constant lag (every batch exactly d old) is the other schedule of depth d,
 not this one (its engine would need d past copies of the weights).
 
-r counts training rollout batches from step 0: `steps_done * gradient_accumulation_steps //
-micro_batches` at the process's first rollout, then +1 per rollout. A resumed run keeps the
-schedule's sync points (r % (d + 1) == 0, as uninterrupted), and also syncs its first rollout
-batch: its engine was built from the base model (or a server holds what another process pushed),
-not from the version the schedule wants, so that batch is sampled fresh and logged with the
-staleness it really has (0). Eval rollouts keep the engine's weights and are not counted.
+r counts the training rollouts that begin at a new optimizer step (TRL syncs at most once a step;
+a dynamic sampling round or a second rollout batch in the same step is the same r): from
+ceil(steps_done x accumulation / max(micro-batches, accumulation)) at the process's first, +1 each.
+A resumed run keeps the sync points (r % (d + 1) == 0, as uninterrupted) and also syncs its first
+rollout batch: its engine holds the base model (or what another process pushed to a server), not
+the version the schedule wants, so that batch is sampled fresh and logged 0 stale, as it is.
+Eval rollouts keep the engine's weights and are not counted.
 
 Each row is tagged in TRL's rollout dict: ENGINE_VERSION, the optimizer step whose weights sampled
 it, and ENGINE_STALENESS, how many rollout batches older those weights are than the rollout's own.
@@ -77,11 +78,12 @@ class StalenessSchedule:
 
     def begin_rollout(self, global_step: int, training: bool) -> None:
         self.training = training
-        if not training:
-            return
+        if not training or (self.rollout is not None and global_step == self.step):
+            return  # an eval, or another round (or rollout batch) of the same step
         self._first = self.rollout is None
         if self._first:
-            self.rollout = global_step * self.gradient_accumulation_steps // self.micro_batches
+            per_step = max(self.micro_batches, self.gradient_accumulation_steps)
+            self.rollout = -(-global_step * self.gradient_accumulation_steps // per_step)
         else:
             self.rollout += 1
         self.step = global_step

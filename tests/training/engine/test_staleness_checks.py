@@ -88,6 +88,30 @@ SCHEDULES = [
 ]
 
 
+def test_rounds_of_one_rollout_batch_are_one_rollout():
+    """Dynamic sampling's generation rounds (and a second rollout batch inside one optimizer
+    step) begin at the same step: one r, one history entry."""
+    schedule = StalenessSchedule(1, 2, 1)
+    for step in (0, 0, 0, 2, 2, 4):
+        schedule.begin_rollout(step, True)
+        if schedule.sync_due():
+            schedule.synced(step)
+        schedule.current()
+    assert [(v.rollout, v.staleness) for v in schedule.history] == [(0, 0), (1, 1), (2, 0)]
+
+
+@pytest.mark.parametrize(
+    ("micro", "accumulation", "step", "rollout"),
+    [(2, 1, 6, 3), (4, 2, 6, 3), (2, 4, 3, 3), (3, 2, 1, 1), (3, 2, 3, 2), (3, 2, 4, 3)],
+)
+def test_the_first_rollout_index_after_a_resume(micro, accumulation, step, rollout):
+    """Rollout k begins at micro-step k x micro, step floor(k x micro / accumulation); a step
+    spanning several rollout batches counts once."""
+    schedule = StalenessSchedule(1, micro, accumulation)
+    schedule.begin_rollout(step, True)
+    assert schedule.rollout == rollout
+
+
 @pytest.mark.parametrize(("d", "micro", "accumulation", "first_step", "rollouts", "expected"), SCHEDULES)
 def test_the_schedule(d, micro, accumulation, first_step, rollouts, expected):
     schedule = StalenessSchedule(d, micro, accumulation)

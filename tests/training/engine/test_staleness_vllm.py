@@ -35,8 +35,9 @@ pytestmark = [
 DRIVER = ROOT / "tests" / "training" / "engine" / "_staleness_run.py"
 SAME_WEIGHTS = 1e-5
 """Nats: the engine's sampling log-probs vs the trainer's at the weights the engine holds."""
-TRUNCATE_AT = 1.02
-"""d = 1's correction: w_i truncated at 1.02 (stale rows' w_i spread ~0.05; fresh ones' ~1e-7)."""
+BAND = 1.02
+"""d = 1's correction: w_i outside [1 / 1.02, 1.02] rejected (stale rows' w_i spread ~0.05; fresh
+ones' ~1e-7)."""
 MOVED = 1e-2
 """Nats: the smallest largest-token gap that says two versions' weights differ (2 updates move ~0.4)."""
 
@@ -59,7 +60,7 @@ def run(out: Path, spec: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def d1(tmp_path_factory) -> dict:
-    engine = {"max_staleness": 1, "correction": "truncate", "weight_max": TRUNCATE_AT}
+    engine = {"max_staleness": 1, "correction": "reject", "weight_min": 1 / BAND, "weight_max": BAND}
     return run(tmp_path_factory.mktemp("d1"), {"engine": engine, "max_steps": 8, "eval_steps": 2})
 
 
@@ -109,12 +110,16 @@ def test_d1_metrics_by_staleness(d1):
 
 
 def test_d1_the_behaviour_correction_weighs_the_stale_rows(d1):
-    """The decoupled objective's w_i = pi_old / mu is engine.correction's weight: truncated where
-    the engine was stale, never where it was fresh (its w_i are 1 to ~1e-7)."""
-    truncated = [log["gspo/behaviour/truncated"] for log in d1["logs"] if "gspo/behaviour/truncated" in log]
-    assert len(truncated) == 4  # one per rollout batch, at its last update
-    fresh, stale = truncated[0::2], truncated[1::2]
-    assert fresh == [0.0, 0.0] and min(stale) > 0
+    """The decoupled objective's w_i = pi_old / mu is engine.correction's weight: spread and
+    rejected where the engine was stale, 1 where it was fresh."""
+    summaries = [log for log in d1["logs"] if "gspo/behaviour/rejected" in log]
+    assert len(summaries) == 4  # one per rollout batch, at its last update
+    for fresh in summaries[0::2]:
+        assert fresh["gspo/behaviour/rejected"] == 0.0
+        assert fresh["gspo/behaviour/weight_p99"] - fresh["gspo/behaviour/weight_p1"] < 1e-5
+    for stale in summaries[1::2]:
+        assert stale["gspo/behaviour/rejected"] > 0
+        assert stale["gspo/behaviour/weight_p99"] - stale["gspo/behaviour/weight_p1"] > 1e-2
 
 
 def test_the_version_tag_survives_trls_shuffle_and_split(d1):
