@@ -13,7 +13,9 @@ ceil(steps_done x accumulation / max(micro-batches, accumulation)) at the proces
 A resumed run keeps the sync points (r % (d + 1) == 0, as uninterrupted) and also syncs its first
 rollout batch: its engine holds the base model (or what another process pushed to a server), not
 the version the schedule wants, so that batch is sampled fresh and logged 0 stale, as it is.
-Eval rollouts keep the engine's weights and are not counted.
+Eval rollouts keep the engine's weights and are not counted. A sync asked outside any rollout
+(held-out scoring, which must score the current policy) always runs; the rows sampled after it are
+tagged with the version it pushed (a sync inside rollout batch r's span counts as r's).
 
 Each row is tagged in TRL's rollout dict: ENGINE_VERSION, the optimizer step whose weights sampled
 it, and ENGINE_STALENESS, how many rollout batches older those weights are than the rollout's own.
@@ -69,9 +71,10 @@ class StalenessSchedule:
         """The current training rollout batch's index; None before this process's first."""
         self.step = 0
         self.training = False
-        self.engine: tuple[int, int] | None = None
-        """(rollout, step) of the engine's last sync by this process (rollout -1: an eval's); None:
-        the weights the engine was built with."""
+        self.engine: tuple[int | None, int] | None = None
+        """(rollout, step) of the engine's last sync by this process (rollout None: a sync outside
+        a training rollout, resolved from its step when a row is tagged); None: the weights the
+        engine was built with."""
         self._first = False
         self.history: list[RolloutVersion] = []
         """Every training rollout batch of this process, in order (tests and benchmarks read it)."""
@@ -88,20 +91,32 @@ class StalenessSchedule:
             self.rollout += 1
         self.step = global_step
 
-    def sync_due(self) -> bool:
-        """Sync now? At the schedule's rollouts, at this process's first training rollout, and
-        whenever the engine holds none of this process's versions."""
-        if self.engine is None:
+    def sync_due(self, in_rollout: bool = True) -> bool:
+        """Sync now? Outside a rollout (held-out scoring) always; else at the schedule's rollouts,
+        at this process's first training rollout, and whenever the engine holds none of this
+        process's versions."""
+        if self.engine is None or not in_rollout:
             return True
         return self.training and (self._first or self.rollout % (self.max_staleness + 1) == 0)
 
-    def synced(self, global_step: int) -> None:
-        rollout = self.rollout if self.training and self.rollout is not None else -1
-        self.engine = (rollout, global_step)
+    def synced(self, global_step: int, in_rollout: bool = True) -> None:
+        inside = in_rollout and self.training and self.rollout is not None and global_step == self.step
+        self.engine = (self.rollout if inside else None, global_step)
+
+    def _rollout_at(self, step: int) -> int:
+        """The training rollout batch whose span holds optimizer step `step` (the current one when
+        `step` is its start or later; the latest earlier start otherwise)."""
+        if step >= self.step:
+            return self.rollout
+        earlier = [v.rollout for v in self.history if v.step <= step]
+        return earlier[-1] if earlier else self.rollout
 
     def current(self) -> RolloutVersion:
         """The training rollout batch being generated, with the engine's version."""
         engine_rollout, engine_step = self.engine
+        if engine_rollout is None:
+            engine_rollout = self._rollout_at(engine_step)
+            self.engine = (engine_rollout, engine_step)
         version = RolloutVersion(self.rollout, self.step, engine_rollout, engine_step)
         if not self.history or self.history[-1].rollout != version.rollout:
             self.history.append(version)

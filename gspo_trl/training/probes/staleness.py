@@ -52,6 +52,8 @@ class StalenessProbe(Probe):
         """Rollout batches of `schedule.history` already in a log."""
         self._pending: torch.Tensor | None = None
         self._rows: list[torch.Tensor] = []
+        self._in_rollout = False
+        """Between on_rollout_begin and on_rollout_end (a sync outside one is held-out scoring's)."""
 
     def attach(self, trainer: Any) -> None:
         batch = RolloutBatch.from_grpo_config(trainer.args)
@@ -62,16 +64,19 @@ class StalenessProbe(Probe):
             logger.info("engine.max_staleness: %s", describe(self.config.max_staleness))
 
     def on_rollout_begin(self, trainer: Any, training: bool) -> None:
+        self._in_rollout = True
         self.schedule.begin_rollout(trainer.state.global_step, training)
 
     def around_weight_sync(self, trainer: Any, proceed: Callable[[], T]) -> T | None:
-        if not self.schedule.sync_due():
+        # Outside a rollout the caller is held-out scoring: it must score the current policy.
+        if not self.schedule.sync_due(self._in_rollout):
             return None  # the engine keeps the weights of its last sync
         result = proceed()
-        self.schedule.synced(trainer.state.global_step)
+        self.schedule.synced(trainer.state.global_step, self._in_rollout)
         return result
 
     def on_rollout_end(self, trainer: Any, batch: dict[str, Any]) -> dict[str, Any]:
+        self._in_rollout = False
         return self.schedule.tag(batch) if trainer.model.training else batch
 
     def on_policy_forward(self, trainer: Any, policy: PolicyForward) -> None:

@@ -125,3 +125,23 @@ def test_the_schedule(d, micro, accumulation, first_step, rollouts, expected):
         assert not schedule.sync_due()
     assert [v.staleness for v in schedule.history] == expected
     assert all(v.updates == v.staleness * steps_per_rollout for v in schedule.history)
+
+
+def test_a_sync_outside_a_rollout_always_runs_and_tags_truthfully():
+    """Held-out scoring syncs outside any rollout and must score the current policy: that sync is
+    never skipped, and the rows sampled after it carry the version it pushed. Before the first
+    rollout (the run's step-0 held-out score) the first batch is fresh, not one batch stale; in the
+    middle of a cycle the next batch counts from the batch whose span held that step."""
+    schedule = StalenessSchedule(2, 2, 1)
+    assert schedule.sync_due(in_rollout=False)
+    schedule.synced(0, in_rollout=False)  # held-out before step 1: TRL then skips its own sync
+    schedule.begin_rollout(0, True)
+    schedule.current()
+    schedule.begin_rollout(2, True)
+    assert not schedule.sync_due() and schedule.sync_due(in_rollout=False)
+    schedule.current()
+    schedule.synced(3, in_rollout=False)  # held-out after step 3, inside rollout batch 1's span
+    schedule.begin_rollout(4, True)
+    assert not schedule.sync_due()
+    schedule.current()
+    assert [(v.staleness, v.updates) for v in schedule.history] == [(0, 0), (1, 2), (1, 1)]
