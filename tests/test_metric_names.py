@@ -15,6 +15,7 @@ import gspo_trl.core.metric_names as names
 from gspo_trl.training.diagnostics import ROW_COLUMNS, bucket_labels, summarize_rows
 from gspo_trl.training.engine.behaviour import summarize_weights
 from gspo_trl.training.engine.mismatch import judge_mismatch
+from gspo_trl.training.engine.staleness import RolloutVersion, by_staleness, rollout_metrics
 from gspo_trl.training.heldout.scoring import mean_grade
 from gspo_trl.training.routing import FlipCounts, engine_routing_metrics, replay_metrics
 from tests._paths import ROOT
@@ -43,6 +44,9 @@ def logged_names() -> set[str]:
     found |= {names.ZERO_VARIANCE_GROUPS}
     weights = torch.tensor([[1.0, 1.0, 0, 0, 10], [0.0, 2.0, 0, 1, 100], [1.2, 1.5, 1, 0, 2000]])
     found |= set(summarize_weights(weights, (16, 64)))
+    nan = float("nan")
+    found |= set(by_staleness(torch.tensor([[0, 1.0, nan, nan], [2, 1.1, 1.0, 0.1], [2, 0.9, 0.0, 0.2]])))
+    found |= set(rollout_metrics([RolloutVersion(3, 6, 2, 4)]))
     return found | {f"eval_{n}" for n in found if n.startswith(names.HELDOUT)}
 
 

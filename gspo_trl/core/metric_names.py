@@ -1,8 +1,7 @@
 """The names of the metrics a GSPO run logs: written once here, used by every writer and reader.
 
-The probes write these keys; the console, `gspo-trl report`, `calibrate --from-run` and the demo
-read them back from metrics.jsonl. docs/gspo.md ("Diagnostics") and docs/performance.md say what
-each means; tests check that every key the docs name is one of these.
+Probes write these keys; the console, `gspo-trl report`, `calibrate --from-run` and the demo read
+them from metrics.jsonl; docs/gspo.md ("Diagnostics"), docs/performance.md say what each means.
 
     gspo/mb{k}/STAT               one update of a rollout batch (k = 1 is on-policy)
     gspo/offpolicy/STAT           the same statistics pooled over updates 2..K
@@ -10,8 +9,9 @@ each means; tests check that every key the docs name is one of these.
     gspo/engine_mismatch/{mean,std,outside_clip}   engine log-probs as pi_old: the guard
     gspo/engine_routing/{flip_rate,flip_rate_layer_max}   MoE: the engine's experts vs the trainer's
     gspo/routing_replay/replayed_updates   MoE with replay: share of updates run on recorded experts
-    gspo/behaviour/{weight_mean,weight_p1,weight_p99,truncated,rejected}   engine.correction, per
-                                  rollout batch; truncated/len_{a}-{b}, rejected/len_{a}-{b} by length
+    gspo/behaviour/{weight_mean,weight_p1,weight_p99,truncated,rejected}[/len_{a}-{b}]   engine.correction
+    gspo/staleness/{mean,max,updates,engine_step}   engine.max_staleness, rollout batches since the log
+    gspo/staleness/d{k}/{weight_mean,weight_std,clip,flip_rate,responses}   the rows k batches stale
     gspo/dynamic/{groups_kept,keep_rate,rounds,prompts_per_kept_group,dropped_tokens,padded_groups}
                                   dynamic sampling, per rollout batch (docs/dynamic-sampling.md)
     heldout/{score,judged,pass@k} the held-out evaluation
@@ -19,7 +19,6 @@ each means; tests check that every key the docs name is one of these.
     perf/{wall_s,generated_tokens,trained_tokens,tokens_per_s,trained_tokens_per_s,update_flops,mfu}
 
 PHASE is one of PHASES or `other` (gspo_trl.training.reporting.phases says what each covers).
-
 STAT is `log_ratio/{mean,std,p5,p50,p95,min,max}`, `clip/{low,high,region,pos_adv,neg_adv}`,
 `outside/{low,high}`, `clip/len_{a}-{b}`, `entropy`, `responses`, or for a MoE model
 `routing/{flip_rate,flip_rate_layer_max,flip_rate_response_max}` (docs/moe.md); TRL's own keys are not here.
@@ -104,6 +103,37 @@ def behaviour_by_length(share: str, bucket: str) -> str:
     """'gspo/behaviour/rejected/len_64-256' (share: BEHAVIOUR_TRUNCATED or _REJECTED; bucket:
     diagnostics.bucket_labels)."""
     return f"{share}/{bucket}"
+
+
+STALENESS = f"{GSPO}/staleness"
+STALENESS_MEAN = f"{STALENESS}/mean"
+STALENESS_MAX = f"{STALENESS}/max"
+"""engine.max_staleness: rollout batches the engine's weights lagged the trainer's, over the rollout
+batches generated since the last log (0 .. max_staleness)."""
+STALENESS_UPDATES = f"{STALENESS}/updates"
+"""The same lag in optimizer steps (mean)."""
+STALENESS_ENGINE_STEP = f"{STALENESS}/engine_step"
+"""The optimizer step of the engine's weights at the last rollout batch (the rows' version)."""
+STALENESS_WEIGHT_MEAN, STALENESS_WEIGHT_STD = "weight_mean", "weight_std"
+"""Per staleness k: mean and spread of w_i = exp(mean_t(log pi_old - log mu)) before correction."""
+STALENESS_CLIP = "clip"
+"""Per staleness k: share (0-1) of off-policy updates' responses (minibatch >= 2) actively clipped."""
+STALENESS_FLIP_RATE = "flip_rate"
+"""Per staleness k, MoE: mean per-response routing flip rate (0-1) of the updates' passes."""
+STALENESS_RESPONSES = "responses"
+"""Per staleness k: response-updates measured since the last log."""
+_STALENESS_STATS = (
+    STALENESS_WEIGHT_MEAN,
+    STALENESS_WEIGHT_STD,
+    STALENESS_CLIP,
+    STALENESS_FLIP_RATE,
+    STALENESS_RESPONSES,
+)
+
+
+def by_staleness(k: int, stat: str) -> str:
+    """'gspo/staleness/d{k}/{stat}': responses sampled k rollout batches stale (stat: _STALENESS_STATS)."""
+    return f"{STALENESS}/d{k}/{stat}"
 
 
 DYNAMIC = f"{GSPO}/dynamic"
@@ -226,6 +256,7 @@ METRIC_PATTERN = re.compile(
     rf"|{re.escape(ENGINE_ROUTING)}/(?:flip_rate|flip_rate_layer_max)"
     rf"|{re.escape(BEHAVIOUR)}/(?:weight_(?:mean|p1|p99)|(?:truncated|rejected)(?:/len_\d+-(?:\d+|inf))?)"
     rf"|{re.escape(DYNAMIC)}/(?:{'|'.join(_DYNAMIC_FIELDS)})"
+    rf"|{re.escape(STALENESS)}/(?:mean|max|updates|engine_step|d\d+/(?:{'|'.join(_STALENESS_STATS)}))"
     rf"|(?:eval_)?{re.escape(HELDOUT)}/(?:score|judged|pass@[1-9]\d*)"
     rf"|{PERF}/(?:total/)?(?:{'|'.join((*PHASES, PHASE_OTHER))})_s"
     rf"|{PERF}/(?:{'|'.join((*_PERF_FIELDS, 'update_flops', 'mfu'))})"

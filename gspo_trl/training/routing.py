@@ -161,6 +161,8 @@ class MoeRouting:
         self.engine_routings: list[torch.Tensor] | None = None
         self.updates = self.replayed = 0
         """Update passes, and those forced to a recorded routing, since the last log."""
+        self.last_response_rates: torch.Tensor | None = None
+        """The last update pass's per-response flip rates (B,), all ranks (NaN-padded), or None."""
         """routing_replay: engine: the experts vLLM used for each completion of this rollout batch,
         (layers, P_i + C_i, k) each (gspo_trl.model.routing.engine), taken after TRL's `_generate`."""
         self._old_forward_pending = False
@@ -244,6 +246,7 @@ class MoeRouting:
     def begin_update(self, inputs: dict[str, Any]) -> None:
         """Before the loss forward: compare with (and, with replay, force) the batch's routing."""
         routing = inputs.get(ROUTED_EXPERTS)
+        self.last_response_rates = None
         if self.hooks is None:
             return
         self.updates += 1
@@ -259,6 +262,7 @@ class MoeRouting:
             return
         counts = self._all_ranks(*flip_counts(finished.flips, inputs["completion_mask"]))
         self.counts.setdefault(minibatch, FlipCounts()).add(*counts)
+        self.last_response_rates = counts[2]
 
     def _all_ranks(
         self, layer_flips: torch.Tensor, tokens: float, rates: torch.Tensor

@@ -1,9 +1,8 @@
 """GSPOTrainer: TRL's GRPOTrainer that hands each TRL event to an ordered list of probes.
 
-GSPO itself is TRL configuration (`importance_sampling_level="sequence"`, `loss_type="grpo"`,
-beta 0, eps 3e-4/4e-4, 4 updates per rollout batch). What GSPO-trl adds lives in probes
-(gspo_trl.training.probes; the event list is in probes/base.py), in this order, which is also
-the order of their events and of their callbacks:
+GSPO itself is TRL configuration (`importance_sampling_level="sequence"`, `loss_type="grpo"`, beta 0,
+eps 3e-4/4e-4, 4 updates per rollout batch). What GSPO-trl adds lives in probes (events: probes/base.py),
+in this order, which is also the order of their events and of their callbacks:
 
     DynamicSamplingProbe  `sampling: {dynamic: true}`: tied groups dropped, the rollout batch refilled
     GspoTokenProbe        GSPO-token (`GSPOConfig(gspo_token=True)`): pi_old rewritten per token
@@ -11,6 +10,7 @@ the order of their events and of their callbacks:
     EngineLogprobsProbe   `engine: {old_logprobs: engine}`: pi_old from vLLM, and its guard
     BehaviourProbe        `engine: {correction: ...}`: each response weighed for the engine/trainer gap
     RoutingProbe          `moe:` routing record/replay and flip rates (inert for a dense model)
+    StalenessProbe        `engine: {max_staleness: d}` (d > 0): the engine synced every d + 1 rollout batches
     PerfProbe             perf/* phase timings, tokens/s, MFU
     StagedCheckpointsProbe  checkpoints written whole or not at all
     NonFiniteProbe        a run whose loss, grad norm or weights turn inf/NaN stops before a save
@@ -54,6 +54,7 @@ from gspo_trl.training.probes.engine import EngineLogprobsProbe
 from gspo_trl.training.probes.gspo_token import GspoTokenProbe
 from gspo_trl.training.probes.perf import PerfProbe
 from gspo_trl.training.probes.routing import RoutingProbe
+from gspo_trl.training.probes.staleness import StalenessProbe
 from gspo_trl.training.safety.non_finite import NonFiniteProbe
 from gspo_trl.training.safety.resume_warnings import ResumeIntervalsProbe
 from gspo_trl.training.safety.staged_checkpoints import StagedCheckpointsProbe
@@ -69,14 +70,19 @@ def _section(args: Any, name: str, kind: type) -> Any:
 def builtin_probes(args: Any) -> list[Probe]:
     """GSPO-trl's own probes for a run with these arguments, in event order."""
     diagnostics = _section(args, "diagnostics", DiagnosticsConfig)
+    engine = _section(args, "engine", EngineConfig)
     probes: list[Probe] = [GspoTokenProbe()] if getattr(args, "gspo_token", False) else []
+    # after RoutingProbe (its flip rates of an update are in when StalenessProbe's on_loss reads them);
+    # before PerfProbe, whose weight_sync phase then times only the syncs that run
+    stale: list[Probe] = [StalenessProbe(engine)] if engine.max_staleness > 0 else []
     return [
         DynamicSamplingProbe(_section(args, "sampling", SamplingConfig)),  # outermost: rounds of rollouts
         *probes,
         DiagnosticsProbe(diagnostics),
-        EngineLogprobsProbe(_section(args, "engine", EngineConfig)),
-        BehaviourProbe(_section(args, "engine", EngineConfig), diagnostics),
+        EngineLogprobsProbe(engine),
+        BehaviourProbe(engine, diagnostics),
         RoutingProbe(_section(args, "moe", MoeConfig), diagnostics),
+        *stale,
         PerfProbe(),
         StagedCheckpointsProbe(),
         NonFiniteProbe(),
@@ -100,6 +106,7 @@ class GSPOTrainer(GRPOTrainer):
         kwargs = gspo_trainer_arguments(args, kwargs)  # GSPO when no config is given (api_defaults)
         console = [] if any(isinstance(p, ConsoleProbe) for p in probes) else [ConsoleProbe()]
         self.probes = ProbeChain([*builtin_probes(kwargs["args"]), *console, *probes])
+        self._weight_sync_skipped = False
         with self.probes.trainer_init():  # routing_replay: engine builds TRL's vLLM for it
             super().__init__(**kwargs)
         self.gspo_token = bool(getattr(self.args, "gspo_token", False))
@@ -197,15 +204,25 @@ class GSPOTrainer(GRPOTrainer):
     def _probe_weight_sync(self) -> None:
         """TRL's `_generate` syncs through `self.vllm_generation.sync_weights()` when
         `self.state.global_step != self._last_loaded_step` (grpo_trainer.py:2202-2205, and :1769-1772
-        in `_generate_single_turn`); the probes wrap (or skip) it."""
+        in `_generate_single_turn`); the probes wrap (or skip) it. TRL then records the step as
+        loaded (`self._last_loaded_step = self.state.global_step`, :1772) even when a probe skipped
+        the sync, so the next rollout batch is told to ask again (`_generate_and_score_completions`):
+        a training rollout at the step of an eval's skipped sync would otherwise never sync."""
         generation = self.vllm_generation
 
         def sync(*args: Any, **kwargs: Any) -> Any:
-            # The class's method, looked up at each call: a sync patched onto the class after
-            # the trainer was built (gspo_trl.model.vllm_cpu.shim's shim, a user's) is the one called.
-            return self.probes.weight_sync(
-                self, lambda: type(generation).sync_weights(generation, *args, **kwargs)
-            )
+            synced = False
+
+            def proceed() -> Any:
+                nonlocal synced
+                synced = True
+                # The class's method, looked up at each call: a sync patched onto the class after
+                # the trainer was built (gspo_trl.model.vllm_cpu.shim's shim, a user's) is the one called.
+                return type(generation).sync_weights(generation, *args, **kwargs)
+
+            result = self.probes.weight_sync(self, proceed)
+            self._weight_sync_skipped = not synced
+            return result
 
         generation.sync_weights = sync
 
@@ -213,6 +230,9 @@ class GSPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
         """`generation_batch = self._generate_and_score_completions(generation_batch)`
         (grpo_trainer.py:1541, in `_prepare_inputs`, once per rollout batch)."""
+        if self._weight_sync_skipped:  # TRL recorded a skipped sync as loaded: let it ask again
+            self._last_loaded_step = -1  # as TRL starts: `self._last_loaded_step = -1` (grpo_trainer.py:1140)
+            self._weight_sync_skipped = False
         return self.probes.rollout(self, inputs, super()._generate_and_score_completions)
 
     def _generate(self, prompts: list) -> tuple:

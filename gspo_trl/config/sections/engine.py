@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gspo_trl.config.sections.engine_correction import check_correction_settings
+from gspo_trl.config.sections.engine_staleness import check_staleness_settings
 from gspo_trl.core.errors import RecipeError
 
 OLD_LOGPROBS_SOURCES = ("trainer", "engine")
@@ -58,6 +59,12 @@ class EngineConfig:
     thresholds_from: a `gspo-trl check-logprobs --json` report to take the `auto` values from;
         null: the first rollout batch's measured mismatch.
     max_rejected: warn when a rollout batch rejects more than this share (0-1) of its responses.
+
+    Staleness (off by default; gspo_trl.training.engine.staleness, checked by
+    gspo_trl.config.sections.engine_staleness, docs/engine-logprobs.md "Stale engine weights"):
+    max_staleness: d >= 0; the engine's weights are synced every d + 1 rollout batches instead of
+        every one, so a rollout batch is sampled by a policy 0 to d rollout batches old, as an
+        asynchronous pipeline of depth d would sample it; 0: synced every rollout batch (TRL's way).
     """
 
     old_logprobs: str = "trainer"
@@ -71,6 +78,7 @@ class EngineConfig:
     reject_k3: float | Literal["auto"] | None = None
     thresholds_from: str | None = None
     max_rejected: float = 0.1
+    max_staleness: int = 0
 
     def __post_init__(self) -> None:
         if self.old_logprobs not in OLD_LOGPROBS_SOURCES:
@@ -87,6 +95,12 @@ class EngineConfig:
             raise RecipeError(
                 "engine.max_bias_fraction must be in (0, 1] and engine.max_outside_clip in [0, 1], "
                 f"got {self.max_bias_fraction} and {self.max_outside_clip}"
+            )
+        d = self.max_staleness
+        if isinstance(d, bool) or not isinstance(d, int) or d < 0:
+            raise RecipeError(
+                "engine.max_staleness must be a whole number of rollout batches >= 0 (0: the engine synced "
+                f"every rollout batch), got {self.max_staleness!r}"
             )
 
     @property
@@ -115,6 +129,7 @@ def check_engine_settings(config: EngineConfig, training: Mapping[str, Any]) -> 
     """Engine log-probs need vLLM and an unreshaped sampler (`training`: the GRPOConfig fields); the
     behaviour correction's keys (gspo_trl.config.sections.engine_correction)."""
     check_correction_settings(config, training)
+    check_staleness_settings(config, training)
     if not config.from_engine:
         return
     if not training.get("use_vllm"):

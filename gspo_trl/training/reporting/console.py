@@ -31,6 +31,7 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 import gspo_trl.core.metric_names as names
 from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.core.progress import duration
+from gspo_trl.training.engine.staleness import describe as describe_staleness
 from gspo_trl.training.reporting.moe_lines import flips_part, moe_banner_line
 from gspo_trl.training.reporting.reward_watch import ConstantRewardWatch, reward_means_part
 from gspo_trl.training.reporting.run_summary import RunTotals, summary_lines
@@ -146,6 +147,9 @@ def banner(trainer: Any, model_name: str, reward_names: list[str], eval_rows: in
     moe = moe_banner_line(trainer)
     correction = getattr(trainer, "behaviour", None)
     engine = [f"  engine   correction {correction.describe()}"] if correction and correction.active else []
+    staleness = getattr(getattr(args, "engine", None), "max_staleness", 0)
+    if staleness:
+        engine.append(f"  engine   max_staleness {describe_staleness(staleness)}")
     return "\n".join(
         [
             "gspo-trl: training",
