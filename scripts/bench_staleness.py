@@ -119,7 +119,9 @@ print("RESULT=" + json.dumps({
     "trl_clip_region": mean(logged("clip_ratio/region_mean")),
     "log_w_mean": weights.mean().item() if len(log_w) else None,
     "log_w_std": weights.std().item() if len(log_w) > 1 else None,
-    "staleness": {k: (max if k.endswith("max") else mean)(logged(k)) for k in sorted(staleness)},
+    "staleness_mean": mean(logged(names.STALENESS_MEAN)),
+    "staleness_max": max(logged(names.STALENESS_MAX), default=None),
+    "staleness": {k: mean(logged(k)) for k in sorted(staleness)},  # every gspo/staleness/* key, mean
 }))
 """
 
@@ -203,11 +205,8 @@ def summary_table(results: list[dict]) -> str:
                 rows = [r for r in results if (r["task"], r["d"], r["arm"]) == (task, d, arm)]
                 if not rows:
                     continue
-                stale = [r["staleness"] for r in rows]
-                mean_key = next((k for s in stale for k in s if k.endswith("mean")), None)
-                max_key = next((k for s in stale for k in s if k.endswith("max")), None)
-                top = [s[max_key] for s in stale if max_key in s and s[max_key] is not None]
-                staleness = f"{_mean([s.get(mean_key) for s in stale])} / {max(top):g}" if top else "-"
+                top = [r["staleness_max"] for r in rows if r["staleness_max"] is not None]
+                staleness = f"{_mean([r['staleness_mean'] for r in rows])} / {max(top):g}" if top else "-"
                 cells = [_mean([r[key] for r in rows], spec) for key, spec in COLUMNS.items()]
                 lines.append(
                     f"| {task} | {d} | {arm} | {len(rows)} | {cells[0]} -> {cells[1]} | "
