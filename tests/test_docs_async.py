@@ -15,6 +15,16 @@ QUOTED = re.findall(r"`gspo-trl plan recipes/([\w./-]+)\.yaml`[^`]*?```\n(Step t
 """(recipe, quoted step-time block) for each plan output the page quotes."""
 
 
+def test_the_figures_in_the_prose_are_the_quoted_ones():
+    """Every seconds or speedup figure of the paragraph after the blocks is one the plan printed."""
+    prose = DOC.split("By this arithmetic", 1)[1].split("\n\n", 1)[0]
+    figures = re.findall(r"(\d+\.\d+)( s|x)", prose)
+    assert len(figures) >= 5
+    printed = " ".join(quoted for _, quoted in QUOTED)
+    for number, unit in figures:
+        assert f"{number}{unit}" in printed, number + unit
+
+
 def slug(heading: str) -> str:
     """GitHub's anchor for a heading: lower case, punctuation but hyphens dropped, spaces to hyphens."""
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
