@@ -16,7 +16,7 @@ from gspo_trl.cli.main import main as gspo_trl_main
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.shipped import find_shipped
 from gspo_trl.plan.model_shape import load_model_shape
-from gspo_trl.plan.overlap import StepTime
+from gspo_trl.plan.overlap import StepTime, format_step_time, step_time
 from gspo_trl.plan.recipe_plan import plan_recipe
 from gspo_trl.plan.topology import resolve_topology
 from gspo_trl.plan.vllm_memory import GIB
@@ -99,3 +99,12 @@ def test_plan_prints_the_terms_and_the_formula(capsys):
     assert "4 replica(s) x TP 2" in out and "128 sequences per replica" in out
     assert gspo_trl_main(["plan", COLOCATED_RECIPE]) == 0
     assert "overlapped     = synchronous: the engine shares the training GPUs" in capsys.readouterr().out
+
+
+def test_without_the_server_layout_tp_1_and_a_replica_per_gpu_are_assumed_and_said():
+    plan = recipe_plan(SERVER_RECIPE).plan
+    step = step_time(plan.shape, plan.setup, plan.throughput)
+    assert (step.server.tensor_parallel, step.server.data_parallel) == (1, 8)
+    assert step.server.sequences_per_replica == 512 // 8
+    assert "assumed TP 1" in step.server.source and "DP assumed" in step.server.source
+    assert "assumed TP 1" in "\n".join(format_step_time(step))
