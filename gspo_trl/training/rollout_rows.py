@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from gspo_trl.training.engine.staleness import ENGINE_STALENESS, ENGINE_VERSION
 from gspo_trl.training.routing import ROUTED_EXPERTS
 
 
@@ -45,6 +46,8 @@ LAYOUTS = {
     "importance_sampling_ratio": Layout(1, "completion"),  # (B, C), or (B, 1) at sequence level
     "advantages": ROW,
     ROUTED_EXPERTS: Layout(2, "sequence"),  # (B, layers, P + C, k), gspo_trl.training.routing
+    ENGINE_VERSION: ROW,  # gspo_trl.training.engine.staleness
+    ENGINE_STALENESS: ROW,
 }
 BATCH_TOTALS = ("num_items_in_batch",)
 """Scalars over the whole rollout batch, all ranks (TRL's token count the dapo loss divides by)."""

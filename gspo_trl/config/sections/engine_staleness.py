@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gspo_trl.config.sections.engine_correction import THRESHOLD_KEYS
 from gspo_trl.core.errors import RecipeError
 
 
@@ -35,3 +36,12 @@ def check_staleness_settings(config: Any, training: Mapping[str, Any]) -> None:
             "weights after each sleep (sleep level 2 discards the engine's), so the engine cannot keep a "
             "stale version; set vllm_enable_sleep_mode: false or engine.max_staleness: 0"
         )
+    if config.corrects:
+        acting = [k for k in THRESHOLD_KEYS if not (k == "weight_min" and config.correction == "truncate")]
+        auto = [f"engine.{k}" for k in acting if getattr(config, k) == "auto"]
+        if auto:
+            raise RecipeError(
+                f"engine.max_staleness: {d} with {', '.join(auto)}: auto: `auto` sets bounds from engine "
+                "noise alone (a fresh rollout batch, or a check-logprobs report), so it would cut every "
+                "stale response; give numbers (e.g. engine.weight_max: 2) or null"
+            )
