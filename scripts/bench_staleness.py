@@ -13,8 +13,8 @@ experts, top-2; routing replay off, GSPO's own claim), each warm-started once li
 is sampled by weights up to d rollout batches (4 d optimizer updates) old. Arms:
 
     gspo                 no correction: the ratio against the recomputed pi_old, the staleness unseen
-    decoupled_truncate   engine.correction: truncate (the behaviour weight, capped, beside the clip)
-    decoupled_reject     engine.correction: reject, reject_max_token and reject_k3 auto
+    decoupled_truncate   engine.correction: truncate, loss x min(w_i, 2) beside GSPO's clip
+    decoupled_reject     engine.correction: reject, loss x w_i inside [0.5, 2], 0 outside
     grpo_token_truncate  token-level GRPO (algorithm: grpo, clip 0.2/0.27) with TRL's per-token
                          vllm_importance_sampling_mode: token_truncate
 
@@ -51,14 +51,18 @@ TASKS: dict[str, dict[str, object]] = {
     "moe": {"model.extra_init_kwargs": {"output_router_logits": False}},
 }
 
+WEIGHT_BOUNDS = {"engine.weight_max": "2.0", "engine.weight_min": "0.5"}
+"""The decoupled arms' bounds on w_i, +-0.69 nats of mean per-token log(pi_old / mu): numbers,
+because `auto` (set from a fresh batch's engine noise) is refused with staleness
+(gspo_trl/config/sections/engine_staleness.py); weight_max 2 is docs/engine-logprobs.md's example."""
+
 ARMS: dict[str, dict[str, str]] = {
     "gspo": {},
-    "decoupled_truncate": {"engine.correction": "truncate"},
-    "decoupled_reject": {
-        "engine.correction": "reject",
-        "engine.reject_max_token": "auto",
-        "engine.reject_k3": "auto",
+    "decoupled_truncate": {
+        "engine.correction": "truncate",
+        "engine.weight_max": WEIGHT_BOUNDS["engine.weight_max"],
     },
+    "decoupled_reject": {"engine.correction": "reject", **WEIGHT_BOUNDS},
     "grpo_token_truncate": {
         "algorithm": "grpo",
         "vllm_importance_sampling_correction": "true",

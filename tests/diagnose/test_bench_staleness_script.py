@@ -43,6 +43,19 @@ def test_the_grpo_arm_is_token_level_and_the_others_gspo(arm):
 
 
 @pytest.mark.parametrize(
+    ("arm", "correction", "bounds"),
+    [
+        ("gspo", "off", ("auto", "auto")),
+        ("decoupled_truncate", "truncate", (2.0, "auto")),  # weight_min does not act under truncate
+        ("decoupled_reject", "reject", (2.0, 0.5)),
+    ],
+)
+def test_the_decoupled_arms_weigh_with_numeric_bounds(arm, correction, bounds):
+    engine = recipe_of("reversal", arm, 2).engine
+    assert engine.correction == correction and (engine.weight_max, engine.weight_min) == bounds
+
+
+@pytest.mark.parametrize(
     ("before", "after", "finite", "collapsed"),
     [(0.5, 0.45, True, False), (0.5, 0.39, True, True), (0.5, 0.9, False, True), (0.0, 0.0, True, False)],
 )
