@@ -119,7 +119,8 @@ STALENESS_WEIGHT_MEAN, STALENESS_WEIGHT_STD = "weight_mean", "weight_std"
 STALENESS_CLIP = "clip"
 """Per staleness k: share (0-1) of off-policy updates' responses (minibatch >= 2) actively clipped."""
 STALENESS_FLIP_RATE = "flip_rate"
-"""Per staleness k, MoE: mean per-response routing flip rate (0-1) of the updates' passes."""
+"""Per staleness k, MoE: mean per-response routing flip rate (0-1) of off-policy updates' passes
+(the router at the update's weights vs pi_old's: routing/flip_rate's rows, by staleness)."""
 STALENESS_RESPONSES = "responses"
 """Per staleness k: response-updates measured since the last log."""
 _STALENESS_STATS = (

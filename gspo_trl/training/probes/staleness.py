@@ -12,7 +12,7 @@ docs/engine-logprobs.md "Stale engine weights" says when to use it. Events used:
     on_rollout_end       each row tagged with its engine version and staleness (rides TRL's
                          shuffle and split with the rows)
     on_policy_forward    per row: its staleness, w_i, whether an off-policy update clipped it
-    on_loss              those rows (all ranks), with the MoE router's per-response flip rates
+    on_loss              those rows (all ranks), with an off-policy update's MoE flip rates
     on_log               gspo/staleness/* since the last log
 """
 
@@ -102,7 +102,7 @@ class StalenessProbe(Probe):
         routing = getattr(trainer, "routing", None)
         flips = getattr(routing, "last_response_rates", None)  # all ranks', padded the same way
         column = torch.full((rows.shape[0], 1), float("nan"), dtype=torch.float64)
-        if flips is not None and flips.shape[0] == rows.shape[0]:
+        if flips is not None and flips.shape[0] == rows.shape[0] and loss.minibatch >= 2:
             column = flips.double().reshape(-1, 1).cpu()
         rows = torch.cat([rows, column], dim=1)
         self._rows.append(rows[rows[:, 0] >= 0])

@@ -2,7 +2,8 @@
 
     python tests/training/engine/_staleness_run.py OUT '{"engine": {...}, "max_steps": 8, ...}'
 
-Rollout batches of 4 prompts x 4 samples, 2 updates each. `Recorder`, a probe after the built-in
+Rollout batches of 4 prompts x 4 samples, 2 updates each (and, with `eval_steps`, eval rollouts of
+4 held-out prompts through the same engine). `Recorder`, a probe after the built-in
 ones, keeps its own account, independent of the StalenessProbe under test: a copy of the weights
 at every sync that really ran (its `around_weight_sync` is reached only through the probes outer
 to it), the log-probs of each rollout batch's tokens under those weights and under the current
@@ -120,6 +121,7 @@ def main() -> None:
 
     from gspo_trl.diagnose.check_logprobs import _read_prompts, length_reward
     from gspo_trl.model.tiny.dense import save_tiny_model
+    from gspo_trl.model.tiny.moe import save_tiny_moe
     from gspo_trl.model.vllm_cpu.shim import patch_trl_for_vllm_cpu
     from gspo_trl.training.config import GSPOConfig
     from gspo_trl.training.probes.staleness import StalenessProbe
@@ -136,12 +138,17 @@ def main() -> None:
     )  # fmt: skip
     if "engine" in spec:
         config["engine"] = spec["engine"]
-    dataset = Dataset.from_list([{"prompt": p} for p in _read_prompts(None, 64)])
-    model = spec.get("model") or str(save_tiny_model(out + "/tiny"))
+    prompts = [{"prompt": p} for p in _read_prompts(None, 68)]
+    dataset, held_out = Dataset.from_list(prompts[:64]), Dataset.from_list(prompts[64:])
+    if spec.get("eval_steps"):  # eval rollouts through the same engine, between training ones
+        config.update(eval_strategy="steps", eval_steps=spec["eval_steps"], per_device_eval_batch_size=8)
+    model = spec.get("model") or str(
+        save_tiny_moe(out + "/tiny-moe") if spec.get("moe") else save_tiny_model(out + "/tiny")
+    )
     recorder = make_recorder()
     trainer = GSPOTrainer(
         model=model, reward_funcs=length_reward, args=GSPOConfig(**config), train_dataset=dataset,
-        probes=[recorder],
+        eval_dataset=held_out if spec.get("eval_steps") else None, probes=[recorder],
     )  # fmt: skip
     trainer.train(resume_from_checkpoint=spec.get("resume"))
     probe = trainer.probes.find(StalenessProbe)

@@ -4,9 +4,10 @@ Rollout batches of 16 responses, 2 updates each (tests/training/engine/_stalenes
 Recorder probe keeps a copy of the weights at every sync that really ran and scores each rollout
 batch's tokens under them and under the current weights: the fp32 engine matches the weights it
 holds to ~1e-6 nats, and 2 updates at lr 3e-3 move a token's log-prob by ~0.1-1 nats, so "which
-weights sampled this batch" has a clear answer. Five runs in subprocesses, each shared by the tests
-that read it (module-scoped): d = 1 (8 steps), d = 2 (12 steps, checkpoints every 4), its resume
-from checkpoint-4, and d = 0 against no `max_staleness` key (4 steps each).
+weights sampled this batch" has a clear answer. Six runs in subprocesses, each shared by the tests
+that read it (module-scoped): d = 1 (8 steps, an eval every 2), d = 2 (12 steps, checkpoints every
+4), its resume from checkpoint-4, a tiny MoE at d = 1 (4 steps), and d = 0 against no
+`max_staleness` key (4 steps each).
 Skipped only when vLLM is not importable.
 """
 
@@ -59,7 +60,7 @@ def run(out: Path, spec: dict) -> dict:
 @pytest.fixture(scope="module")
 def d1(tmp_path_factory) -> dict:
     engine = {"max_staleness": 1, "correction": "truncate", "weight_max": TRUNCATE_AT}
-    return run(tmp_path_factory.mktemp("d1"), {"engine": engine, "max_steps": 8})
+    return run(tmp_path_factory.mktemp("d1"), {"engine": engine, "max_steps": 8, "eval_steps": 2})
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +79,10 @@ def logged_staleness(facts: dict, after: int = 0) -> list[float]:
 
 def test_d1_the_engine_lags_exactly_one_rollout_batch(d1):
     first, second, third, fourth = d1["rollouts"]
-    assert d1["syncs"] == [0, 4]  # synced at rollout batches 0 and 2 only (steps 0 and 4)
+    # synced at rollout batches 0 and 2 only (steps 0 and 4); the evals after steps 2, 4 and 6 keep
+    # the engine's weights, and the eval at step 4 does not stop rollout batch 2's sync at step 4
+    assert d1["syncs"] == [0, 4]
+    assert sum("eval_loss" in log for log in d1["logs"]) == 4  # steps 2, 4, 6, 8
     for fresh in (first, third):
         assert fresh["synced_step"] == fresh["step"]
         assert fresh["engine_vs_current"] < SAME_WEIGHTS
@@ -153,6 +157,23 @@ def test_a_resumed_run_keeps_the_schedule(d2, tmp_path):
     assert last["synced_step"] == 6
     assert last["engine_vs_synced"] < SAME_WEIGHTS < MOVED < last["engine_vs_current"]
     assert logged_staleness(resumed, after=4) == [0.0, 0.0, 1.0, 2.0]
+
+
+def test_moe_flip_rate_by_staleness(tmp_path):
+    """The tiny Qwen3-MoE, d = 1, 2 rollout batches: each staleness's off-policy update logs the
+    mean of the per-response flip rates the routing probe measured, so it lies between 0 and
+    their maximum (gspo/offpolicy/routing/flip_rate_response_max of the same update)."""
+    facts = run(tmp_path, {"engine": {"max_staleness": 1}, "max_steps": 4, "moe": True})
+    assert [v["staleness"] for v in facts["history"]] == [0, 1]
+    for k, log in zip(
+        (0, 1), [log for log in facts["logs"] if "gspo/offpolicy/routing/flip_rate" in log], strict=True
+    ):
+        rate = log[f"gspo/staleness/d{k}/flip_rate"]
+        assert 0.0 <= rate <= log["gspo/offpolicy/routing/flip_rate_response_max"]
+    on_policy = [log for log in facts["logs"] if "gspo/mb1/routing/flip_rate" in log]
+    assert len(on_policy) == 2 and not any(
+        "/flip_rate" in k for log in on_policy for k in log if "staleness" in k
+    )
 
 
 def test_d0_is_todays_run_bit_for_bit(tmp_path):
