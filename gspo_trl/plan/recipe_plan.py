@@ -22,6 +22,7 @@ from gspo_trl.core.errors import RecipeError
 from gspo_trl.plan.gpu_prices import PRICE_NOTE
 from gspo_trl.plan.heldout_memory import HeldoutLoad, heldout_load
 from gspo_trl.plan.model_shape import ModelShape, PlanError, load_model_shape
+from gspo_trl.plan.overlap import StepTime, step_time
 from gspo_trl.plan.planner import Plan, plan
 from gspo_trl.plan.run_time import Price, RunTime, run_time
 from gspo_trl.plan.topology import Topology
@@ -41,6 +42,8 @@ class RecipePlan:
     price: Price | None = None
     header: RecipePlan | None = None
     """The same recipe on its `launch:` hardware, when that differs from this plan's."""
+    step: StepTime | None = None
+    """One rollout batch's synchronous and overlapped step time (gspo_trl.plan.overlap)."""
 
     @property
     def batch_problem(self) -> str | None:
@@ -137,7 +140,15 @@ def plan_recipe(
         own_price = gpu_price if own.gpu == topology.gpu else None
         header = plan_recipe(recipe, own, own_price, with_header=False)
     price = price_of(topology, gpu_price)
-    return RecipePlan(recipe, topology, result, batch, heldout, run, price, header)
+    launch = recipe.launch
+    step = step_time(
+        result.shape,
+        result.setup,
+        result.throughput,
+        launch.server_tensor_parallel_size if launch is not None else None,
+        launch.server_data_parallel_size if launch is not None else None,
+    )
+    return RecipePlan(recipe, topology, result, batch, heldout, run, price, header, step)
 
 
 def _plannable_offline(name: str) -> bool:

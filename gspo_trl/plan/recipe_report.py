@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gspo_trl.plan.disk import format_disk, plan_disk
+from gspo_trl.plan.overlap import format_step_time
 from gspo_trl.plan.recipe_plan import RecipePlan
 from gspo_trl.plan.report import _memory_table, _topology, _verdict, _vllm, _work
 from gspo_trl.plan.run_time import Price, RunTime
@@ -253,7 +254,9 @@ def format_recipe_plan(result: RecipePlan) -> str:
     """Every section of the recipe plan, as one string; the last line sums up time and cost."""
     plan = result.plan
     sections = [*_launch(result), "", *_topology(plan)[1:], *_memory_table(plan), *_vllm(plan)]
-    sections += _heldout(result) + _verdict(plan) + _work(plan) + _whole_run(result) + _disk(result)
+    sections += _heldout(result) + _verdict(plan) + _work(plan) + _whole_run(result)
+    sections += format_step_time(result.step) if result.step is not None else []
+    sections += _disk(result)
     summary = summary_line(result)
     if summary:
         sections += ["", summary]
