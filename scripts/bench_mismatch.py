@@ -342,19 +342,21 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         result = []
-        done = args.output_dir / "runs.jsonl"  # one line per finished run: a rerun skips those
-        finished = [json.loads(line) for line in done.read_text().splitlines()] if done.exists() else []
+        sys.path.insert(0, str(ROOT / "scripts"))
+        from run_log import RunLog
+
+        runs = RunLog(args.output_dir / "runs.jsonl")  # a rerun skips the runs already in it
         for strength in args.strengths:
             for seed in args.seeds:
                 for arm in args.arms:
                     key = {"arm": arm, "strength": strength, "seed": seed, "max_steps": args.max_steps}
-                    row = next((r for r in finished if key.items() <= r.items()), None)
-                    if row is None:
-                        out = args.output_dir / f"s{strength:g}-{arm}-{seed}"
-                        row = run_arm(model, arm, strength, seed, args.max_steps, args.heldout_rows, out)
-                        row["max_steps"] = args.max_steps
-                        with done.open("a") as sink:
-                            sink.write(json.dumps(row) + "\n")
+                    out = args.output_dir / f"s{strength:g}-{arm}-{seed}"
+                    row = runs.run(
+                        key,
+                        lambda arm=arm, strength=strength, seed=seed, out=out: run_arm(
+                            model, arm, strength, seed, args.max_steps, args.heldout_rows, out
+                        ),
+                    )
                     print(json.dumps(row), flush=True)
                     result.append(row)
         print(summary_table(result))

@@ -234,8 +234,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the rows of this invocation here")
     args = parser.parse_args(argv)
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    done = args.output_dir / "runs.jsonl"  # one line per finished run: a rerun skips those
-    finished = [json.loads(line) for line in done.read_text().splitlines()] if done.exists() else []
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from run_log import RunLog
+
+    runs = RunLog(args.output_dir / "runs.jsonl")  # a rerun skips the runs already in it
     results = []
     for task in args.tasks:
         model = warm_model(task, args.output_dir, args.sft_steps)
@@ -243,12 +245,13 @@ def main(argv: list[str] | None = None) -> int:
             for seed in args.seeds:
                 for arm in args.arms:
                     key = {"task": task, "arm": arm, "d": d, "seed": seed, "max_steps": args.max_steps}
-                    row = next((r for r in finished if key.items() <= r.items()), None)
-                    if row is None:
-                        out = args.output_dir / f"{task}-d{d}-{arm}-{seed}"
-                        row = run_one(model, task, arm, d, seed, args, out)
-                        with done.open("a") as sink:
-                            sink.write(json.dumps(row) + "\n")
+                    out = args.output_dir / f"{task}-d{d}-{arm}-{seed}"
+                    row = runs.run(
+                        key,
+                        lambda task=task, arm=arm, d=d, seed=seed, out=out, model=model: run_one(
+                            model, task, arm, d, seed, args, out
+                        ),
+                    )
                     print(json.dumps(row), flush=True)
                     results.append(row)
     print(summary_table(results))
