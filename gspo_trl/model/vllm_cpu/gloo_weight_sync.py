@@ -21,6 +21,7 @@ import contextlib
 import functools
 import ipaddress
 import logging
+import socket
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -147,6 +148,18 @@ def server_backend(client: Any) -> str | None:
     return None if config is None else str(config.get("backend"))
 
 
+def _listening_socket(address: str, port: int) -> socket.socket:
+    """The trainer's own store socket. Without it, under torchrun (`accelerate launch`, several
+    ranks) torch's tcp rendezvous joins the launcher's agent store as a client instead of hosting
+    one (`TORCHELASTIC_USE_AGENT_STORE`, torch/distributed/rendezvous.py:158-159), and trainer
+    and server both wait for a host that never comes."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((address, port))
+    sock.listen()
+    return sock
+
+
 def _init_gloo(client: Any) -> None:
     """Rendezvous with the server's workers: the trainer is rank 0 and hosts the TCP store."""
     from vllm.distributed.utils import stateless_init_torch_distributed_process_group
@@ -161,7 +174,12 @@ def _init_gloo(client: Any) -> None:
     with ThreadPoolExecutor(max_workers=1) as executor:  # the server blocks in the rendezvous too
         future = executor.submit(client.session.post, url, json={"init_info": init_info})
         client.gspo_gloo_group = stateless_init_torch_distributed_process_group(
-            init_info["master_address"], init_info["master_port"], 0, init_info["world_size"], backend="gloo"
+            init_info["master_address"],
+            init_info["master_port"],
+            0,
+            init_info["world_size"],
+            backend="gloo",
+            listen_socket=_listening_socket(init_info["master_address"], init_info["master_port"]),
         )
         _check(future.result(), "init_weight_transfer_engine")
     atexit.register(lambda: setattr(client, "gspo_gloo_group", None))
