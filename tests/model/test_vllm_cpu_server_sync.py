@@ -111,9 +111,11 @@ def test_sync_makes_server_logprobs_equal_the_trainers(server, model_dir):
     from transformers import AutoModelForCausalLM
     from trl.generation.vllm_client import VLLMClient
 
+    from gspo_trl.model.vllm_cpu.gloo_weight_sync import patch_vllm_client_for_gloo
     from gspo_trl.model.vllm_cpu.shim import patch_trl_for_vllm_cpu
 
     assert patch_trl_for_vllm_cpu()
+    patch_vllm_client_for_gloo()
     client = VLLMClient(base_url=server, group_port=free_port(), connection_timeout=10)
     client.init_communicator(device="cpu")  # TRL alone raises "needs a CUDA device" here
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()

