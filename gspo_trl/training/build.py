@@ -112,9 +112,11 @@ def build_trainer(recipe: Recipe, data: PreparedData | None = None, probes: Sequ
     model_path = resolve_model_path(recipe.model, args.output_dir)
     tokenizer = load_tokenizer(recipe.model, model_path)
     if args.use_vllm:
+        from gspo_trl.model.vllm_cpu.gloo_weight_sync import patch_vllm_client_for_gloo
         from gspo_trl.model.vllm_cpu.shim import patch_trl_for_vllm_cpu
 
-        patch_trl_for_vllm_cpu()
+        if patch_trl_for_vllm_cpu():
+            patch_vllm_client_for_gloo()  # server mode against a CPU server: docs/vllm.md
 
     reporting: list[Probe] = [
         ConsoleProbe(

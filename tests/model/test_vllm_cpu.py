@@ -268,8 +268,9 @@ def server_mode_trainer(model_dir: Path, output_dir: Path, base_url: str):
 def test_server_mode_generation_through_trl_vllm_serve(model_dir, tmp_path):
     """`trl vllm-serve` on 127.0.0.1 serves TRL's VLLMClient; its log-probs are the model's.
 
-    Weight sync into a server goes over NCCL and needs CUDA: on CPU a server-mode trainer
-    stops at TRL's own "needs a CUDA device" error, and only generation is tested. The server
+    This server has TRL's default NCCL weight-transfer backend, which needs CUDA: a CPU trainer
+    stops at TRL's own "needs a CUDA device" error (a server started with the `gloo` backend
+    trains: test_vllm_cpu_server_sync.py). The server
     needs the `vllm` metadata alias (see gspo_trl.model.vllm_cpu.shim).
     """
     import torch

@@ -205,18 +205,25 @@ def _make_init_in_trainer_dtype(original: Callable[[Any], None]) -> Callable[[An
     return init_vllm_in_trainer_dtype
 
 
+PLUGIN_ENTRY_POINT = "gspo_trl_cpu_weight_sync = gspo_trl.model.vllm_cpu.gloo_weight_sync:register_in_server"
+"""The `vllm.general_plugins` entry point the metadata alias carries (gloo_weight_sync's docstring)."""
+
+
 def vllm_metadata_alias(directory: str | Path) -> Path:
     """Write `vllm-<version>+cpu.dist-info/METADATA` under `directory` and return `directory`.
 
     Put the returned directory on PYTHONPATH of `trl vllm-serve` so that vLLM's CLI finds a
     `vllm` distribution. The `+cpu` local version keeps vLLM's own platform detection (it
-    looks for "cpu" in that version string) choosing the CPU platform.
+    looks for "cpu" in that version string) choosing the CPU platform. Its entry point loads
+    gspo_trl.model.vllm_cpu.gloo_weight_sync in every server process: live weights and the
+    `gloo` weight-transfer backend, so that a CPU server can receive the trainer's weights.
     """
     version = importlib.metadata.version("vllm-cpu")
     directory = Path(directory)
     dist_info = directory / f"vllm-{version}+cpu.dist-info"
     dist_info.mkdir(parents=True, exist_ok=True)
     (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n")
+    (dist_info / "entry_points.txt").write_text(f"[vllm.general_plugins]\n{PLUGIN_ENTRY_POINT}\n")
     return directory
 
 
@@ -233,14 +240,9 @@ def patch_trl_for_vllm_cpu() -> bool:
     if not vllm_runs_on_cpu():
         return False
 
-    import vllm.model_executor.layers.utils as layer_utils
     from trl.generation.vllm_generation import VLLMGeneration
 
-    if not getattr(layer_utils.dispatch_cpu_unquantized_gemm, "__gspo_trl_shim__", False):
-        layer_utils.dispatch_cpu_unquantized_gemm = _make_live_weight_dispatch(
-            layer_utils.dispatch_cpu_unquantized_gemm
-        )
-    _patch_cpu_moe_experts()
+    patch_vllm_cpu_weights_live()
     if not getattr(VLLMGeneration._init_vllm, "__gspo_trl_shim__", False):
         VLLMGeneration._init_vllm = _make_init_in_trainer_dtype(VLLMGeneration._init_vllm)
     logger.info(
@@ -248,3 +250,15 @@ def patch_trl_for_vllm_cpu() -> bool:
         "(live unpacked linear and MoE expert weights, trainer dtype, eager)"
     )
     return True
+
+
+def patch_vllm_cpu_weights_live() -> None:
+    """Keep vLLM-CPU's dense linear and MoE expert weights live and unpacked (module docstring);
+    idempotent. The part of the shim a process that only serves (a `trl vllm-serve` worker) needs."""
+    import vllm.model_executor.layers.utils as layer_utils
+
+    if not getattr(layer_utils.dispatch_cpu_unquantized_gemm, "__gspo_trl_shim__", False):
+        layer_utils.dispatch_cpu_unquantized_gemm = _make_live_weight_dispatch(
+            layer_utils.dispatch_cpu_unquantized_gemm
+        )
+    _patch_cpu_moe_experts()
