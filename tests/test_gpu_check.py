@@ -172,3 +172,15 @@ def test_the_whole_check_with_its_installation_fits_9_minutes():
     assert cap <= 540
     assert sum(part.budget_s for part in check.PARTS) + check.INSTALL_S <= cap
     assert "must carry `.whl`" in header and "make gpu-wheels" in header
+
+
+def test_the_summary_and_docs_vllm_name_what_the_lent_machine_cannot_check():
+    check = load_script("gpu_check")
+    table = check.summary_table([], "NVIDIA H200")
+    doc = (ROOT / "docs" / "vllm.md").read_text()
+    for fact in ("320 MB", "torch 2.13", "2.11", "64 MiB"):
+        assert fact in table and fact in doc, fact
+    assert "not checked on this machine:" in table and "DeepSpeed ZeRO, several GPUs" in table
+    assert (
+        "| not checked on the lent machine |" in doc and "`vLLM tests: N skipped (vllm not installed)`" in doc
+    )

@@ -74,7 +74,7 @@ def layer_backward_bytes_per_token(shape: ModelShape, index: int, setup: Setup) 
     A MoE layer runs transformers' default `grouped_mm` experts (`applicable_experts = "grouped_mm"
     if requested_experts is None`, transformers/modeling_utils.py:1883), which gather each token's
     k routed copies into one (tokens x k, hidden) input (`selected_hidden_states_g =
-    hidden_states[perm // num_top_k]`, integrations/moe.py:394) and project it to the fused
+    hidden_states[perm // num_top_k]`, transformers/integrations/moe.py:394) and project it to the fused
     gate/up width (`(S, 2 * intermediate_dim)`, :442). So when the up projection's backward runs it
     holds that 2 x width gradient of every copy and writes the dispatched input's gradient, k x
     hidden per token, before the gather's backward scatters it back to the tokens."""
