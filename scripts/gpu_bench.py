@@ -19,9 +19,10 @@ transformers generate, GSPO's 4 updates per rollout batch of 32 completions (8 p
 tokens, 2 rollout batches per model.
 Budget, estimated and not measured (no GPU run is recorded): the plan's floor on an H200 is
 0.084 s per step for 0.6B and 0.188 s for 1.7B (20-token prompts), 2.2 s for all 16 steps, so
-the 480 s cap of gpu_bench.sh holds while steps run under ~100x the floor (an assumption:
-transformers decodes token by token far above the bandwidth floor), leaving ~200 s for imports
-and for building, saving and loading the models (2.3 and 6.9 GB in float32). Each row is written to
+its 230 s budget in scripts/gpu_check.py holds while steps run under ~100x the floor (an
+assumption: transformers decodes token by token far above the bandwidth floor), leaving ~200 s
+for imports and for building, saving and loading the models (1.2 and 3.4 GB: saved in bf16,
+scripts/gpu_common.SAVED_DTYPE, half of float32's 2.3 and 6.9 GB). Each row is written to
 OUTPUT_DIR/gpu_bench.json when measured, so a cut-off run keeps its finished rows.
 
 `--dry-run`: the same code on the tiny model on CPU, one rollout batch of 8 x 8 tokens, 2

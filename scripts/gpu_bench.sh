@@ -7,4 +7,5 @@
 #
 # Usage: scripts/gpu_bench.sh [--rollout-batches 2] [--batch 8] [--completion 512] [--output-dir DIR]
 #        scripts/gpu_bench.sh --dry-run     # CPU, tiny model, 2 steps: checks the wiring only
+# A --dry-run installs the wheels too (`make gpu-wheels`); GPU_RUN_NO_WHEELS=1 uses this Python's own.
 exec "$(dirname "$0")/gpu_run.sh" gpu_bench.py "$@"

@@ -7,4 +7,5 @@
 #
 # Usage: scripts/gpu_smoke.sh [--steps 8] [--batch 8] [--completion 512] [--output-dir DIR]
 #        scripts/gpu_smoke.sh --dry-run     # CPU, tiny model, 1 step: checks the wiring only
+# A --dry-run installs the wheels too (`make gpu-wheels`); GPU_RUN_NO_WHEELS=1 uses this Python's own.
 exec "$(dirname "$0")/gpu_run.sh" gpu_smoke.py "$@"

@@ -10,6 +10,7 @@ import pytest
 
 from tests._demo_run import run_demo
 from tests._shared_fixtures import pytest_fixture_setup  # noqa: F401 - the hook: a failed shared fixture once
+from tests._vllm_summary import pytest_terminal_summary  # noqa: F401 - the hook: vLLM skips named
 
 # The tiny model's runs (in-process and in subprocesses) take one torch thread: on 2 cores a
 # second only spin-waits when another test process is busy. gspo_trl.core.cpu_threads reads this.

@@ -42,6 +42,7 @@ def test_dry_run_prints_the_runs_own_perf_window_without_cuda(tmp_path):
         "PYTHON": sys.executable,
         "PYTHONPATH": str(guard),
         "WHEELS": str(tmp_path / "no-wheels"),
+        "GPU_RUN_NO_WHEELS": "1",
         "GSPO_TRL_CPU_THREADS": "1",
     }
     command = [str(ROOT / "scripts" / "gpu_bench.sh"), "--dry-run", "--output-dir", str(out)]
@@ -96,3 +97,21 @@ def test_a_window_with_a_short_completion_or_a_missing_window_refuses_the_table(
         bench.check_windows([{"step": 4, **full}, short], 2, 4, 8)
     with pytest.raises(bench.BenchError, match=r"end at steps \[8\], expected \[4, 8\]"):
         bench.check_windows([{"step": 8, **full}], 2, 4, 8)
+
+
+def test_random_models_are_saved_in_bf16_and_load_back_at_the_recipes_dtype(tmp_path):
+    """Half the bytes of float32 to write and read (main saved float32: the bench's 1.7B model
+    was 6.9 GB each way); the run still gets float32 weights, exactly the saved values."""
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    from gspo_trl.model.tiny.dense import TinyModelSpec
+
+    common = load_script("gpu_common")
+    path = common.build_model(tmp_path, "tiny", TinyModelSpec(), dry_run=True)
+    with safe_open(str(path / "model.safetensors"), "pt") as weights:
+        saved = {name: weights.get_tensor(name) for name in weights.keys()}  # noqa: SIM118
+    assert {t.dtype for t in saved.values()} == {torch.bfloat16}
+    loaded = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    name, tensor = next(iter(saved.items()))
+    assert torch.equal(loaded.state_dict()[name], tensor.float())

@@ -36,6 +36,7 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     (guard / "sitecustomize.py").write_text(GUARD)
     env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(guard), "GSPO_TRL_CPU_THREADS": "1"}
     env["WHEELS"] = str(tmp_path / "no-wheels")
+    env["GPU_RUN_NO_WHEELS"] = "1"  # CI fetches no wheels: this Python has them (tests/test_gpu_wheels.py)
     return {**env, **extra}
 
 
@@ -50,7 +51,8 @@ def test_dry_run_runs_every_part_and_prints_one_table(tmp_path):
     assert all(o["status"] == "ok" for o in outcomes), outcomes
     table = result.stdout[result.stdout.index("GPU check on CPU (dry run") :]
     assert "all parts passed" in table
-    assert "first-minibatch flip rate [0.0] (must be 0)" in table  # replay: the on-policy update
+    assert "first-minibatch float32 0/384 flips (floor 0.1%); bf16 0/384 flips (floor 1.0%)" in table
+    assert "not checked on this machine:" in table and "vLLM: the vllm 0.31 wheel" in table
     assert "measured/plan: GSPO full fine-tuning n/a/" in table and "tok/s, MFU" in table
 
 
@@ -62,8 +64,8 @@ def test_a_failing_or_slow_part_fails_the_check(tmp_path, capsys):
     (tmp_path / "flips.py").write_text(
         "import json, sys\nfrom pathlib import Path\n"
         "out = Path(sys.argv[sys.argv.index('--output-dir') + 1])\n"
-        "(out / 'r.json').write_text(json.dumps({'first_minibatch_flip_rates': [0.0, 0.03], "
-        "'replay_over_off_step_time': 1.1}))\n"
+        "row = {'precision': 'bf16', 'flips': 12, 'pairs': 384, 'noise_floor': 0.01, 'passed': False}\n"
+        "(out / 'r.json').write_text(json.dumps({'rows': [row], 'replay_over_off_step_time': 1.1}))\n"
     )
     parts = (
         check.Part("fails", str(tmp_path / "fails.py"), (), 60, "r.json", check.summarize_moe),
@@ -74,7 +76,7 @@ def test_a_failing_or_slow_part_fails_the_check(tmp_path, capsys):
     table = capsys.readouterr().out
     assert "fails       FAILED" in table and "exit 1" in table
     assert "hangs       TIMED OUT" in table
-    assert "flips       FAILED" in table and "[0.0, 0.03]" in table
+    assert "flips       FAILED" in table and "bf16 12/384 flips (floor 1.0%)" in table
     assert "FAILED: fails, hangs, flips" in table
 
 
@@ -142,3 +144,43 @@ def test_wrapper_refuses_a_broken_requirement_of_ours(tmp_path):
         [str(ROOT / "scripts" / "gpu_run.sh"), _probe(tmp_path)], env=env, capture_output=True, text=True
     )
     assert result.returncode == 2 and "pip check: trl 1.16.0 has requirement datasets" in result.stderr
+
+
+def test_moe_flips_are_a_count_over_token_layer_pairs_failing_above_the_noise_floor():
+    """One bf16 near-tie flipped in 1,152 first-minibatch pairs passes; 1.1% fails; float32's
+    floor is tighter. (On main any first-minibatch rate above exactly 0 failed the check.)"""
+    check, replay = load_script("gpu_check"), load_script("gpu_moe_replay")
+    pairs_each = replay.MINIBATCH * replay.COMPLETION_TOKENS * 4  # the tiny MoE: 4 sparse layers
+    one_tie = replay.flip_row("bf16", [1 / pairs_each, 0.0, 0.0], 4)
+    assert (one_tie["flips"], one_tie["pairs"], one_tie["passed"]) == (1, 1152, True)
+    many = replay.flip_row("bf16", [5 / pairs_each, 4 / pairs_each, 4 / pairs_each], 4)
+    assert (many["flips"], many["passed"]) == (13, False)  # 1.13% > 1%
+    assert replay.flip_row("float32", [1 / pairs_each, 0.0, 0.0], 4)["passed"]  # 0.09% <= 0.1%
+    assert not replay.flip_row("float32", [2 / pairs_each, 0.0, 0.0], 4)["passed"]
+    assert not replay.flip_row("bf16", [], 4)["passed"]  # nothing logged
+    passed, line = check.summarize_moe({"rows": [one_tie], "replay_over_off_step_time": 1.04})
+    assert passed and line == "first-minibatch bf16 1/1152 flips (floor 1.0%); step time old/off 1.04"
+
+
+def test_the_whole_check_with_its_installation_fits_9_minutes():
+    """gpu_check.sh's cap is 540 s (9 of a device command's 10 minutes), installation included,
+    and the parts' budgets plus the installation's fit under it (main: 540 s of parts, 590 s cap,
+    the installation outside)."""
+    check = load_script("gpu_check")
+    header = (ROOT / "scripts" / "gpu_check.sh").read_text()
+    cap = int(header.split("GPU_RUN_TIMEOUT:-", 1)[1].split("}", 1)[0])
+    assert cap <= 540
+    assert sum(part.budget_s for part in check.PARTS) + check.INSTALL_S <= cap
+    assert "must carry `.whl`" in header and "make gpu-wheels" in header
+
+
+def test_the_summary_and_docs_vllm_name_what_the_lent_machine_cannot_check():
+    check = load_script("gpu_check")
+    table = check.summary_table([], "NVIDIA H200")
+    doc = (ROOT / "docs" / "vllm.md").read_text()
+    for fact in ("320 MB", "torch 2.13", "2.11", "64 MiB"):
+        assert fact in table and fact in doc, fact
+    assert "not checked on this machine:" in table and "DeepSpeed ZeRO, several GPUs" in table
+    assert (
+        "| not checked on the lent machine |" in doc and "`vLLM tests: N skipped (vllm not installed)`" in doc
+    )

@@ -69,11 +69,37 @@ def layer_activation_bytes_per_token(shape: ModelShape, index: int, setup: Setup
 def layer_backward_bytes_per_token(shape: ModelShape, index: int, setup: Setup) -> int:
     """Gradient buffers one layer's backward adds, per token, net of the saved tensors autograd
     frees as each node runs: the gradients of its output and input (residual dtype) and one
-    intermediate-width gradient in flight through SwiGLU (each node's grads replace its inputs)."""
-    width = shape.moe_intermediate_size * shape.num_experts_per_tok
+    intermediate-width gradient in flight through SwiGLU (each node's grads replace its inputs).
+
+    A MoE layer runs transformers' default `grouped_mm` experts (`applicable_experts = "grouped_mm"
+    if requested_experts is None`, transformers/modeling_utils.py:1883), which gather each token's
+    k routed copies into one (tokens x k, hidden) input (`selected_hidden_states_g =
+    hidden_states[perm // num_top_k]`, transformers/integrations/moe.py:394) and project it to the fused
+    gate/up width (`(S, 2 * intermediate_dim)`, :442). So when the up projection's backward runs it
+    holds that 2 x width gradient of every copy and writes the dispatched input's gradient, k x
+    hidden per token, before the gather's backward scatters it back to the tokens."""
+    h, c = shape.hidden_size, setup.compute_bytes
+    residual = 2 * h * setup.forward_weight_bytes
     if not shape.is_moe_layer(index):
-        width = shape.intermediate_size
-    return 2 * shape.hidden_size * setup.forward_weight_bytes + width * setup.compute_bytes
+        return residual + shape.intermediate_size * c
+    k = shape.num_experts_per_tok
+    return residual + k * (2 * shape.moe_intermediate_size + h) * c
+
+
+SHARDED_GRADIENTS = ("zero2", "zero3", "fsdp2")
+"""Strategies whose gradients term is a shard: a layer's full gradient exists only in its backward."""
+
+
+def expert_weight_gradient_bytes(shape: ModelShape, setup: Setup) -> int:
+    """One MoE layer's whole expert-weight gradient, which `grouped_mm` writes as one tensor per
+    fused weight (`gate_up_proj` and `down_proj` are (experts, ., .) Parameters,
+    transformers/models/qwen3_moe/modeling_qwen3_moe.py:218-219) in the gathered weights' dtype,
+    before ZeRO or FSDP reduce-scatters it to a shard: every expert's, not the k a token uses.
+    Counted where gradients are sharded (the gradients term already holds DDP's full ones), and
+    not for LoRA, whose experts are frozen."""
+    if not shape.is_moe or setup.lora is not None or setup.strategy not in SHARDED_GRADIENTS:
+        return 0
+    return shape.num_experts * shape.expert_params * setup.forward_weight_bytes
 
 
 def attention_mask_bytes(setup: Setup) -> int:
@@ -106,8 +132,11 @@ def activation_term(shape: ModelShape, setup: Setup) -> MemoryTerm:
     else:
         per_token = sum(per_layer) + head_inputs
         note = f"{tokens} tokens, every layer's saved tensors"
-    extra = attention_mask_bytes(setup) + autocast_weight_copy_bytes(shape, setup)
+    experts = expert_weight_gradient_bytes(shape, setup)
+    extra = attention_mask_bytes(setup) + autocast_weight_copy_bytes(shape, setup) + experts
     note += ", 1 layer's backward, 4-D mask"
+    if experts:
+        note += ", 1 layer's unsharded expert-weight gradient"
     if autocast_weight_copy_bytes(shape, setup):
         note += ", bf16 weight copies"
     return MemoryTerm("activations", tokens * (per_token + backward) + extra, "train", note)

@@ -16,6 +16,7 @@ from gspo_trl.plan.gpu_prices import GPU_TYPES
         ("NVIDIA H100 PCIe", "H100-PCIe"),
         ("NVIDIA H100 NVL", "H100-NVL"),
         ("NVIDIA H200", "H200"),
+        ("NVIDIA H200 NVL", "H200-NVL"),  # main read it as the SXM part: MFU 989/835.5 = 1.18x low
         ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
         ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
         ("NVIDIA A100 80GB PCIe", "A100-80GB"),

@@ -244,3 +244,24 @@ def test_generate_kv_cache_without_vllm(toy, steps_per_generation, use_vllm, exp
     assert (kv.bytes if kv else None) == expected
     if kv:
         assert kv.phase == "rollout"
+
+
+def test_30b_a3b_backward_holds_the_dispatched_input_gradient_and_the_whole_expert_gradient():
+    """Qwen3-30B-A3B under ZeRO-3 (hidden 2048, 128 experts of width 768, top-8, bf16): the MoE
+    layer's backward holds, per token, each routed copy's fused gate/up gradient (8 x 2 x 768) and
+    its dispatched input's gradient (8 x 2048) beside the layer's output and input gradients
+    (2 x 2048); and once, the layer's whole expert-weight gradient (128 x 3 x 2048 x 768) before
+    ZeRO-3 shards it. Main counted 20,480 bytes per token and no expert gradient: 4.05 GiB short
+    at the recipe's 69,632 tokens."""
+    from gspo_trl.plan.activations import expert_weight_gradient_bytes, layer_backward_bytes_per_token
+
+    shape = load_model_shape("Qwen/Qwen3-30B-A3B")
+    training = {"per_device_train_batch_size": 8, "max_prompt_length": 512, "max_completion_length": 8192}
+    setup = make_setup(training, shape, "zero3", nodes=3, gpus_per_node=8, gpu_memory_gb=80, lora=None)
+    assert layer_backward_bytes_per_token(shape, 0, setup) == 2 * 2048 * 2 + 8 * (2 * 768 + 2048) * 2
+    assert expert_weight_gradient_bytes(shape, setup) == 128 * 3 * 2048 * 768 * 2
+    short = 69_632 * (8 * (768 + 2048) * 2) + 128 * 3 * 2048 * 768 * 2
+    assert round(short / 2**30, 2) == 4.05
+    lora = make_setup(training, shape, "zero3", nodes=3, gpus_per_node=8, gpu_memory_gb=80, lora={"r": 16})
+    ddp = make_setup(training, shape, "ddp", nodes=1, gpus_per_node=8, gpu_memory_gb=80, lora=None)
+    assert expert_weight_gradient_bytes(shape, lora) == expert_weight_gradient_bytes(shape, ddp) == 0

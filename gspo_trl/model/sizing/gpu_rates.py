@@ -30,6 +30,7 @@ class GpuRates:
 
 GPU_RATES: tuple[GpuRates, ...] = (
     GpuRates("B200", 180, 2250.0, 8.0, "NVIDIA HGX B200 datasheet (36 PFLOPS sparse per 8 GPUs)", ("B200",)),
+    GpuRates("H200-NVL", 141, 835.5, 4.8, "NVIDIA H200 NVL datasheet (1,671 TFLOPS sparse)", ("H200", "NVL")),
     GpuRates("H200", 141, 989.0, 4.8, "NVIDIA H200 SXM datasheet", ("H200",), (139.8, 140.4)),
     GpuRates("H100-NVL", 94, 835.0, 3.9, "NVIDIA H100 NVL datasheet", ("H100", "NVL")),
     GpuRates("H100-PCIe", 80, 756.0, 2.0, "NVIDIA H100 PCIe datasheet", ("H100", "PCIe")),
@@ -45,7 +46,9 @@ GPU_RATES: tuple[GpuRates, ...] = (
     ),
 )  # fmt: skip
 """Most specific first: a device name matches the first row whose parts it all contains, so
-'H100 PCIe' is not read as the SXM part, nor 'A10G' as 'A10', nor 'L40S' as 'L4'."""
+'H100 PCIe' is not read as the SXM part, nor 'NVIDIA H200 NVL' as the SXM H200 (whose 989 TFLOPS
+would put its MFU 16% low), nor 'A10G' as 'A10', nor 'L40S' as 'L4'. The H200 NVL's total memory
+as CUDA reports it is not measured: its usable figure is the H100-scaled assumption."""
 
 
 REPORTED_MEMORY_SOURCE = "total memory CUDA reports on H100/H200 machines (figures given in issue 34)"

@@ -146,11 +146,11 @@ def with_tokenizer_generation(model: Any, tokenizer: PreTrainedTokenizerFast) ->
 
 
 def save_tiny_model(
-    output_dir: str | Path, spec: TinyModelSpec = TinyModelSpec(), device: str = "cpu"
+    output_dir: str | Path, spec: TinyModelSpec = TinyModelSpec(), device: str = "cpu", dtype: str = "float32"
 ) -> Path:
     """Build the tiny tokenizer and model and save both to `output_dir` (from_pretrained-ready);
     `device` is where the weights are initialised (a GPU for a full-size spec: the scripts'
-    random Qwen3 models)."""
+    random Qwen3 models), `dtype` ("float32", "bfloat16") what they are saved in."""
     import torch
 
     output_dir = Path(output_dir)
@@ -158,6 +158,6 @@ def save_tiny_model(
     tokenizer = train_tokenizer(default_corpus(), spec.vocab_size)
     with torch.device(device):
         model = build_tiny_model(tokenizer, spec)
-    model.save_pretrained(output_dir)
+    model.to(getattr(torch, dtype)).save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
     return output_dir
