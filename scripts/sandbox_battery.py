@@ -32,7 +32,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sandbox_attacks import (
+    ACL_IO_URING,
+    ACL_SETXATTR,
+    ACL_SETXATTRAT,
+    MQUEUE_READ,
+    MQUEUE_WRITE,
+    XATTR_READ,
+    XATTR_WRITE,
+)
 
 from gspo_trl import rewards
 from gspo_trl.rewards.execution import identity, sandbox, servers
@@ -236,6 +247,11 @@ CASES = [
         FILE_FLOOD,
         lambda r: r.get("error") == "ENOSPC" and r.get("files", 0) <= LIMITS.tmpfs_files,
     ),
+    Case("default ACL u::-wx on /tmp, /dev/shm: setxattr", ACL_SETXATTR, lambda r: not r.get("set")),
+    Case("default ACL u::-wx: setxattrat (463)", ACL_SETXATTRAT, lambda r: not r.get("set")),
+    Case("default ACL u::-wx: io_uring SETXATTR", ACL_IO_URING, lambda r: not r.get("set")),
+    Case("user.* xattr to the next job", XATTR_WRITE, lambda r: not r.get("found"), follow_up=XATTR_READ),
+    Case("POSIX mqueue to the next job", MQUEUE_WRITE, lambda r: not r.get("found"), follow_up=MQUEUE_READ),
 ]
 CENSUS = (
     "import json, os\nrows = open('/proc/sysvipc/shm').readlines()[1:]\n"
