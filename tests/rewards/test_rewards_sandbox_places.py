@@ -10,13 +10,16 @@ readable; ``u::r-x``: a call/check job's temp dir not writable), silently.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from gspo_trl import rewards
-from gspo_trl.rewards.execution import sandbox, servers
+from gspo_trl.rewards.execution import jail, sandbox, servers
 
-pytestmark = pytest.mark.skipif(not sandbox.bwrap_works(), reason="bubblewrap cannot run here")
+needs_bwrap = pytest.mark.skipif(not sandbox.bwrap_works(), reason="bubblewrap cannot run here")
 GROUP, LATER_GROUPS = 8, 4
 
 
@@ -54,6 +57,7 @@ def _fenced(program: str) -> str:
     return f"```python\n{program}\n```"
 
 
+@needs_bwrap
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_an_acl_attack_leaves_every_later_honest_group_at_one(kind) -> None:
     perm, honest, tests, entry_point = KINDS[kind]
@@ -65,6 +69,7 @@ def test_an_acl_attack_leaves_every_later_honest_group_at_one(kind) -> None:
     assert later == [[1.0] * GROUP] * LATER_GROUPS
 
 
+@needs_bwrap
 def test_each_job_of_a_reused_server_starts_on_empty_places() -> None:
     """Three jobs, one server: each finds /tmp and /dev/shm empty (but its work dir) and /tmp
     writable by all, whatever the one before left there or did to them."""
@@ -83,3 +88,23 @@ def test_each_job_of_a_reused_server_starts_on_empty_places() -> None:
         pools.append(servers.idle_pids())
     assert len(pools[0]) == 1 and pools[0] == pools[1] == pools[2]  # one server, reused
     assert seen == [[["job"], 0o1777]] * 3
+
+
+def test_rlimit_jobs_get_a_new_capped_tmp_and_dev_shm_of_their_own() -> None:
+    """Item 3: the rlimit mode's /tmp was the host's, uncapped (a probe left 77,260 files
+    there). Where user namespaces are allowed its job now sees a new /tmp (its cwd) and
+    /dev/shm, capped in files, and none of the host's; the docs say what happens elsewhere."""
+    marker = Path(tempfile.gettempdir()) / f"gspo-host-marker-{os.getpid()}"
+    marker.write_text("the host's /tmp")
+    program = (
+        "import json, os\nprint(json.dumps([os.getcwd(), os.statvfs('/tmp').f_files,"
+        f" os.statvfs('/dev/shm').f_files, os.path.exists({str(marker)!r}), sorted(os.listdir('/tmp'))]))"
+    )
+    try:
+        result = sandbox.run({"kind": "stdio", "solution": program}, mode="rlimit")
+    finally:
+        marker.unlink()
+    if jail.warn_files_uncapped.cache_info().currsize:
+        pytest.skip("the kernel refused the namespaces (docs/rewards.md: the host's /tmp, uncapped)")
+    cap = sandbox.Limits().tmpfs_files
+    assert json.loads(result.stdout) == ["/tmp", cap, cap, False, ["solution.py"]], result

@@ -203,10 +203,12 @@ def _run_once(
         _stop_reuse()
     if not reply.get("clean") and not reply.get("harness_failed"):
         log.warning("sandbox server could not clean up after a job (left files or processes); replaced")
-    tampered = None if server.proc.poll() is not None else server.tampered()
+    # A server that could not give fresh places ran its one job and is exiting.
+    exiting = server.proc.poll() is not None or reply.get("fresh_places") is False
+    tampered = None if exiting else server.tampered()
     if tampered:
         log.warning("sandbox retired after a job: %s", tampered)
-    if server.jobs >= MAX_JOBS or not reply.get("clean") or server.proc.poll() is not None or tampered:
+    if server.jobs >= MAX_JOBS or not reply.get("clean") or exiting or tampered:
         server.close()
     else:
         with _lock:
