@@ -3,6 +3,7 @@ left, and whether honest jobs scored after it in the same sandbox.
 
     python scripts/sandbox_battery.py                 # both modes (bwrap skipped if unusable)
     python scripts/sandbox_battery.py --mode rlimit   # or --mode bwrap
+    python scripts/sandbox_battery.py --only ACL       # the cases whose name contains ACL
 
 Per case: warm the pool with an honest job, count the processes of our sandboxes (the
 pool's baseline), run the hostile job, then count again (processes above the baseline),
@@ -32,7 +33,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sandbox_attacks import (
+    ACL_IO_URING,
+    ACL_SETXATTR,
+    ACL_SETXATTRAT,
+    MQUEUE_READ,
+    MQUEUE_WRITE,
+    XATTR_READ,
+    XATTR_WRITE,
+)
 
 from gspo_trl import rewards
 from gspo_trl.rewards.execution import identity, sandbox, servers
@@ -236,6 +248,11 @@ CASES = [
         FILE_FLOOD,
         lambda r: r.get("error") == "ENOSPC" and r.get("files", 0) <= LIMITS.tmpfs_files,
     ),
+    Case("default ACL u::-wx on /tmp, /dev/shm: setxattr", ACL_SETXATTR, lambda r: not r.get("set")),
+    Case("default ACL u::-wx: setxattrat (463)", ACL_SETXATTRAT, lambda r: not r.get("set")),
+    Case("default ACL u::-wx: io_uring SETXATTR", ACL_IO_URING, lambda r: not r.get("set")),
+    Case("user.* xattr to the next job", XATTR_WRITE, lambda r: not r.get("found"), follow_up=XATTR_READ),
+    Case("POSIX mqueue to the next job", MQUEUE_WRITE, lambda r: not r.get("found"), follow_up=MQUEUE_READ),
 ]
 CENSUS = (
     "import json, os\nrows = open('/proc/sysvipc/shm').readlines()[1:]\n"
@@ -341,9 +358,9 @@ def run_case(case: Case, mode: str) -> Row:
     return Row(case.name, mode, contained, got, processes_left, sysv, memory, same, honest, wall)
 
 
-def battery(mode: str) -> tuple[list[Row], int]:
+def battery(mode: str, cases: list[Case] = CASES) -> tuple[list[Row], int]:
     """Every case, then the honest batch in the sandboxes the cases left: (rows, honest scored 1.0)."""
-    rows = [run_case(case, mode) for case in CASES]
+    rows = [run_case(case, mode) for case in cases]
     honest = honest_batch(mode)
     sandbox.shutdown()
     return rows, honest
@@ -381,12 +398,14 @@ def table(rows: list[Row]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=[*sandbox.MODES, "both"], default="both")
+    parser.add_argument("--only", help="run only the cases whose name contains this text")
     args = parser.parse_args(argv)
+    cases = [case for case in CASES if args.only is None or args.only in case.name]
     modes = list(sandbox.MODES) if args.mode == "both" else [args.mode]
     if "bwrap" in modes and not sandbox.bwrap_works():
         print("bwrap: not usable here, skipped")
         modes.remove("bwrap")
-    results = {mode: battery(mode) for mode in modes}
+    results = {mode: battery(mode, cases) for mode in modes}
     rows = [row for mode_rows, _ in results.values() for row in mode_rows]
     print(f"machine: {platform.machine()}, load average {os.getloadavg()[0]:.2f}, uid {os.geteuid()}")
     print(table(rows))

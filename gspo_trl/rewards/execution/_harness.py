@@ -2,8 +2,9 @@
 
 Started as ``python -I -S _harness.py CONFIG_FD RESULT_FD READY_FD``. It reads its job
 from CONFIG_FD (so nothing about the tests sits on disk), lowers its resource limits
-(irreversibly: hard limits), in the rlimit mode also tries to leave the network behind in
-new user + network namespaces, then either
+(irreversibly: hard limits), in the rlimit mode mounts a new /tmp and /dev/shm over the
+host's and leaves the network behind, in new user, mount, network and IPC namespaces where
+the kernel allows them, then either
 
 * ``stdio``: execs the solution, whose stdout the parent compares with the expected
   output (the verdict never depends on anything the solution can print or return), or
@@ -17,12 +18,11 @@ new user + network namespaces, then either
   means failure; ``SystemExit`` before or during the tests is a failure, and so is any
   printed "success" text, which goes to stdout and is ignored.
 
-READY_FD gets one byte, ``r`` (``u`` when its writable places could not be capped in files,
-see ``_tmpfs``), once the job is set up and just before its code runs, and is closed; ``!``
-and the error instead when setting it up failed (exit status ``HARNESS_FAILED``). Neither
-``r`` nor ``u`` means the job's code never ran: a failure of the sandbox, not of the
-completion (a reused sandbox whose limits an earlier job lowered failed every later job that
-way, and scored them 0 as if their code had failed).
+READY_FD gets ``r`` (``u``: its places could not be capped in files, see ``_tmpfs``) once
+the job is set up and its solution file reads back as written (a poisoned place fails here),
+just before its code runs; ``!`` and the error when setting it up failed (exit status
+``HARNESS_FAILED``). Neither means the job's code never ran: a fault of the sandbox, which
+retires a reused one, never a silent 0 for the completion.
 """
 
 import builtins
@@ -147,13 +147,11 @@ def run_job(job, result_fd, network_left=True, ready_fd=None, files_capped=True)
         _set_limits(job["limits"], job.get("nproc_overhead", 0))
         _seccomp.fresh_session_keyring()
         _seccomp.install()
+        solution = _written(job["workdir"] + "/solution.py", job["solution"])
         if job["kind"] == "stdio":
             if not network_left:  # the parent logs it; nothing of the job has run yet
                 os.write(result_fd, f"{job['nonce']} {json.dumps({'network_isolated': False})}\n".encode())
             os.close(result_fd)
-            solution = job["workdir"] + "/solution.py"
-            with open(solution, "w") as f:
-                f.write(job["solution"])
     except BaseException as err:
         _say(ready_fd, b"!" + f"{type(err).__name__}: {err}"[:300].encode(errors="replace"))
         os._exit(HARNESS_FAILED)
@@ -181,6 +179,19 @@ def run_job(job, result_fd, network_left=True, ready_fd=None, files_capped=True)
     os._exit(0)
 
 
+def _written(path, text):
+    """Write the solution where the job runs and read it back as the job will: a place a job
+    could poison (a default ACL ``u::-wx`` made files unreadable by their owner) fails here,
+    before "ready", as a sandbox fault, instead of the interpreter failing and scoring 0."""
+    data = text.encode(errors="surrogateescape")
+    with open(path, "wb") as f:
+        f.write(data)
+    with open(path, "rb") as f:
+        if f.read() != data:
+            raise OSError(f"{path} does not read back as written")
+    return path
+
+
 def _say(ready_fd, message):
     if ready_fd is not None:
         with contextlib.suppress(OSError):
@@ -198,11 +209,15 @@ def main():
         job = json.loads(config_file.read())
     network_left = True
     files_cap = job["limits"]["tmpfs_files"]
-    if job["mode"] == "rlimit":  # the cwd is a capped tmpfs of the job's own namespaces
+    if job["mode"] == "rlimit":  # new capped /tmp (the cwd) and /dev/shm of the job's own namespaces
         extra = _tmpfs.CLONE_NEWNET | _tmpfs.CLONE_NEWIPC
-        capped = _tmpfs.mount_capped({job["workdir"]: job["limits"]["tmpfs_mb"]}, files_cap, extra)
-        if capped is None:
-            network_left = _leave_network()
+        places = {"/tmp": job["limits"]["tmpfs_mb"], "/dev/shm": job["limits"]["shm_mb"]}
+        capped = _tmpfs.mount_capped(places, files_cap, extra)
+        if capped is True:  # the private directory is hidden under the new /tmp
+            job["workdir"] = os.environ["HOME"] = "/tmp"
+        else:  # refused: the private directory on disk, the host's /tmp and /dev/shm
+            network_left = _leave_network() if capped is None else True
+            os.chdir(job["workdir"])
     else:  # a fresh bwrap sandbox: cap its /tmp and /dev/shm as a server does
         places = {"/tmp": job["limits"]["tmpfs_mb"], "/dev/shm": job["limits"]["shm_mb"]}
         capped = _tmpfs.mount_capped(places, files_cap)

@@ -51,6 +51,19 @@ _NR = {
     "setpriority": (141, 140),
     "ioprio_set": (251, 30),
     "kill": (62, 129),
+    "setxattr": (188, 5),
+    "lsetxattr": (189, 6),
+    "fsetxattr": (190, 7),
+    "removexattr": (197, 14),
+    "lremovexattr": (198, 15),
+    "fremovexattr": (199, 16),
+    "setxattrat": (463, 463),
+    "removexattrat": (466, 466),
+    "io_uring_setup": (425, 425),
+    "io_uring_enter": (426, 426),
+    "io_uring_register": (427, 427),
+    "mq_open": (240, 180),
+    "mq_unlink": (241, 181),
 }
 DENIED = (
     "ptrace",
@@ -71,6 +84,19 @@ DENIED = (
     "pidfd_getfd",
     "kcmp",
     "perf_event_open",
+    "setxattr",
+    "lsetxattr",
+    "fsetxattr",
+    "removexattr",
+    "lremovexattr",
+    "fremovexattr",
+    "setxattrat",
+    "removexattrat",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "mq_open",
+    "mq_unlink",
 )
 """Denied outright (EPERM, or ENOSYS for ``clone3``):
 
@@ -81,7 +107,15 @@ DENIED = (
 * ``shmget``, ``shmat``, ``semget``, ``msgget``: SysV IPC objects outlive their job and
   sit outside ``memory_mb``;
 * ``unshare``, ``setns``, ``clone`` with a new-namespace flag: a job's own user namespace
-  would let it mount an uncapped tmpfs or hide processes in a nested pid namespace.
+  would let it mount an uncapped tmpfs or hide processes in a nested pid namespace;
+* the ``setxattr`` and ``removexattr`` family (``setxattrat`` too): a default POSIX ACL
+  ``u::-wx`` on a shared /tmp made every later job's solution unreadable, a ``user.*`` xattr
+  carries data to the next job (each job's places are new anyway, ``_tmpfs.fresh_places``);
+  ``shutil.copy2`` ignores the EPERM;
+* ``io_uring_setup``/``enter``/``register``: io_uring's own operations (``IORING_OP_SETXATTR``,
+  opens, sockets) are not system calls this filter sees;
+* ``mq_open``, ``mq_unlink``: POSIX message queues live in the IPC namespace, a channel
+  between the jobs of one server (each job also gets an IPC namespace of its own).
 """
 
 # Allowed only when their first argument (a pid) is 0, the caller itself.

@@ -2,11 +2,14 @@
 
 Why: starting bwrap and a Python interpreter costs ~20 ms of CPU per test run, more than
 most tests; forking this already-running interpreter costs ~2 ms. Isolation *between*
-jobs of one server comes from running them strictly one after another and, after each,
-SIGKILLing every other process of the sandbox's pid namespace (``kill(-1)``), confirming
-through /proc that none is left, removing every SysV IPC object, clearing the uid's
-keyrings and emptying /tmp and /dev/shm (or, when that fails, exiting so that the parent
-replaces the sandbox).
+jobs of one server: each job runs on writable places made for it (``_tmpfs.fresh_places``:
+a new /tmp, /dev/shm and IPC namespace in a mount namespace of its own, gone with it), so
+nothing it writes reaches the next job whatever it is (files, modes, default ACLs, xattrs,
+SysV objects, message queues); jobs run strictly one after another and, after each, the
+server SIGKILLs every other process of the sandbox's pid namespace (``kill(-1)``), confirms
+that none is left, and clears the uid's keyrings (or, when that fails, exits so that the
+parent replaces the sandbox). A server whose kernel refused it the namespaces runs one job
+and exits (``fresh_places`` false in its reply): the parent then starts a sandbox per job.
 
 The server is the namespace's init (bwrap ``--as-pid-1``): no other process of the
 sandbox outlives a job, and a job cannot signal it (the kernel drops SIGKILL, SIGSTOP and
@@ -142,12 +145,12 @@ def _empty(place):
         return False
 
 
-def _run(request, control_out):
+def _run(request, control_out, fresh):
     job, stdin = request["job"], base64.b64decode(request["stdin"])
     limits = job["limits"]
     job["workdir"] = "/tmp/job"
     job["nproc_overhead"] = NPROC_OVERHEAD
-    os.makedirs("/tmp/job", exist_ok=True)
+    places = {"/tmp": limits["tmpfs_mb"], "/dev/shm": limits["shm_mb"]}
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -164,8 +167,14 @@ def _run(request, control_out):
             for fd in (in_r, in_w, out_r, out_w, err_r, err_w, res_r, ready_r, control_out):
                 with contextlib.suppress(OSError):
                     os.close(fd)
-            os.chdir("/tmp/job")
+            if fresh:
+                _tmpfs.fresh_places(places, limits["tmpfs_files"], job["workdir"])
+            else:  # the first and only job of a server that cannot (``main``): its places are new
+                os.makedirs(job["workdir"], exist_ok=True)
+                os.chdir(job["workdir"])
             harness.run_job(job, res_w, ready_fd=ready_w)
+        except BaseException as err:
+            harness._say(ready_w, b"!" + f"{type(err).__name__}: {err}"[:300].encode(errors="replace"))
         finally:
             os._exit(harness.HARNESS_FAILED)
     for fd in (in_r, out_w, err_w, res_w, ready_w):
@@ -200,7 +209,9 @@ def main():
     """argv: the MiB of /tmp and /dev/shm and the files each may hold (``_tmpfs``; before we
     become non-dumpable, which makes /proc/self/uid_map unwritable to us)."""
     tmp_mb, shm_mb, files = (int(arg) for arg in sys.argv[1:4])
-    files_capped = _tmpfs.mount_capped({"/tmp": tmp_mb, "/dev/shm": shm_mb}, files) is True
+    # Capabilities kept (in our own user namespace) to give every job fresh places; without
+    # them this server runs one job and exits, and the parent stops reusing servers.
+    fresh = _tmpfs.mount_capped({"/tmp": tmp_mb, "/dev/shm": shm_mb}, files, keep_capabilities=True) is True
     ctypes.CDLL(None).prctl(4, 0)  # PR_SET_DUMPABLE 0: jobs cannot ptrace or write our memory
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # init ignores what it has no handler for
     _seccomp.fresh_session_keyring()
@@ -212,10 +223,10 @@ def main():
         request = _read_frame(CONTROL_IN)
         if request is None:
             return
-        reply, clean = _run(request, control_out)
-        reply["files_capped"] = files_capped
+        reply, clean = _run(request, control_out, fresh)
+        reply["files_capped"] = reply["fresh_places"] = fresh
         _write_frame(control_out, reply)
-        if not clean:
+        if not clean or not fresh:
             return  # the parent sees EOF and starts a fresh sandbox
 
 

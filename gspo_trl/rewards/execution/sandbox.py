@@ -4,19 +4,21 @@ Two modes (``docs/rewards.md`` says what each isolates and what it does not):
 
 * ``bwrap`` (the default; refused with :class:`SandboxUnavailable` when bubblewrap does not
   work here): read-only system directories, no view of the rest of the file system, two
-  size-capped writable tmpfs (/tmp, the cwd, and /dev/shm), new
+  size-capped writable tmpfs (/tmp, the cwd, and /dev/shm) made for each job, new
   user, pid, network, ipc, uts and cgroup namespaces, ``--die-with-parent``, an empty
   environment;
-* ``rlimit`` (only when chosen explicitly; it hides nothing of the file system): a private
-  temp dir as cwd, a scrubbed environment, and new user, network and IPC namespaces
-  where the kernel allows them.
+* ``rlimit`` (only when chosen explicitly; it hides nothing of the file system): a scrubbed
+  environment and, where the kernel allows them, new user, mount, network and IPC
+  namespaces with a new capped /tmp (the cwd) and /dev/shm over the host's; otherwise a
+  private temp dir on disk as cwd, and the host's /tmp and /dev/shm uncapped.
 
 Both: a new session/process group, hard rlimits (CPU, address space, processes, file
 size, open files, no core dumps) and a seccomp filter (``_seccomp``: no ptrace, keyrings,
-memfds, SysV objects or new namespaces) set by the harness before any untrusted code runs, a
-wall-clock limit, stdout/stderr caps, a separate unprivileged uid per run when we are root,
-and, after every run, SIGKILL to the process group and to every process of the run's uid
-(or carrying the run's environment marker). ``GSPO_TRL_SANDBOX=rlimit`` forces the fallback.
+memfds, SysV objects, xattr writes, io_uring, message queues or new namespaces) set by the
+harness before any untrusted code runs, a wall-clock limit, stdout/stderr caps, a separate
+unprivileged uid per run when we are root, and, after every run, SIGKILL to the process
+group and to every process of the run's uid (or carrying the run's environment marker).
+``GSPO_TRL_SANDBOX=rlimit`` forces the fallback.
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ def _warn_fallback_once() -> None:
     log.warning(
         "code rewards run in the rlimit sandbox, as asked. It does NOT hide the file system "
         "(completions can read the dataset's tests and answers, the checkout, other processes' "
-        "command lines), does not bound /dev/shm, and as a non-root user runs code as your own "
+        "command lines), and as a non-root user runs code as your own "
         "uid; install bubblewrap and use `sandbox: bwrap` for training"
     )
 
@@ -148,7 +150,7 @@ def run(
     mode = resolve_mode(mode)
     run_id = ident.new_run_id()
     nonce = secrets.token_hex(16)
-    if mode == "bwrap" and os.environ.get("GSPO_TRL_SANDBOX_SERVERS", "1") != "0":
+    if mode == "bwrap" and os.environ.get("GSPO_TRL_SANDBOX_SERVERS", "1") != "0" and servers.reusable():
         return _run_in_server({**job, "nonce": nonce}, stdin, limits, nonce)
     with ident.sandbox_uid() as uid:
         python = ident.sandbox_python(uid is not None)

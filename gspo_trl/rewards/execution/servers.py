@@ -199,17 +199,40 @@ def _run_once(
                 raise
     if reply.get("files_capped") is False:
         warn_files_uncapped()
+    if reply.get("fresh_places") is False:
+        _stop_reuse()
     if not reply.get("clean") and not reply.get("harness_failed"):
         log.warning("sandbox server could not clean up after a job (left files or processes); replaced")
-    tampered = None if server.proc.poll() is not None else server.tampered()
+    # A server that could not give fresh places ran its one job and is exiting.
+    exiting = server.proc.poll() is not None or reply.get("fresh_places") is False
+    tampered = None if exiting else server.tampered()
     if tampered:
         log.warning("sandbox retired after a job: %s", tampered)
-    if server.jobs >= MAX_JOBS or not reply.get("clean") or server.proc.poll() is not None or tampered:
+    if server.jobs >= MAX_JOBS or not reply.get("clean") or exiting or tampered:
         server.close()
     else:
         with _lock:
             _idle.setdefault(key, []).append(server)
     return reply
+
+
+_reusable = True
+
+
+def reusable() -> bool:
+    """False once a server could not give its jobs fresh places (the kernel refused it the
+    namespaces): every later job then gets a fresh sandbox of its own, slower but as isolated."""
+    return _reusable
+
+
+def _stop_reuse() -> None:
+    global _reusable
+    if _reusable:
+        log.warning(
+            "sandbox: the kernel refused the namespaces that give each job of a reused sandbox "
+            "its own /tmp, /dev/shm and IPC; every job now starts a sandbox of its own (slower)"
+        )
+    _reusable = False
 
 
 def _take_idle(key: tuple[str, int, int, int]) -> _Server | None:
