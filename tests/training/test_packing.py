@@ -14,12 +14,15 @@ import math
 import pytest
 import torch
 
+import gspo_trl.core.metric_names as names
+from gspo_trl.model.tiny.moe import TinyMoeSpec, save_tiny_moe
 from gspo_trl.training.packed_rows import bins_by_first_fit, pack_rows, unpack
 from tests._gspo_helpers import make_trainer, single_torch_thread, tiny_model_dir  # noqa: F401
 
 PAD = 0
 SKEWED_PROMPTS = [("the " * (i % 8) * 3) + f"add {i} and {i + 3}" for i in range(64)]
 """Prompts of 4 to 25 words: rows whose padding packing can leave out."""
+MOE_SPEC = TinyMoeSpec(num_hidden_layers=2, hidden_size=64, moe_intermediate_size=64, num_attention_heads=2)
 
 
 def skewed_batch(vocab: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -111,10 +114,9 @@ def test_a_seeded_run_logs_the_same_metrics_packed_and_padded(model_dir, tmp_pat
         logs.append([json.loads(line) for line in lines])
     padded, packed = logs
     assert len(padded) == len(packed) >= 4
-    checked = 0
+    checked, fractions = 0, []
     for a, b in zip(padded, packed, strict=True):
-        fraction = b.pop("perf/packed_fraction", None)
-        assert fraction is None or 0 < fraction < 1  # padding was there, and packing left some out
+        fractions += [b.pop("perf/packed_fraction")] if "perf/packed_fraction" in b else []
         assert a.keys() == b.keys()
         for key, value in a.items():
             if key.startswith("perf/") or "time" in key or "per_second" in key or not isinstance(value, float):
@@ -122,3 +124,28 @@ def test_a_seeded_run_logs_the_same_metrics_packed_and_padded(model_dir, tmp_pat
             assert math.isclose(value, b[key], rel_tol=1e-3, abs_tol=1e-5), (key, value, b[key])
             checked += 1
     assert checked > 40
+    assert 0 < min(fractions) < 1 and max(fractions) <= 1  # packing left padding out, never added any
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("replay", ["old"])
+def test_moe_routing_follows_each_row_into_its_packed_position(tmp_path, replay):
+    """pi_old's experts recorded from a packed forward, compared (and with replay forced) in packed
+    updates: on-policy no token flips; with replay pi_old's experts give the update pi_old's log-probs."""
+    moe_dir = save_tiny_moe(tmp_path / "moe", MOE_SPEC)
+    trainer = make_trainer(
+        moe_dir,
+        tmp_path / replay,
+        prompts=SKEWED_PROMPTS,
+        packing=True,
+        learning_rate=5e-2,
+        trainer_kwargs={"moe": {"routing_replay": replay}},
+    )
+    trainer.train()
+    logged = {}
+    for event in trainer.state.log_history:
+        logged.update(event)
+    on_policy = names.minibatch(1)
+    assert logged[names.under(on_policy, names.FLIP_RATE)] == 0.0
+    assert logged[names.under(names.OFFPOLICY, names.FLIP_RATE)] > 0.0  # the router did move
+    assert logged["perf/packed_fraction"] < 1

@@ -56,7 +56,9 @@ def one_sequence(model: Any) -> bool:
 class PackingProbe(Probe):
     """Runs TRL's log-prob forwards packed; counts the tokens forwarded (`perf/packed_fraction`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, widths: int | None = 1) -> None:
+        self.widths = widths
+        """Each packed sequence holds at most this many padded widths (None: one sequence)."""
         self.packed_tokens = 0
         self.padded_tokens = 0
 
@@ -82,14 +84,14 @@ class PackingProbe(Probe):
                 f"packing: true runs text rows only; this batch has {', '.join(given)}: set packing: false"
             )
         unwrapped = trainer.accelerator.unwrap_model(model)
-        single = one_sequence(unwrapped) or compute_aux_loss
+        single = one_sequence(unwrapped) or compute_aux_loss or self.widths is None
         routing = getattr(trainer, "routing", None)
         hooks = getattr(routing, "hooks", None)
         batch_size = batch_size or input_ids.size(0)
         logps, entropies, aux_losses = [], [], []
         for start in range(0, input_ids.size(0), batch_size):
             ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
-            layout = pack_rows(ids, mask, None if single else ids.size(1))
+            layout = pack_rows(ids, mask, None if single else self.widths * ids.size(1))
             self.packed_tokens += layout.shape[0] * layout.shape[1]
             self.padded_tokens += ids.numel()
             if hooks is not None:
