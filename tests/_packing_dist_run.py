@@ -13,11 +13,9 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests._gspo_dist_run import STEPS_PER_GENERATION, interleave, train  # noqa: E402
+from tests._gspo_dist_run import STEPS_PER_GENERATION, interleave, train
 
 
 def main() -> int:

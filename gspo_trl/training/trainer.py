@@ -16,8 +16,7 @@ in this order, which is also the order of their events and of their callbacks:
     StagedCheckpointsProbe  checkpoints written whole or not at all
     NonFiniteProbe        a run whose loss, grad norm or weights turn inf/NaN stops before a save
     ResumeIntervalsProbe  a resume logs, evaluates and saves at the intervals it was given
-    ... then the probes given as `GSPOTrainer(..., probes=[...])` (the console, held-out scoring,
-    or your own: docs/probes.md).
+    ... then `GSPOTrainer(..., probes=[...])`'s (console, held-out scoring, yours: docs/probes.md).
 
 This module is the one place of the package that names TRL's and transformers' private Trainer
 methods (tests/training/test_trl_private_methods.py checks it): each override quotes the TRL

@@ -6,7 +6,7 @@ the same model call on the rows' real tokens only, packed into few sequences
 transformers keeps attention inside each row (`if position_ids is not None and attention_mask is
 None and past_key_values is None:` ... `find_packed_sequence_indices(position_ids)`,
 transformers/masking_utils.py:855-860; flash attention's varlen path when the batch is one row,
-`return batch_size == 1 and ...`, modeling_flash_attention_utils.py:549). The log-probs and
+`return batch_size == 1 and`, transformers/modeling_flash_attention_utils.py:549). The log-probs and
 entropies come back in TRL's (B, C) layout, zeros where TRL's are zeros, so TRL's loss, GSPO's
 per-response mean and every probe read what they read without packing.
 
