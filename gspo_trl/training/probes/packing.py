@@ -30,6 +30,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+import gspo_trl.core.metric_names as names
 from gspo_trl.training.packed_rows import PackedLayout, pack_rows, to_packed, unpack
 from gspo_trl.training.probes.base import LogprobOutput, Probe
 
@@ -135,7 +136,7 @@ class PackingProbe(Probe):
             return {}
         fraction = self.packed_tokens / self.padded_tokens
         self.packed_tokens = self.padded_tokens = 0
-        return {"perf/packed_fraction": fraction}
+        return {names.PERF_PACKED_FRACTION: fraction}
 
 
 def _padded(values: torch.Tensor, layout: PackedLayout, logits_to_keep: int) -> torch.Tensor:
