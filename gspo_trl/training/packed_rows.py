@@ -65,45 +65,61 @@ def bins_by_first_fit(lengths: list[int], budget: int) -> list[list[int]]:
     return [sorted(b) for b in bins]
 
 
+def packed_tokens(lengths: list[int], budget: int | None) -> int:
+    """N x W, the tokens `pack_rows` would forward for rows of these lengths (no tensor built)."""
+    if budget is None:
+        return max(sum(lengths), 1)
+    bins = bins_by_first_fit(lengths, max(budget, max(lengths, default=0)))
+    return len(bins) * max(max((sum(lengths[r] for r in b) for b in bins), default=0), 1)
+
+
 def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, budget: int | None) -> PackedLayout:
     """The layout of a padded batch's real tokens (attention_mask 1) in packed sequences of at
     most `budget` tokens (None: every row in one sequence). Each row's tokens must be contiguous
     (TRL's left-padded prompt + right-padded completion are)."""
     rows, width = input_ids.shape
+    device = input_ids.device
     mask = attention_mask.bool()
-    lengths = mask.sum(dim=1).tolist()
+    lengths_t = mask.sum(dim=1)
+    first = torch.where(lengths_t > 0, mask.int().argmax(dim=1), 0)
+    last = width - 1 - mask.int().flip(1).argmax(dim=1)
+    holes = (lengths_t > 0) & (last - first + 1 != lengths_t)
+    if holes.any():
+        row = int(holes.nonzero()[0])
+        raise ValueError(
+            f"packing: row {row}'s attention mask has holes; packing keeps positions only for "
+            "contiguous rows (a left-padded prompt and a right-padded completion); set packing: false"
+        )
+    lengths = lengths_t.tolist()
     longest = max(lengths, default=0)
     bins = [list(range(rows))] if budget is None else bins_by_first_fit(lengths, max(budget, longest))
-    packed_width = max(sum(lengths[r] for r in b) for b in bins) if bins else 0
-    packed_width = max(packed_width, 1)
-    device = input_ids.device
-    columns = torch.arange(width, device=device)
-    padded_index, packed_index, positions = [], [], torch.zeros(len(bins), packed_width, dtype=torch.long)
+    fills = [sum(lengths[r] for r in b) for b in bins]
+    packed_width = max(max(fills, default=0), 1)
+    order, starts = [], []
     for n, members in enumerate(bins):
-        offset = 0
+        offset = n * packed_width
         for row in members:
-            cols = columns[mask[row]]
-            length = cols.numel()
-            if length and int(cols[-1] - cols[0]) != length - 1:
-                raise ValueError(
-                    f"packing: row {row}'s attention mask has holes (columns {cols.tolist()[:8]}...); "
-                    "packing keeps positions only for contiguous rows (a left-padded prompt and a "
-                    "right-padded completion); set packing: false"
-                )
-            padded_index.append(row * width + cols)
-            packed_index.append(n * packed_width + offset + torch.arange(length, device=device))
-            positions[n, offset : offset + length] = torch.arange(length)
-            offset += length
-        positions[n, offset:] = torch.arange(packed_width - offset)  # the filler: its own segment
-    padded = torch.cat(padded_index) if padded_index else torch.zeros(0, dtype=torch.long, device=device)
-    packed = torch.cat(packed_index) if packed_index else torch.zeros(0, dtype=torch.long, device=device)
+            order.append(row)
+            starts.append(offset)
+            offset += lengths[row]
+    order_t = torch.tensor(order, dtype=torch.long, device=device)
+    counts = lengths_t[order_t]
+    total = int(counts.sum())
+    row_start = torch.cumsum(counts, 0) - counts  # where each row begins in the (T,) token list
+    within = torch.arange(total, device=device) - torch.repeat_interleave(row_start, counts)
+    padded = torch.repeat_interleave(order_t * width + first[order_t], counts) + within
+    packed = torch.repeat_interleave(torch.tensor(starts, dtype=torch.long, device=device), counts) + within
+    columns = torch.arange(packed_width, device=device).expand(len(bins), -1)
+    fill = torch.tensor(fills, dtype=torch.long, device=device)[:, None]
+    positions = (columns - fill).clamp(min=0).reshape(-1)  # the filler after each sequence: 0, 1, ...
+    positions[packed] = within
     ids = torch.zeros(len(bins) * packed_width, dtype=input_ids.dtype, device=device)
     ids[packed] = input_ids.reshape(-1)[padded]
     return PackedLayout(
         rows=rows,
         width=width,
         input_ids=ids.view(len(bins), packed_width),
-        position_ids=positions.to(device),
+        position_ids=positions.view(len(bins), packed_width),
         padded_index=padded,
         packed_index=packed,
     )

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 import gspo_trl.core.metric_names as names
-from gspo_trl.training.packed_rows import PackedLayout, pack_rows, to_packed, unpack
+from gspo_trl.training.packed_rows import PackedLayout, pack_rows, packed_tokens, to_packed, unpack
 from gspo_trl.training.probes.base import LogprobOutput, Probe
 
 MULTIMODAL_KEYS = (
@@ -48,9 +48,16 @@ MULTIMODAL_KEYS = (
 """TRL's per-row image inputs: packing refuses them (they are indexed by padded row)."""
 
 
+MAX_PACKED_SHARE = 0.9
+"""A chunk whose packing would still run over 90% of the padded rectangle's tokens runs padded:
+the packed attention mask costs more to build than so little padding (the demo's task, rows of
+15-23 tokens in a width of 23: +6% per forward and backward, measured on this CPU)."""
+
+
 def one_sequence(model: Any) -> bool:
-    """Flash attention packs into one sequence (its varlen kernel needs batch size 1)."""
-    config = getattr(model, "config", None)
+    """Flash attention packs into one sequence (its varlen kernel needs batch size 1). `model` may be
+    wrapped (DDP, DeepSpeed: `.module`); not `accelerator.unwrap_model`, 5 ms a call on this CPU."""
+    config = getattr(model, "config", None) or getattr(getattr(model, "module", None), "config", None)
     return "flash" in str(getattr(config, "_attn_implementation", "") or "")
 
 
@@ -84,16 +91,19 @@ class PackingProbe(Probe):
             raise ValueError(
                 f"packing: true runs text rows only; this batch has {', '.join(given)}: set packing: false"
             )
-        unwrapped = trainer.accelerator.unwrap_model(model)
-        single = one_sequence(unwrapped) or compute_aux_loss or self.widths is None
+        single = one_sequence(model) or compute_aux_loss or self.widths is None
         routing = getattr(trainer, "routing", None)
         hooks = getattr(routing, "hooks", None)
         batch_size = batch_size or input_ids.size(0)
         logps, entropies, aux_losses = [], [], []
         for start in range(0, input_ids.size(0), batch_size):
             ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
-            layout = pack_rows(ids, mask, None if single else self.widths * ids.size(1))
-            self.packed_tokens += layout.shape[0] * layout.shape[1]
+            budget = None if single else self.widths * ids.size(1)
+            forwarded = packed_tokens(mask.sum(dim=1).tolist(), budget)
+            layout = None  # too little padding to leave out: TRL's padded call
+            if forwarded <= MAX_PACKED_SHARE * ids.numel():
+                layout = pack_rows(ids, mask, budget)
+            self.packed_tokens += ids.numel() if layout is None else forwarded
             self.padded_tokens += ids.numel()
             if hooks is not None:
                 hooks.packed(layout)
@@ -116,16 +126,19 @@ class PackingProbe(Probe):
         ids: torch.Tensor,
         mask: torch.Tensor,
         logits_to_keep: int,
-        layout: PackedLayout,
+        layout: PackedLayout | None,
         compute_aux_loss: bool,
     ) -> Any:
         labels = ids.masked_fill(mask == 0, -100)
         labels[:, :-logits_to_keep] = -100
-        inputs = {
-            "input_ids": layout.input_ids,
-            "position_ids": layout.position_ids,
-            "labels": to_packed(labels, layout, fill=-100),
-        }
+        if layout is None:  # TRL's own inputs (grpo_trainer.py:1448, :1494-1495)
+            inputs = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+        else:
+            inputs = {
+                "input_ids": layout.input_ids,
+                "position_ids": layout.position_ids,
+                "labels": to_packed(labels, layout, fill=-100),
+            }
         if compute_aux_loss:
             inputs["output_router_logits"] = True
         with trainer.accelerator.autocast():
@@ -139,6 +152,8 @@ class PackingProbe(Probe):
         return {names.PERF_PACKED_FRACTION: fraction}
 
 
-def _padded(values: torch.Tensor, layout: PackedLayout, logits_to_keep: int) -> torch.Tensor:
+def _padded(values: torch.Tensor, layout: PackedLayout | None, logits_to_keep: int) -> torch.Tensor:
     """The fused head's (N, W - 1) values (column j: token j + 1's) as TRL's (B, C) completion block."""
+    if layout is None:
+        return values[:, -logits_to_keep:]  # `outputs.log_probs[:, -logits_to_keep:]`, :1499
     return unpack(F.pad(values, (1, 0)), layout)[:, -logits_to_keep:]
