@@ -21,6 +21,10 @@ from tests._gspo_dist_run import STEPS_PER_GENERATION, interleave, train
 def main() -> int:
     import trl.trainer.grpo_trainer as grpo_module
 
+    import gspo_trl.training.probes.packing as packing
+
+    packing.MAX_PACKED_SHARE = 1.0  # pack every chunk, even one whose padding is little (rows of 7-19 tokens)
+
     out, model_dir = Path(sys.argv[1]), sys.argv[2]
     grpo_module.shuffle_sequence_dict = interleave(1, STEPS_PER_GENERATION)
     runs = [train(model_dir, out, 2, packing=on) for on in (False, True)]
