@@ -274,9 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="dense task, one seed, 8 updates")
     parser.add_argument("--tasks", nargs="+", default=["dense", "moe"], choices=["dense", "moe", "demo"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument(
-        "--steps", type=int, default=16, help="optimizer updates per run (4 a rollout batch)"
-    )
+    parser.add_argument("--steps", type=int, default=16, help="optimizer updates per run (4 a rollout batch)")
     parser.add_argument("--out", default=str(ROOT / "runs" / "bench_packing"))
     args = parser.parse_args(argv)
     if args.quick:
