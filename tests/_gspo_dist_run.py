@@ -65,7 +65,7 @@ def reward(completions: list[str], **_) -> list[float]:
     return [(sum(map(ord, c)) % 11) / 10.0 for c in completions]
 
 
-def train(model_dir: str, out: Path, world: int, moe: dict | None = None):
+def train(model_dir: str, out: Path, world: int, moe: dict | None = None, packing: bool = False):
     """One GSPOTrainer run on `model_dir` (in float64, see below); returns the trainer."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -75,7 +75,7 @@ def train(model_dir: str, out: Path, world: int, moe: dict | None = None):
 
     config = GSPOConfig(
         diagnostics={"length_buckets": [6]},
-        output_dir=str(out.parent / f"run-w{world}-{Path(model_dir).name}"),
+        output_dir=str(out.parent / f"run-w{world}-{Path(model_dir).name}{'-packed' * packing}"),
         use_cpu=True,
         report_to="none",
         per_device_train_batch_size=GLOBAL_BATCH // world,
@@ -92,6 +92,7 @@ def train(model_dir: str, out: Path, world: int, moe: dict | None = None):
         max_completion_length=12,
         dataloader_num_workers=0,
         moe=moe,
+        packing=packing,
     )
     experts = {"experts_implementation": "eager"} if moe else {}
     trainer = GSPOTrainer(

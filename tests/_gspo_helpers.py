@@ -55,9 +55,11 @@ def make_trainer(
     trainer_kwargs: dict[str, Any] | None = None,
     eval_dataset: Any = None,
     probes: Sequence[Any] = (),
+    prompts: Sequence[str] | None = None,
     **config: Any,
 ):
-    """A real (GSPO)Trainer on the tiny model: CPU, no reporting, GSPO settings by default."""
+    """A real (GSPO)Trainer on the tiny model: CPU, no reporting, GSPO settings by default
+    (`prompts`: the training prompts; default n_prompts short sums)."""
     from gspo_trl.training.config import GSPOConfig
     from gspo_trl.training.trainer import GSPOTrainer
 
@@ -79,7 +81,8 @@ def make_trainer(
     )
     args.update(GSPO_ARGS)
     args.update(config)
-    prompts = [{"prompt": f"add {i} and {i + 3}"} for i in range(n_prompts)]
+    texts = prompts if prompts is not None else [f"add {i} and {i + 3}" for i in range(n_prompts)]
+    prompts = [{"prompt": text} for text in texts]
     cls = trainer_cls or GSPOTrainer
     if issubclass(cls, GSPOTrainer):  # GSPO's own settings (gspo_token, diagnostics) live in the config
         config_cls, gspo_fields = GSPOConfig, dict(trainer_kwargs or {})

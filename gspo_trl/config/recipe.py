@@ -56,7 +56,7 @@ from gspo_trl.rewards import registry as rewards_registry
 
 __all__ = ["Recipe", "load_recipe", "parse_overrides", "read_yaml", "recipe_as_yaml"]
 
-RECIPE_KEYS = ("algorithm", "allow_on_policy", "imports")
+RECIPE_KEYS = ("algorithm", "allow_on_policy", "imports", "packing")
 
 MOVED_KEYS = {
     # TRL / open-r1 script arguments that are not GRPOConfig fields here
@@ -102,6 +102,8 @@ class Recipe:
     """`moe:` section: routing replay for MoE models."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     """`sampling:` section: dynamic sampling (drop groups whose rewards tie, refill the batch)."""
+    packing: bool = False
+    """Padding-free log-prob forwards (docs/performance.md "Packing")."""
     imports: list[str] = field(default_factory=list)
     """Modules (or .py files) imported before the rewards resolve: they register custom rewards."""
     launch: LaunchConfig | None = None
@@ -196,6 +198,7 @@ def recipe_as_yaml(recipe: Recipe) -> str:
     content: dict[str, Any] = {
         "algorithm": recipe.algorithm,
         "allow_on_policy": recipe.allow_on_policy,
+        **({"packing": True} if recipe.packing else {}),
         **({"imports": list(recipe.imports)} if recipe.imports else {}),
         "model": asdict(recipe.model),
         "data": asdict(recipe.data),
@@ -287,6 +290,7 @@ def load_recipe(
     launch = _build_section(content, LaunchConfig, "launch", problems)
     on_policy = content.get("allow_on_policy", False)
     allow_on_policy = _read(problems, "allow_on_policy", coerce, on_policy, bool, "allow_on_policy")
+    packing = _read(problems, "packing", coerce, content.get("packing", False), bool, "packing")
     raw_imports = content.get("imports") or []
     raw_imports = [raw_imports] if isinstance(raw_imports, str) else raw_imports
     imports = _read(problems, "imports", coerce, raw_imports, list[str], "imports") or []
@@ -307,6 +311,7 @@ def load_recipe(
         diagnostics=diagnostics,
         heldout=heldout,
         allow_on_policy=bool(allow_on_policy),
+        packing=bool(packing),
         engine=engine,
         moe=moe,
         sampling=sampling,

@@ -43,6 +43,13 @@ TOP_LEVEL = (
         "Accept a run whose every update is on-policy (s_i = 1: GSPO degenerates to GRPO).",
     ),
     (
+        "packing",
+        "bool",
+        "false",
+        "Run pi_old's, the reference's and the updates' forwards on the rows' real tokens packed "
+        "without padding: the same log-probs and loss, fewer tokens (docs/performance.md, Packing).",
+    ),
+    (
         "imports",
         "list[str]",
         "[]",

@@ -16,7 +16,7 @@ them from metrics.jsonl; docs/gspo.md ("Diagnostics"), docs/performance.md say w
                                   dynamic sampling, per rollout batch (docs/dynamic-sampling.md)
     heldout/{score,judged,pass@k} the held-out evaluation
     perf/{PHASE}_s, perf/total/{PHASE}_s   seconds per phase in a logging window, and over the run
-    perf/{wall_s,generated_tokens,trained_tokens,tokens_per_s,trained_tokens_per_s,update_flops,mfu}
+    perf/{wall_s,generated_tokens,trained_tokens,tokens_per_s,trained_tokens_per_s,update_flops,mfu,packed_fraction}
 
 PHASE is one of PHASES or `other` (gspo_trl.training.reporting.phases says what each covers).
 STAT is `log_ratio/{mean,std,p5,p50,p95,min,max}`, `clip/{low,high,region,pos_adv,neg_adv}`,
@@ -188,6 +188,8 @@ PERF_TOKENS_PER_S = f"{PERF}/tokens_per_s"
 PERF_TRAINED_TOKENS_PER_S = f"{PERF}/trained_tokens_per_s"
 PERF_UPDATE_FLOPS = f"{PERF}/update_flops"
 PERF_MFU = f"{PERF}/mfu"
+PERF_PACKED_FRACTION = f"{PERF}/packed_fraction"
+"""With `packing: true`: tokens the log-prob forwards ran / the padded rectangle's (0-1]."""
 _PERF_FIELDS = ("wall_s", "generated_tokens", "trained_tokens", "tokens_per_s", "trained_tokens_per_s")
 
 
@@ -260,7 +262,7 @@ METRIC_PATTERN = re.compile(
     rf"|{re.escape(STALENESS)}/(?:mean|max|updates|engine_step|d\d+/(?:{'|'.join(_STALENESS_STATS)}))"
     rf"|(?:eval_)?{re.escape(HELDOUT)}/(?:score|judged|pass@[1-9]\d*)"
     rf"|{PERF}/(?:total/)?(?:{'|'.join((*PHASES, PHASE_OTHER))})_s"
-    rf"|{PERF}/(?:{'|'.join((*_PERF_FIELDS, 'update_flops', 'mfu'))})"
+    rf"|{PERF}/(?:{'|'.join((*_PERF_FIELDS, 'update_flops', 'mfu', 'packed_fraction'))})"
 )
 """Every key above, fully spelled (`eval_heldout/*`: the same under the Trainer's eval prefix)."""
 

@@ -116,7 +116,7 @@ def plan_recipe(
     gpu = topology.gpu
     try:
         result = plan(
-            dict(recipe.training),
+            {**recipe.training, "packing": recipe.packing},
             recipe_shape(recipe),
             strategy=topology.strategy,
             nodes=topology.training_nodes,

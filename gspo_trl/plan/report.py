@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gspo_trl.plan.planner import Plan
+from gspo_trl.plan.setup import Setup
 from gspo_trl.plan.vllm_memory import GIB
 
 
@@ -18,6 +19,17 @@ def _seconds(s: float | None) -> str:
     if s is None:
         return "n/a"
     return f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min"
+
+
+def _packing_line(setup: Setup) -> list[str]:
+    """With packing: the tokens a row costs the step time, and where the mean completion came from."""
+    if not setup.packing:
+        return []
+    source = "assumed half the cap" if setup.completion_length_assumed else "given"
+    return [
+        f"  packing   step time counts {setup.forwarded_sequence_length:,.0f} tokens a row "
+        f"(mean completion {source}); memory keeps the padded {setup.sequence_length} (its peak)"
+    ]
 
 
 def _topology(plan: Plan) -> list[str]:
@@ -41,6 +53,7 @@ def _topology(plan: Plan) -> list[str]:
         f"  batch     {setup.per_device_train_batch_size} per GPU x ({prompt} prompt + "
         f"{setup.max_completion_length} completion) = {setup.micro_batch_tokens} tokens per micro-batch; "
         f"gradient_checkpointing {str(setup.gradient_checkpointing).lower()}",
+        *_packing_line(setup),
         f"  rollout   {generation}; {setup.generation_batch_size} completions per rollout batch "
         f"({setup.num_generations} per prompt)",
     ]

@@ -3,7 +3,11 @@
 A key left out takes TRL's GRPOConfig default (gspo_trl.config.trl_fields), so a plan of a recipe
 that leaves a key out plans what TRL will run; the rollout batch is TRL's (gspo_trl.config.batch).
 TRL 1.16 has no `max_prompt_length`; the plan reads it when given (the longest prompt in tokens)
-and otherwise assumes 512 and says so in the report.
+and otherwise assumes 512 and says so in the report. With `packing` (the recipe's top-level key)
+the forwards run each row's own tokens, not the padded rectangle: the step time counts
+`max_prompt_length + mean_completion_length` tokens a row (given, e.g. TRL's logged
+`completions/mean_length` of an earlier run, or assumed half of max_completion_length and said so);
+memory keeps the rectangle, the peak of a micro-batch whose every completion reaches the cap.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from gspo_trl.model.loading.precision import training_weight_precision
 from gspo_trl.plan.model_shape import ModelShape, PlanError, dtype_bytes
 
 STRATEGIES = ("ddp", "zero2", "zero3", "fsdp2")
+PACKED_COMPLETION_SHARE = 0.5
+"""With packing and no measured mean: completions assumed to average half of max_completion_length."""
 DEEPSPEED_STRATEGIES = ("zero2", "zero3")
 LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 PEFT_QWEN3_DEFAULT_TARGETS = ("q_proj", "v_proj")  # peft's default for model_type qwen3
@@ -79,6 +85,10 @@ class Setup:
     requested_dtype: str | None = None
     """The recipe's `model.dtype` (None: the checkpoint's, loaded as is)."""
     allow_pure_bf16: bool = False
+    packing: bool = False
+    """`packing: true`: the log-prob forwards run the rows' real tokens only."""
+    mean_completion_length: float | None = None
+    """Mean completion tokens of a row, when known; None: PACKED_COMPLETION_SHARE of the cap."""
 
     @property
     def deepspeed(self) -> bool:
@@ -118,6 +128,21 @@ class Setup:
     def sequence_length(self) -> int:
         """Prompt plus completion tokens of one sample, at their maxima."""
         return self.max_prompt_length + self.max_completion_length
+
+    @property
+    def forwarded_sequence_length(self) -> float:
+        """Tokens a row costs the trainer's forwards: the padded width, or with packing the
+        prompt plus the mean completion (known, or assumed: `completion_length_assumed`)."""
+        if not self.packing:
+            return float(self.sequence_length)
+        mean = self.mean_completion_length
+        if mean is None:
+            mean = PACKED_COMPLETION_SHARE * self.max_completion_length
+        return self.max_prompt_length + min(mean, self.max_completion_length)
+
+    @property
+    def completion_length_assumed(self) -> bool:
+        return self.packing and self.mean_completion_length is None
 
     @property
     def micro_batch_tokens(self) -> int:
@@ -238,6 +263,18 @@ def make_setup(
         lora=make_lora(lora),
         requested_dtype=dtype,
         allow_pure_bf16=allow_pure_bf16,
+        packing=bool(training.get("packing", False)),
+        mean_completion_length=_mean_completion(training),
         **ints,
         **bools,
     )
+
+
+def _mean_completion(training: dict[str, Any]) -> float | None:
+    """`mean_completion_length` (tokens, > 0) when given; a packed plan's step time reads it."""
+    value = training.get("mean_completion_length")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise PlanError(f"mean_completion_length = {value!r}: expected a positive number of tokens")
+    return float(value)

@@ -123,12 +123,13 @@ def throughput(
 ) -> Throughput:
     """Tokens, FLOPs and time floors of one rollout batch across all GPUs."""
     completions = setup.generation_batch_size
-    tokens = completions * setup.sequence_length
-    forward = forward_flops_per_token(shape, setup.sequence_length) * tokens
+    length = setup.forwarded_sequence_length  # packing: a row's own tokens, not the rectangle's width
+    tokens = round(completions * length)
+    forward = forward_flops_per_token(shape, round(length)) * tokens
     trained = shape
     if setup.lora:  # a frozen base: no weight gradients but the adapters' (gspo_trl.model.sizing.flops)
         trained = dataclasses.replace(shape, lora_adapter_params=lora_adapter_params(shape, setup.lora, True))
-    per_token = training_flops_per_token(trained, setup.sequence_length, setup.gradient_checkpointing)
+    per_token = training_flops_per_token(trained, round(length), setup.gradient_checkpointing)
     training = setup.num_iterations * per_token * tokens
     old = forward if setup.computes_old_logprobs else 0.0
     reference = forward if setup.beta > 0 else 0.0

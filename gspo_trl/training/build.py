@@ -91,6 +91,7 @@ def gspo_config(recipe: Recipe) -> Any:
         engine=recipe.engine,
         moe=recipe.moe,
         sampling=recipe.sampling,
+        packing=recipe.packing,
     )
 
 

@@ -53,6 +53,8 @@ class GSPOConfig(GRPOConfig):
         updates of a mixture-of-experts model (docs/moe.md).
     sampling: a SamplingConfig (or a dict): `SamplingConfig(dynamic=True)` drops the groups whose
         rewards tie and refills the rollout batch (docs/dynamic-sampling.md).
+    packing: run pi_old's, the reference's and the updates' forwards on the rows' real tokens,
+        packed without padding (docs/performance.md "Packing"); the same log-probs and loss.
 
     A dict is built into its dataclass when the config is built, with a recipe's checks and
     one-line errors (gspo_trl.config.sections.*); afterwards the four fields hold dataclasses, and
@@ -102,6 +104,9 @@ class GSPOConfig(GRPOConfig):
     )
     sampling: SamplingConfig | dict[str, Any] | None = field(
         default=None, metadata=_help("SamplingConfig (or a dict): dynamic, max_rounds")
+    )
+    packing: bool = field(
+        default=False, metadata=_help("padding-free log-prob forwards (same log-probs, fewer tokens)")
     )
 
     def __post_init__(self) -> None:

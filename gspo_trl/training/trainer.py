@@ -11,12 +11,12 @@ in this order, which is also the order of their events and of their callbacks:
     BehaviourProbe        `engine: {correction: ...}`: each response weighed for the engine/trainer gap
     RoutingProbe          `moe:` routing record/replay and flip rates (inert for a dense model)
     StalenessProbe        `engine: {max_staleness: d}` (d > 0): the engine synced every d + 1 rollout batches
+    PackingProbe          `packing: true`: the log-prob forwards run on packed rows, no padding
     PerfProbe             perf/* phase timings, tokens/s, MFU
     StagedCheckpointsProbe  checkpoints written whole or not at all
     NonFiniteProbe        a run whose loss, grad norm or weights turn inf/NaN stops before a save
     ResumeIntervalsProbe  a resume logs, evaluates and saves at the intervals it was given
-    ... then the probes given as `GSPOTrainer(..., probes=[...])` (the console, held-out scoring,
-    or your own: docs/probes.md).
+    ... then `GSPOTrainer(..., probes=[...])`'s (console, held-out scoring, yours: docs/probes.md).
 
 This module is the one place of the package that names TRL's and transformers' private Trainer
 methods (tests/training/test_trl_private_methods.py checks it): each override quotes the TRL
@@ -52,6 +52,7 @@ from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
 from gspo_trl.training.probes.dynamic_sampling import DynamicSamplingProbe
 from gspo_trl.training.probes.engine import EngineLogprobsProbe
 from gspo_trl.training.probes.gspo_token import GspoTokenProbe
+from gspo_trl.training.probes.packing import PackingProbe
 from gspo_trl.training.probes.perf import PerfProbe
 from gspo_trl.training.probes.routing import RoutingProbe
 from gspo_trl.training.probes.staleness import StalenessProbe
@@ -75,6 +76,7 @@ def builtin_probes(args: Any) -> list[Probe]:
     # after RoutingProbe (its flip rates of an update are in when StalenessProbe's on_loss reads them);
     # before PerfProbe, whose weight_sync phase then times only the syncs that run
     stale: list[Probe] = [StalenessProbe(engine)] if engine.max_staleness > 0 else []
+    packing: list[Probe] = [PackingProbe()] if getattr(args, "packing", False) else []
     return [
         DynamicSamplingProbe(_section(args, "sampling", SamplingConfig)),  # outermost: rounds of rollouts
         *probes,
@@ -83,6 +85,7 @@ def builtin_probes(args: Any) -> list[Probe]:
         BehaviourProbe(engine, diagnostics),
         RoutingProbe(_section(args, "moe", MoeConfig), diagnostics),
         *stale,
+        *packing,
         PerfProbe(),
         StagedCheckpointsProbe(),
         NonFiniteProbe(),
@@ -257,7 +260,7 @@ class GSPOTrainer(GRPOTrainer):
         pass (`per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(`,
         :3030, the first call inside `_compute_loss`). Positional order: (model, input_ids,
         attention_mask, logits_to_keep, ...), :1419-1424."""
-        parent = super()._get_per_token_logps_and_entropies
+        parent = self._logprob_forward()
         loss, self._loss_call = self._loss_call, None  # only the first call inside _compute_loss
         if loss is not None:
             return self._policy_forward(loss, parent(model, *args, **kwargs))
@@ -269,6 +272,13 @@ class GSPOTrainer(GRPOTrainer):
             training=self.model.training,
         )
         return self.probes.no_grad_pass(self, call, lambda: parent(model, *args, **kwargs))
+
+    def _logprob_forward(self) -> Any:
+        """TRL's forward, or with `packing: true` the same call on packed rows (probes/packing.py)."""
+        packing = self.probes.find(PackingProbe)
+        if packing is None:
+            return super()._get_per_token_logps_and_entropies
+        return lambda *args, **kwargs: packing.forward(self, *args, **kwargs)
 
     def _policy_forward(self, loss: LossCall, output: tuple) -> tuple:
         """The loss's forward, told to the probes before TRL reads `inputs["old_per_token_logps"]`
@@ -288,7 +298,7 @@ class GSPOTrainer(GRPOTrainer):
         input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
         width = inputs["completion_ids"].size(1)
-        return super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, width)[0]
+        return self._logprob_forward()(model, input_ids, attention_mask, width)[0]
 
     # --- updates ---------------------------------------------------------------------------------
     def _minibatch_position(self) -> tuple[int, bool]:

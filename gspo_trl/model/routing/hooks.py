@@ -57,6 +57,9 @@ class RoutingPass:
     """(B, layers, L) bool: the router's own set differs from the reference's."""
     rows: slice = field(default_factory=lambda: slice(0, 0))
     seq_len: int = 0
+    layout: Any = None
+    """With packing (gspo_trl.training.packed_rows.PackedLayout): where each row's tokens sit in
+    the packed forward the routers see; the routing is still kept as (B, layers, L, k) rows."""
 
     def routing(self) -> torch.Tensor | None:
         """The recorded routing, (B, layers, L, k); None when nothing was recorded."""
@@ -120,12 +123,27 @@ class RoutingHooks:
     def active(self) -> RoutingPass | None:
         return self._pass
 
+    def packed(self, layout: Any) -> None:
+        """The next forward of this pass runs packed rows (`layout`, a PackedLayout): the hooks map
+        its tokens to and from their (row, position) in the padded rows. Kept until the pass ends,
+        so a backward's recomputed forward (gradient checkpointing) is mapped the same way."""
+        if self._pass is not None:
+            self._pass.layout = layout
+
     # --- hooks -------------------------------------------------------------------------------
     def _on_input(self, module: nn.Module, args: tuple[Any, ...]) -> None:
         now = self._pass
         if now is None or not args:
             return
         rows, length = args[0].shape[:2]
+        layout = now.layout
+        if layout is not None:
+            if (rows, length) != layout.shape:
+                raise RuntimeError(
+                    f"routing: a packed forward of {rows} x {length} tokens does not match its layout "
+                    f"{layout.shape}"
+                )
+            rows, length = layout.rows, layout.width
         start = now.rows.stop
         if start and torch.is_grad_enabled():
             raise RuntimeError(
@@ -148,21 +166,41 @@ class RoutingHooks:
                 return None
             logits, _, indices = output
             rows = now.rows.stop - now.rows.start
-            if indices.shape[0] != rows * now.seq_len:
+            layout = now.layout
+            tokens = rows * now.seq_len if layout is None else layout.shape[0] * layout.shape[1]
+            if indices.shape[0] != tokens:
                 raise RuntimeError(
-                    f"routing: router {site.path} saw {indices.shape[0]} tokens, expected {rows} rows x "
-                    f"{now.seq_len} positions (did the model run without its input embedding?)"
+                    f"routing: router {site.path} saw {indices.shape[0]} tokens, expected {tokens} "
+                    "(did the model run without its input embedding?)"
                 )
             if now.record:
-                now.recorded[site.layer].append(indices.detach().view(rows, now.seq_len, -1).to(self.dtype))
+                recorded = indices.detach() if layout is None else _to_rows(indices.detach(), layout, rows)
+                now.recorded[site.layer].append(recorded.reshape(rows, now.seq_len, -1).to(self.dtype))
             if now.reference is None:
                 return None
-            reference = now.reference[now.rows, site.layer].reshape(indices.shape).long()
-            now.flips[now.rows, site.layer] = top_k_sets_differ(indices.detach(), reference).view(
-                rows, now.seq_len
-            )
+            reference = now.reference[now.rows, site.layer].reshape(rows * now.seq_len, -1).long()
+            if layout is None:
+                now.flips[now.rows, site.layer] = top_k_sets_differ(indices.detach(), reference).view(
+                    rows, now.seq_len
+                )
+            else:  # real tokens compared at their rows; the packed filler follows its own router
+                flips = torch.zeros(rows * now.seq_len, dtype=torch.bool, device=indices.device)
+                mine, theirs = indices.detach()[layout.packed_index], reference[layout.padded_index]
+                flips[layout.padded_index] = top_k_sets_differ(mine, theirs)
+                now.flips[now.rows, site.layer] = flips.view(rows, now.seq_len)
+                packed_reference = indices.detach().long().clone()
+                packed_reference[layout.packed_index] = theirs
+                reference = packed_reference
             if not now.replay:
                 return None
             return logits, site.family.scores_at(module, logits, reference), reference
 
         return hook
+
+
+def _to_rows(indices: torch.Tensor, layout: Any, rows: int) -> torch.Tensor:
+    """A packed forward's (N x W, k) expert indices at their rows' (rows x L, k) positions (0 at
+    padding, which no update reads: flips count response tokens only)."""
+    out = indices.new_zeros((rows * layout.width, indices.shape[-1]))
+    out[layout.padded_index] = indices[layout.packed_index]
+    return out
