@@ -72,11 +72,10 @@ def builtin_probes(args: Any) -> list[Probe]:
     diagnostics = _section(args, "diagnostics", DiagnosticsConfig)
     engine = _section(args, "engine", EngineConfig)
     probes: list[Probe] = [GspoTokenProbe()] if getattr(args, "gspo_token", False) else []
-    # after RoutingProbe (its flip rates of an update are in when StalenessProbe's on_loss reads them);
-    # before PerfProbe, whose weight_sync phase then times only the syncs that run
+    # the order constraints are each probe's runs_after / runs_before, checked by ProbeChain
     stale: list[Probe] = [StalenessProbe(engine)] if engine.max_staleness > 0 else []
     return [
-        DynamicSamplingProbe(_section(args, "sampling", SamplingConfig)),  # outermost: rounds of rollouts
+        DynamicSamplingProbe(_section(args, "sampling", SamplingConfig)),
         *probes,
         DiagnosticsProbe(diagnostics),
         EngineLogprobsProbe(engine),
@@ -122,7 +121,7 @@ class GSPOTrainer(GRPOTrainer):
     def add_probe(self, probe: Probe) -> None:
         """Add a probe to a built trainer: last in the list, attached, its callbacks placed as if
         it had been given to __init__."""
-        self.probes.probes.append(probe)
+        self.probes.append(probe)
         probe.attach(self)
         self._place_callbacks(probe.callbacks())
 

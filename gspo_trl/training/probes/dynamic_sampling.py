@@ -105,6 +105,9 @@ class Round:
 class DynamicSamplingProbe(Probe):
     """Refills a rollout batch's tied groups with freshly generated ones (`sampling.dynamic`)."""
 
+    alarm_loggers = (__name__,)  # capped batches
+    runs_before = (Probe,)  # outermost: every other probe sees each generation round as a rollout
+
     def __init__(self, config: SamplingConfig) -> None:
         self.config = config
         self.stream: RefillStream | None = None
@@ -112,8 +115,10 @@ class DynamicSamplingProbe(Probe):
         self._restored = False
         self._rewards: torch.Tensor | None = None
         self._tokens: list[int] | None = None
+        self.layouts = dict(rollout_rows.LAYOUTS)
 
     def attach(self, trainer: Any) -> None:
+        self.layouts = {**rollout_rows.LAYOUTS, **trainer.probes.rollout_layouts()}
         if not self.config.dynamic:
             return
         dataset = trainer.train_dataset
@@ -189,7 +194,7 @@ class DynamicSamplingProbe(Probe):
         mine = torch.arange(accelerator.process_index * share, (accelerator.process_index + 1) * share)
         batch = rollout_rows.take(selected, mine)
         if trainer.pad_to_multiple_of is None:
-            batch = rollout_rows.trim(batch)
+            batch = rollout_rows.trim(batch, self.layouts)
         for key in rollout_rows.BATCH_TOTALS:
             if key in first:
                 batch[key] = rollout_rows.loss_tokens(selected).to(first[key].device, first[key].dtype)
@@ -204,7 +209,7 @@ class DynamicSamplingProbe(Probe):
         pad_token = tokenizer.pad_token_id
         gathered = []
         for r in rounds:
-            padded = rollout_rows.pad_to(r.batch, prompt_width, completion_width, pad_token)
+            padded = rollout_rows.pad_to(r.batch, prompt_width, completion_width, pad_token, self.layouts)
             gathered.append({key: accelerator.gather(value) for key, value in padded.items()})
         return rollout_rows.concat(gathered)
 
