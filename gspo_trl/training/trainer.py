@@ -225,6 +225,25 @@ class GSPOTrainer(GRPOTrainer):
 
         generation.sync_weights = sync
 
+    def sync_engine_weights(self) -> None:
+        """Bring the colocated engine to the current weights outside a rollout (held-out scoring),
+        by TRL's own step mark: `if self.use_vllm and self.state.global_step != self._last_loaded_step:`
+        (grpo_trainer.py:2202), then `self._last_loaded_step = self.state.global_step` (:2205), so
+        the next rollout does not sync again; also when the engine's weights sleep
+        (`self._llm_weights_sleeping = True`, trl/generation/vllm_generation.py:752)."""
+        engine = self.vllm_generation
+        if self.state.global_step != self._last_loaded_step or engine._llm_weights_sleeping:
+            engine.sync_weights()
+            self._last_loaded_step = self.state.global_step
+
+    def put_engine_to_sleep(self) -> None:
+        """Leave a sleep-mode engine as TRL's generation does after each batch
+        (`self.llm.sleep(level=2) self._llm_weights_sleeping = True`,
+        trl/generation/vllm_generation.py:751-752): the next sync wakes it."""
+        engine = self.vllm_generation
+        engine.llm.sleep(level=2)
+        engine._llm_weights_sleeping = True
+
     # --- rollout ---------------------------------------------------------------------------------
     def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
         """`generation_batch = self._generate_and_score_completions(generation_batch)`
