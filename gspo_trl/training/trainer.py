@@ -52,12 +52,12 @@ from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
 from gspo_trl.training.probes.dynamic_sampling import DynamicSamplingProbe
 from gspo_trl.training.probes.engine import EngineLogprobsProbe
 from gspo_trl.training.probes.gspo_token import GspoTokenProbe
+from gspo_trl.training.probes.non_finite import NonFiniteProbe
 from gspo_trl.training.probes.perf import PerfProbe
+from gspo_trl.training.probes.resume_warnings import ResumeIntervalsProbe
 from gspo_trl.training.probes.routing import RoutingProbe
+from gspo_trl.training.probes.staged_checkpoints import StagedCheckpointsProbe
 from gspo_trl.training.probes.staleness import StalenessProbe
-from gspo_trl.training.safety.non_finite import NonFiniteProbe
-from gspo_trl.training.safety.resume_warnings import ResumeIntervalsProbe
-from gspo_trl.training.safety.staged_checkpoints import StagedCheckpointsProbe
 
 
 def _section(args: Any, name: str, kind: type) -> Any:
