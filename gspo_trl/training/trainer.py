@@ -1,26 +1,13 @@
 """GSPOTrainer: TRL's GRPOTrainer that hands each TRL event to an ordered list of probes.
 
 GSPO itself is TRL configuration (`importance_sampling_level="sequence"`, `loss_type="grpo"`, beta 0,
-eps 3e-4/4e-4, 4 updates per rollout batch). What GSPO-trl adds lives in probes (events: probes/base.py),
-in this order, which is also the order of their events and of their callbacks:
-
-    DynamicSamplingProbe  `sampling: {dynamic: true}`: tied groups dropped, the rollout batch refilled
-    GspoTokenProbe        GSPO-token (`GSPOConfig(gspo_token=True)`): pi_old rewritten per token
-    DiagnosticsProbe      gspo/* from the loss's own policy pass (no extra forward)
-    EngineLogprobsProbe   `engine: {old_logprobs: engine}`: pi_old from vLLM, and its guard
-    BehaviourProbe        `engine: {correction: ...}`: each response weighed for the engine/trainer gap
-    RoutingProbe          `moe:` routing record/replay and flip rates (inert for a dense model)
-    StalenessProbe        `engine: {max_staleness: d}` (d > 0): the engine synced every d + 1 rollout batches
-    PerfProbe             perf/* phase timings, tokens/s, MFU
-    StagedCheckpointsProbe  checkpoints written whole or not at all
-    NonFiniteProbe        a run whose loss, grad norm or weights turn inf/NaN stops before a save
-    ResumeIntervalsProbe  a resume logs, evaluates and saves at the intervals it was given
-    ... then the probes given as `GSPOTrainer(..., probes=[...])` (the console, held-out scoring,
-    or your own: docs/probes.md).
+eps 3e-4/4e-4, 4 updates per rollout batch). What GSPO-trl adds lives in probes (events:
+probes/base.py; the built-in ones, in order, in `builtin_probes` and docs/probes.md), then the
+probes given as `GSPOTrainer(..., probes=[...])`.
 
 This module is the one place of the package that names TRL's and transformers' private Trainer
-methods (tests/training/test_trl_private_methods.py checks it): each override quotes the TRL
-line it relies on, so a TRL upgrade that moves one breaks here and nowhere else. Lines cited as
+methods and state (tests/training/test_trl_private_methods.py checks it): each override quotes the
+TRL line it relies on, so a TRL upgrade that moves one breaks here and nowhere else. Lines cited as
 `grpo_trainer.py:N` are TRL's trainer (`class GRPOTrainer(_BaseTrainer):`,
 trl/trainer/grpo_trainer.py:140), tests/test_upstream_pins.py checks each quote.
 """

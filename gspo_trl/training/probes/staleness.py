@@ -1,10 +1,7 @@
 """`engine.max_staleness` as a probe: the engine samples with weights up to d rollout batches old.
 
-The schedule, the row tags and the metrics are gspo_trl.training.engine.staleness's; the
-correction of the gap is engine.correction's (BehaviourProbe): with old_logprobs: trainer, pi_old
-is TRL's recomputed log-probs (the proximal policy) and mu the stale engine's, so its
-w_i = exp(mean_t(log pi_old - log mu)) is the decoupled objective's behaviour weight.
-docs/engine-logprobs.md "Stale engine weights" says when to use it. Events used:
+The schedule, row tags and metrics are gspo_trl.training.engine.staleness's; BehaviourProbe
+corrects the gap (docs/engine-logprobs.md "Stale engine weights"). Events used:
 
     attach               the schedule, from the rollout batch's micro-batches and accumulation
     on_rollout_begin     the rollout batch's index (training rollouts only)
