@@ -7,7 +7,8 @@ from other processes hits both alike. Step time = wall time between consecutive 
 steps (generation, loss, backward, optimizer, logging), the first 2 steps of each run
 dropped as warm-up; both wall time and this process's CPU time are reported (CPU time is
 the steadier one when other jobs share the cores). Also measured directly: the time spent
-inside the diagnostics code.
+inside the diagnostics code, and (`--by-probe`) inside each probe's events and callbacks (its own
+time: what it wraps, `proceed()` and other probes, is not counted).
 
     .venv/bin/python scripts/bench_diagnostics_overhead.py            # ~2 min on 2 cores
     .venv/bin/python scripts/bench_diagnostics_overhead.py --rounds 8 --steps 12
@@ -20,6 +21,7 @@ import dataclasses
 import statistics
 import tempfile
 import time
+from collections import defaultdict
 
 import torch
 from transformers import TrainerCallback
@@ -28,6 +30,7 @@ from trl import GRPOTrainer
 
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.training.build import build_trainer
+from gspo_trl.training.probes.base import Probe
 from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
 
 
@@ -66,7 +69,64 @@ def timed(probe: DiagnosticsProbe, name: str, sink: dict[str, float]) -> None:
     setattr(probe, name, wrapper)
 
 
-def build(kind: str, recipe, own: dict[str, float]) -> tuple[GRPOTrainer, StepClock]:
+class ProbeClock:
+    """Each probe's own time (s) in its events, and each callback's in its events, nested calls
+    excluded."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self._stack: list[float] = []  # time spent in calls nested inside each open call
+
+    def _nested(self, proceed):
+        def timed_proceed(*args, **kwargs):
+            self._stack.append(0.0)  # absorbs what runs inside: counted once, below
+            start = time.perf_counter()
+            try:
+                return proceed(*args, **kwargs)
+            finally:
+                self._stack.pop()
+                self._stack[-1] += time.perf_counter() - start
+
+        return timed_proceed
+
+    def wrap(self, owner: str, obj: object, name: str) -> None:
+        method = getattr(obj, name)
+
+        def wrapper(*args, **kwargs):
+            if name.startswith("around_"):  # what it wraps is not its own time
+                args = (*args[:-1], self._nested(args[-1]))
+            self._stack.append(0.0)
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                spent = time.perf_counter() - start
+                nested = self._stack.pop()
+                self.seconds[owner] += spent - nested
+                if self._stack:
+                    self._stack[-1] += spent
+
+        setattr(obj, name, wrapper)
+
+    def attach(self, trainer) -> None:
+        events = [n for n in vars(Probe) if not n.startswith("_") and callable(getattr(Probe, n))]
+        for probe in trainer.probes:
+            owner = type(probe).__name__
+            for name in events:
+                if name != "callbacks" and getattr(type(probe), name) is not getattr(Probe, name):
+                    self.wrap(owner, probe, name)
+        for callback in trainer.callback_handler.callbacks:  # the probes' and transformers' own
+            owner = f"{type(callback).__name__} (callback)"
+            for name in vars(TrainerCallback):
+                if name.startswith("on_") and getattr(type(callback), name) is not getattr(
+                    TrainerCallback, name
+                ):
+                    self.wrap(owner, callback, name)
+
+
+def build(
+    kind: str, recipe, own: dict[str, float], probe_clock: ProbeClock | None = None
+) -> tuple[GRPOTrainer, StepClock]:
     trainer = build_trainer(recipe)
     if kind == "grpo":  # same model, data, rewards and config; TRL's class
         trainer = GRPOTrainer(
@@ -80,6 +140,8 @@ def build(kind: str, recipe, own: dict[str, float]) -> tuple[GRPOTrainer, StepCl
         diagnostics = trainer.probes.find(DiagnosticsProbe)
         timed(diagnostics, "on_loss", own)  # one row per response, gathered
         timed(diagnostics, "statistics", own)  # the gspo/* metrics at each log
+        if probe_clock is not None:
+            probe_clock.attach(trainer)
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
     clock = StepClock()
@@ -97,7 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--threads", type=int, default=1, help="torch threads (1: least noise on shared cores)"
     )
+    parser.add_argument("--by-probe", action="store_true", help="also time each probe's own events")
     args = parser.parse_args(argv)
+    probe_clock = ProbeClock() if args.by_probe else None
     torch.set_num_threads(args.threads)
     times = {(k, c): [] for k in ("grpo", "gspo") for c in ("wall", "cpu")}
     own = {"own": 0.0}
@@ -108,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         build_trainer(recipe)  # builds the tiny model once, outside the timed runs
         for r in range(args.rounds):
             for kind in ("grpo", "gspo") if r % 2 == 0 else ("gspo", "grpo"):
-                trainer, clock = build(kind, recipe, own)
+                trainer, clock = build(kind, recipe, own, probe_clock)
                 trainer.train()
                 times[kind, "wall"] += clock.durations(skip=2, clock=0)
                 times[kind, "cpu"] += clock.durations(skip=2, clock=1)
@@ -132,6 +196,12 @@ def main(argv: list[str] | None = None) -> int:
         f"time inside the diagnostics code: {own_ms:.2f} ms/step = "
         f"{own_ms / 1000 / med['gspo', 'wall']:.2%} of a median GSPOTrainer step (wall)"
     )
+    if probe_clock is not None:
+        step = med["gspo", "wall"]
+        print("each probe's and callback's own time, ms per GSPOTrainer step, share of a median step:")
+        for owner, seconds in sorted(probe_clock.seconds.items(), key=lambda item: -item[1]):
+            ms = 1000 * seconds / (args.rounds * args.steps)
+            print(f"  {owner:<24}{ms:>8.2f} ms  {ms / 1000 / step:>6.2%}")
     return 0
 
 

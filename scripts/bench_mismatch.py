@@ -69,6 +69,7 @@ from gspo_trl.training.build import build_trainer
 from gspo_trl.training.diagnostics import bucket_labels
 from gspo_trl.training.engine.correction import response_divergence
 from gspo_trl.training.heldout.scoring import HeldoutCallback
+from gspo_trl.training.probes.base import Probe
 import gspo_trl.core.metric_names as names
 
 recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]))
@@ -77,23 +78,24 @@ trainer = build_trainer(recipe)
 trainer.vllm_generation.temperature *= 1 + strength  # the engine samples (and scores) hotter
 buckets = trainer.diagnostics.length_buckets
 rows = []  # per response: length, log w_i, TRL's weight (0 = zeroed, None without TRL's correction)
-score = trainer._generate_and_score_completions
-def observed(inputs):
-    out = score(inputs)
-    if trainer.model.training and out.get("sampling_per_token_logps") is not None:
-        mask = out["completion_mask"].float()
-        old = out.get("old_per_token_logps")
-        div = response_divergence(old if old is not None else out["sampling_per_token_logps"],
-                                  out["sampling_per_token_logps"], mask)
-        ratio = out.get("importance_sampling_ratio")
-        for i in range(mask.shape[0]):
-            trl = None
-            if ratio is not None:
-                row = ratio[i][mask[i].bool()] if ratio.shape[1] > 1 else ratio[i]
-                trl = {"zeroed": bool((ratio[i] == 0).all()), "cut": float((row >= 3.0).float().mean())}
-            rows.append({"length": int(mask[i].sum()), "log_w": div.log_weight[i].item(), "trl": trl})
-    return out
-trainer._generate_and_score_completions = observed
+class Observed(Probe):  # last in the chain: the rollout batch as the loss will read it
+    def on_rollout_end(self, trainer, out):
+        if trainer.model.training and out.get("sampling_per_token_logps") is not None:
+            record(out)
+        return out
+def record(out):
+    mask = out["completion_mask"].float()
+    old = out.get("old_per_token_logps")
+    div = response_divergence(old if old is not None else out["sampling_per_token_logps"],
+                              out["sampling_per_token_logps"], mask)
+    ratio = out.get("importance_sampling_ratio")
+    for i in range(mask.shape[0]):
+        trl = None
+        if ratio is not None:
+            row = ratio[i][mask[i].bool()] if ratio.shape[1] > 1 else ratio[i]
+            trl = {"zeroed": bool((ratio[i] == 0).all()), "cut": float((row >= 3.0).float().mean())}
+        rows.append({"length": int(mask[i].sum()), "log_w": div.log_weight[i].item(), "trl": trl})
+trainer.add_probe(Observed())
 start = time.time()
 trainer.train()
 seconds = time.time() - start
@@ -205,6 +207,7 @@ from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.sections import EngineConfig
 from gspo_trl.training.build import build_trainer
 from gspo_trl.training.engine.behaviour import BehaviourCorrection
+from gspo_trl.training.probes.base import Probe
 
 recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]))
 rollouts = int(sys.argv[3])
@@ -216,13 +219,13 @@ off = BehaviourCorrection(EngineConfig(), buckets)
 steps = trainer.args.steps_per_generation * trainer.num_iterations
 trainer.args.max_steps = steps * (2 + 2 * rollouts)
 marks = []
-score = trainer._generate_and_score_completions
-def alternate(inputs):
-    arm = "on" if (len(marks) % 2 == 0) else "off"
-    trainer.behaviour = on if arm == "on" else off
-    marks.append((arm, time.perf_counter()))
-    return score(inputs)
-trainer._generate_and_score_completions = alternate
+class Alternate(Probe):  # each rollout batch (and the updates that follow) with one arm
+    def around_rollout(self, trainer, prompts, proceed):
+        arm = "on" if (len(marks) % 2 == 0) else "off"
+        trainer.behaviour = on if arm == "on" else off
+        marks.append((arm, time.perf_counter()))
+        return proceed(prompts)
+trainer.add_probe(Alternate())
 trainer.train()
 marks.append(("end", time.perf_counter()))
 spans = {"on": [], "off": []}
@@ -239,15 +242,25 @@ def loss_overhead(rounds: int, output_dir: Path) -> dict:
 
     from gspo_trl.config.sections import EngineConfig
     from gspo_trl.training.engine.behaviour import BehaviourCorrection
+    from gspo_trl.training.probes.base import Probe
 
     sys.path.insert(0, str(ROOT))
     from tests._gspo_helpers import make_trainer, tiny_model_dir
 
     torch.set_num_threads(1)
-    trainer = make_trainer(tiny_model_dir(output_dir), output_dir / "loss-run", max_steps=1)
+    kept: list[dict] = []
+
+    class KeepRollout(Probe):  # the one training step's rollout batch, as the loss reads it
+        def on_rollout_end(self, trainer: object, batch: dict) -> dict:
+            kept.append(batch)
+            return batch
+
+    trainer = make_trainer(
+        tiny_model_dir(output_dir), output_dir / "loss-run", max_steps=1, probes=[KeepRollout()]
+    )
+    trainer.train()
     trainer.model.train()
-    rows = [{"prompt": f"add {i} and {i + 3}"} for i in range(4) for _ in range(trainer.num_generations)]
-    rollout = trainer._generate_and_score_completions(rows)
+    rollout = kept[0]
     old = rollout["old_per_token_logps"]
     rollout["sampling_per_token_logps"] = old - 0.01 * torch.randn_like(old)
     trainer.use_vllm, trainer.current_gradient_accumulation_steps = True, 1
@@ -263,7 +276,7 @@ def loss_overhead(rounds: int, output_dir: Path) -> dict:
         for arm in ("on", "off"):
             trainer.behaviour = arms[arm]
             start = time.perf_counter()
-            trainer._compute_loss(trainer.model, rollout).backward()
+            trainer.compute_loss(trainer.model, rollout).backward()
             spent[arm].append(time.perf_counter() - start)
             trainer.model.zero_grad()
     on, off = statistics.median(spent["on"]), statistics.median(spent["off"])

@@ -89,21 +89,21 @@ from gspo_trl.config.recipe import load_recipe
 from gspo_trl.training.build import build_trainer
 from gspo_trl.training.engine.correction import response_divergence
 from gspo_trl.training.heldout.scoring import HeldoutCallback
+from gspo_trl.training.probes.base import Probe
 import gspo_trl.core.metric_names as names
 
 recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]))
 trainer = build_trainer(recipe)
 log_w = []  # per response: mean over its tokens of log pi_old - log mu
-score = trainer._generate_and_score_completions
-def observed(inputs):
-    out = score(inputs)
-    if trainer.model.training and out.get("sampling_per_token_logps") is not None:
-        mask = out["completion_mask"].float()
-        old = out.get("old_per_token_logps")
-        mu = out["sampling_per_token_logps"]
-        log_w.extend(response_divergence(old if old is not None else mu, mu, mask).log_weight.tolist())
-    return out
-trainer._generate_and_score_completions = observed
+class Observed(Probe):  # last in the chain: the rollout batch as the loss will read it
+    def on_rollout_end(self, trainer, out):
+        if trainer.model.training and out.get("sampling_per_token_logps") is not None:
+            mask = out["completion_mask"].float()
+            old = out.get("old_per_token_logps")
+            mu = out["sampling_per_token_logps"]
+            log_w.extend(response_divergence(old if old is not None else mu, mu, mask).log_weight.tolist())
+        return out
+trainer.add_probe(Observed())
 start = time.time()
 trainer.train()
 seconds = time.time() - start

@@ -15,9 +15,8 @@ import yaml
 
 from gspo_trl.config.problems import Problems
 from gspo_trl.config.recipe_file import load_yaml_text
+from gspo_trl.config.sections import SECTION_NAMES as SECTIONS
 from gspo_trl.core.errors import RecipeError
-
-SECTIONS = ("model", "data", "rewards", "diagnostics", "heldout", "engine", "moe", "sampling", "launch")
 
 
 def _override_value(text: str) -> Any:

@@ -33,10 +33,12 @@ import yaml
 
 from gspo_trl.config.defaults import ALGORITHMS
 from gspo_trl.config.fields import coerce, read_section
-from gspo_trl.config.overrides import SECTIONS, apply_overrides, parse_overrides
+from gspo_trl.config.overrides import apply_overrides, parse_overrides
 from gspo_trl.config.problems import Problems
 from gspo_trl.config.recipe_file import read_yaml
 from gspo_trl.config.sections import (
+    SECTION_NAMES,
+    SECTIONS,
     DataConfig,
     DiagnosticsConfig,
     EngineConfig,
@@ -56,6 +58,8 @@ from gspo_trl.rewards import registry as rewards_registry
 
 __all__ = ["Recipe", "load_recipe", "parse_overrides", "read_yaml", "recipe_as_yaml"]
 
+TYPED_SECTIONS = tuple(section for section in SECTIONS if section.absent != "list")
+"""The sections read into one dataclass each (model and data first), all but `rewards:`."""
 RECIPE_KEYS = ("algorithm", "allow_on_policy", "imports", "packing")
 
 MOVED_KEYS = {
@@ -184,6 +188,15 @@ def _typed_params(entry: RewardEntry) -> dict[str, Any]:
         return dict(entry.params)
 
 
+def _reward_as_yaml(entry: RewardEntry) -> dict[str, Any]:
+    return {
+        "name": entry.spec,
+        "weight": entry.weight,
+        **({"time_limit_s": entry.time_limit_s} if entry.time_limit_s is not None else {}),
+        **_typed_params(entry),
+    }
+
+
 def section_as_yaml(section: Any) -> dict[str, Any]:
     """A section's fields as YAML can write them (tuples as lists)."""
     return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(section).items()}
@@ -200,25 +213,14 @@ def recipe_as_yaml(recipe: Recipe) -> str:
         "allow_on_policy": recipe.allow_on_policy,
         **({"packing": True} if recipe.packing else {}),
         **({"imports": list(recipe.imports)} if recipe.imports else {}),
-        "model": asdict(recipe.model),
-        "data": asdict(recipe.data),
-        "rewards": [
-            {
-                "name": entry.spec,
-                "weight": entry.weight,
-                **({"time_limit_s": entry.time_limit_s} if entry.time_limit_s is not None else {}),
-                **_typed_params(entry),
-            }
-            for entry in recipe.rewards
-        ],
-        "diagnostics": section_as_yaml(recipe.diagnostics),
-        **({"heldout": asdict(recipe.heldout)} if recipe.heldout is not None else {}),
-        **({"engine": section_as_yaml(recipe.engine)} if recipe.engine != EngineConfig() else {}),
-        **({"moe": section_as_yaml(recipe.moe)} if recipe.moe != MoeConfig() else {}),
-        **({"sampling": section_as_yaml(recipe.sampling)} if recipe.sampling != SamplingConfig() else {}),
-        **({"launch": asdict(recipe.launch)} if recipe.launch is not None else {}),
-        **recipe.training,
     }
+    for section in SECTIONS:
+        value = getattr(recipe, section.name)
+        if section.absent == "list":
+            content[section.name] = [_reward_as_yaml(entry) for entry in value]
+        elif section.is_written(value):
+            content[section.name] = section_as_yaml(value)
+    content.update(recipe.training)
     header = f"# Resolved by gspo-trl from {recipe.source} (defaults and overrides applied).\n"
     return header + yaml.safe_dump(content, sort_keys=False)
 
@@ -264,7 +266,7 @@ def load_recipe(
     apply_overrides(content, parsed_overrides, problems)
 
     grpo_fields = grpo_field_types()
-    _check_keys(content, set(SECTIONS) | set(RECIPE_KEYS) | set(grpo_fields), parsed_overrides, problems)
+    _check_keys(content, set(SECTION_NAMES) | set(RECIPE_KEYS) | set(grpo_fields), parsed_overrides, problems)
 
     algorithm = content.get("algorithm", "gspo")
     if algorithm not in ALGORITHMS:
@@ -280,14 +282,11 @@ def load_recipe(
                 explicit.add(key)
             except FieldTypeError as error:
                 problems.add(RecipeError(f"recipe {source}: {error}"), key)
-    model = _build_section(content, ModelConfig, "model", problems) or ModelConfig()
-    data = _build_section(content, DataConfig, "data", problems) or DataConfig()
-    heldout = _build_section(content, HeldoutConfig, "heldout", problems)
-    diagnostics = _build_section(content, DiagnosticsConfig, "diagnostics", problems) or DiagnosticsConfig()
-    engine = _build_section(content, EngineConfig, "engine", problems) or EngineConfig()
-    moe = _build_section(content, MoeConfig, "moe", problems) or MoeConfig()
-    sampling = _build_section(content, SamplingConfig, "sampling", problems) or SamplingConfig()
-    launch = _build_section(content, LaunchConfig, "launch", problems)
+    typed = {}
+    for section in TYPED_SECTIONS:
+        typed[section.name] = _build_section(content, section.kind, section.name, problems)
+        if typed[section.name] is None and section.absent == "defaults":
+            typed[section.name] = section.kind()
     on_policy = content.get("allow_on_policy", False)
     allow_on_policy = _read(problems, "allow_on_policy", coerce, on_policy, bool, "allow_on_policy")
     packing = _read(problems, "packing", coerce, content.get("packing", False), bool, "packing")
@@ -304,19 +303,12 @@ def load_recipe(
     recipe = Recipe(
         source=source,
         algorithm=algorithm,
-        model=model,
-        data=data,
         rewards=_reward_entries(content.get("rewards"), problems),
         training=training,
-        diagnostics=diagnostics,
-        heldout=heldout,
         allow_on_policy=bool(allow_on_policy),
         packing=bool(packing),
-        engine=engine,
-        moe=moe,
-        sampling=sampling,
         imports=imports,
-        launch=launch,
+        **typed,
         explicit_keys=frozenset(explicit),
         load_problems=tuple(problems.errors),
         unreadable=frozenset(problems.unreadable),

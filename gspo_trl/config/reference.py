@@ -23,16 +23,9 @@ from gspo_trl.config.batch import RolloutBatch, rollout_batch
 from gspo_trl.config.defaults import ALGORITHMS, GSPO_DEFAULTS
 from gspo_trl.config.recipe import MOVED_KEYS
 
-SECTION_CLASSES = (
-    ("model", sections.ModelConfig),
-    ("data", sections.DataConfig),
-    ("rewards[]", sections.RewardEntry),
-    ("heldout", sections.HeldoutConfig),
-    ("diagnostics", sections.DiagnosticsConfig),
-    ("engine", sections.EngineConfig),
-    ("moe", sections.MoeConfig),
-    ("sampling", sections.SamplingConfig),
-    ("launch", sections.LaunchConfig),
+SECTION_CLASSES = tuple(
+    (f"{section.name}[]" if section.absent == "list" else section.name, section.kind)
+    for section in sections.SECTIONS
 )
 TOP_LEVEL = (
     ("algorithm", "str", "gspo", "gspo | gspo_token | grpo: which defaults below the recipe starts from."),

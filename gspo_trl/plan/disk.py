@@ -20,7 +20,7 @@ What a checkpoint holds (transformers 5.17 `Trainer._save_checkpoint`: `save_mod
   written.
 The scheduler, RNG states, trainer state and tokenizer add a few MB, not counted.
 
-How many at once: gspo_trl.training.safety.staged_checkpoints writes each checkpoint into
+How many at once: gspo_trl.training.probes.staged_checkpoints writes each checkpoint into
 `output_dir/.staging/` and rotates old ones (`save_total_limit`) after the rename, so while a
 save runs `save_total_limit` checkpoints plus the one being written are on disk.
 """

@@ -31,11 +31,11 @@ from gspo_trl.training.preflight import PreparedData, check_one_gpu_per_process,
 from gspo_trl.training.probes.base import Probe
 from gspo_trl.training.probes.console import ConsoleProbe
 from gspo_trl.training.probes.heldout import HeldoutProbe
-from gspo_trl.training.safety.interrupt import StopOnInterrupt, TrainingInterrupted
-from gspo_trl.training.safety.resume_warnings import (
+from gspo_trl.training.probes.resume_warnings import (
     mid_batch_resume_note,
     quiet_tied_weights_warning,
 )
+from gspo_trl.training.safety.interrupt import StopOnInterrupt, TrainingInterrupted
 from gspo_trl.training.safety.reward_output_checks import with_reward_checks
 from gspo_trl.training.safety.run_dir import RunComplete, claim_run_dir
 

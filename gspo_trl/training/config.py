@@ -26,7 +26,13 @@ from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.config.defaults import GSPO_DEFAULTS
 from gspo_trl.config.fields import build_dataclass
 from gspo_trl.config.invariants import algorithm_of, check_off_policy
-from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig, MoeConfig, SamplingConfig
+from gspo_trl.config.sections import (
+    TRAINER_SECTIONS,
+    DiagnosticsConfig,
+    EngineConfig,
+    MoeConfig,
+    SamplingConfig,
+)
 from gspo_trl.config.sections.engine import check_engine_settings
 from gspo_trl.config.sections.moe import check_moe_settings
 from gspo_trl.config.sections.sampling import check_sampling_settings
@@ -113,11 +119,9 @@ class GSPOConfig(GRPOConfig):
         if self.steps_per_generation is None and self.generation_batch_size is None:
             self.steps_per_generation = GSPO_DEFAULTS["steps_per_generation"]
         # each section built (and its own values checked) once, now, not at the first log
-        self.diagnostics = _typed(DiagnosticsConfig, self.diagnostics, "diagnostics")
-        self.engine = _typed(EngineConfig, self.engine, "engine")
-        self.moe = _typed(MoeConfig, self.moe, "moe")
+        for section in TRAINER_SECTIONS:
+            setattr(self, section.name, _typed(section.kind, getattr(self, section.name), section.name))
         self.bf16, self.use_cpu = cpu_mixed_precision(self.bf16, self.use_cpu, torch.cuda.is_available())
-        self.sampling = _typed(SamplingConfig, self.sampling, "sampling")
         super().__post_init__()
         settings = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         check_gspo_settings(self.algorithm, settings)
@@ -135,13 +139,9 @@ class GSPOConfig(GRPOConfig):
     def to_dict(self) -> dict[str, Any]:
         """TrainingArguments.to_dict, with the sections as plain dicts (JSON, trackers)."""
         out = super().to_dict()
-        for name in SECTIONS:
-            out[name] = dataclasses.asdict(getattr(self, name))
+        for section in TRAINER_SECTIONS:
+            out[section.name] = dataclasses.asdict(getattr(self, section.name))
         return out
-
-
-SECTIONS = ("diagnostics", "engine", "moe", "sampling")
-"""GSPOConfig's fields that hold a recipe section's dataclass."""
 
 
 def _typed(kind: type, value: Any, name: str) -> Any:

@@ -7,19 +7,18 @@ completions right-padded to the widest row of that one call (`completion_ids = p
 `padding_side="left"`, :2443-2448),
 so two calls (two generation rounds, or two ranks) have different widths. Each key has a layout
 saying which of its dimensions runs over the prompt, the completion or both, and what pads it.
-A key not listed is refused by name (a multimodal batch's pixel values, a probe's new key):
-moving it silently would misalign it with its rows.
+TRL's keys are listed here; a probe declares the keys it adds (`Probe.rollout_layouts`). A key not
+listed is refused by name (a multimodal batch's pixel values): moving it silently would misalign
+it with its rows.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-
-from gspo_trl.training.engine.staleness import ENGINE_STALENESS, ENGINE_VERSION
-from gspo_trl.training.routing import ROUTED_EXPERTS
 
 
 @dataclass(frozen=True)
@@ -45,10 +44,8 @@ LAYOUTS = {
     "sampling_per_token_logps": Layout(1, "completion"),
     "importance_sampling_ratio": Layout(1, "completion"),  # (B, C), or (B, 1) at sequence level
     "advantages": ROW,
-    ROUTED_EXPERTS: Layout(2, "sequence"),  # (B, layers, P + C, k), gspo_trl.training.routing
-    ENGINE_VERSION: ROW,  # gspo_trl.training.engine.staleness
-    ENGINE_STALENESS: ROW,
 }
+"""TRL's own rollout keys; a probe's are its `rollout_layouts`."""
 BATCH_TOTALS = ("num_items_in_batch",)
 """Scalars over the whole rollout batch, all ranks (TRL's token count the dapo loss divides by)."""
 
@@ -62,27 +59,34 @@ def widths(batch: dict[str, Any]) -> tuple[int, int]:
     return batch["prompt_ids"].size(1), batch["completion_ids"].size(1)
 
 
-def _layout(key: str, value: Any, completion_width: int) -> Layout:
-    layout = LAYOUTS.get(key)
+def _layout(key: str, value: Any, completion_width: int, layouts: Mapping[str, Layout]) -> Layout:
+    layout = layouts.get(key)
     if layout is None:
         raise RolloutKeyError(
             f"dynamic sampling cannot move the rollout key {key!r} with its rows (known: "
-            f"{', '.join(sorted(LAYOUTS))}); turn sampling.dynamic off for this run"
+            f"{', '.join(sorted(layouts))}); turn sampling.dynamic off for this run"
         )
     if key == "importance_sampling_ratio" and (value.dim() < 2 or value.size(1) != completion_width):
         return ROW  # sequence-level correction: one ratio per row
     return layout
 
 
-def pad_to(batch: dict[str, Any], prompt_width: int, completion_width: int, pad_token: int) -> dict[str, Any]:
-    """Every row tensor of `batch` padded to `prompt_width` x `completion_width` tokens."""
+def pad_to(
+    batch: dict[str, Any],
+    prompt_width: int,
+    completion_width: int,
+    pad_token: int,
+    layouts: Mapping[str, Layout] = LAYOUTS,
+) -> dict[str, Any]:
+    """Every row tensor of `batch` padded to `prompt_width` x `completion_width` tokens (`layouts`:
+    TRL's keys and the probes')."""
     own_prompt, own_completion = widths(batch)
     left, right = prompt_width - own_prompt, completion_width - own_completion
     out: dict[str, Any] = {}
     for key, value in batch.items():
         if key in BATCH_TOTALS:
             continue
-        layout = _layout(key, value, own_completion)
+        layout = _layout(key, value, own_completion, layouts)
         if layout.dim is None or (left == 0 and right == 0):
             out[key] = value
             continue
@@ -114,7 +118,7 @@ def take(batch: dict[str, Any], rows: torch.Tensor) -> dict[str, Any]:
     return {key: value[rows.to(value.device)] for key, value in batch.items()}
 
 
-def trim(batch: dict[str, Any]) -> dict[str, Any]:
+def trim(batch: dict[str, Any], layouts: Mapping[str, Layout] = LAYOUTS) -> dict[str, Any]:
     """Drop the prompt columns no row uses (left) and the completion columns no row uses
     (right): rows cut out of a wider batch keep only the width they need."""
     completion_width = widths(batch)[1]
@@ -126,7 +130,7 @@ def trim(batch: dict[str, Any]) -> dict[str, Any]:
         return batch
     out = {}
     for key, value in batch.items():
-        layout = _layout(key, value, completion_width)
+        layout = _layout(key, value, completion_width, layouts)
         if layout.dim is None:
             out[key] = value
             continue

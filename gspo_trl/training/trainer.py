@@ -1,26 +1,13 @@
 """GSPOTrainer: TRL's GRPOTrainer that hands each TRL event to an ordered list of probes.
 
 GSPO itself is TRL configuration (`importance_sampling_level="sequence"`, `loss_type="grpo"`, beta 0,
-eps 3e-4/4e-4, 4 updates per rollout batch). What GSPO-trl adds lives in probes (events: probes/base.py),
-in this order, which is also the order of their events and of their callbacks:
-
-    DynamicSamplingProbe  `sampling: {dynamic: true}`: tied groups dropped, the rollout batch refilled
-    GspoTokenProbe        GSPO-token (`GSPOConfig(gspo_token=True)`): pi_old rewritten per token
-    DiagnosticsProbe      gspo/* from the loss's own policy pass (no extra forward)
-    EngineLogprobsProbe   `engine: {old_logprobs: engine}`: pi_old from vLLM, and its guard
-    BehaviourProbe        `engine: {correction: ...}`: each response weighed for the engine/trainer gap
-    RoutingProbe          `moe:` routing record/replay and flip rates (inert for a dense model)
-    StalenessProbe        `engine: {max_staleness: d}` (d > 0): the engine synced every d + 1 rollout batches
-    PackingProbe          `packing: true`: the log-prob forwards run on packed rows, no padding
-    PerfProbe             perf/* phase timings, tokens/s, MFU
-    StagedCheckpointsProbe  checkpoints written whole or not at all
-    NonFiniteProbe        a run whose loss, grad norm or weights turn inf/NaN stops before a save
-    ResumeIntervalsProbe  a resume logs, evaluates and saves at the intervals it was given
-    ... then `GSPOTrainer(..., probes=[...])`'s (console, held-out scoring, yours: docs/probes.md).
+eps 3e-4/4e-4, 4 updates per rollout batch). What GSPO-trl adds lives in probes (events:
+probes/base.py; the built-in ones, in order, in `builtin_probes` and docs/probes.md), then the
+probes given as `GSPOTrainer(..., probes=[...])`.
 
 This module is the one place of the package that names TRL's and transformers' private Trainer
-methods (tests/training/test_trl_private_methods.py checks it): each override quotes the TRL
-line it relies on, so a TRL upgrade that moves one breaks here and nowhere else. Lines cited as
+methods and state (tests/training/test_trl_private_methods.py checks it): each override quotes the
+TRL line it relies on, so a TRL upgrade that moves one breaks here and nowhere else. Lines cited as
 `grpo_trainer.py:N` are TRL's trainer (`class GRPOTrainer(_BaseTrainer):`,
 trl/trainer/grpo_trainer.py:140), tests/test_upstream_pins.py checks each quote.
 """
@@ -52,13 +39,13 @@ from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
 from gspo_trl.training.probes.dynamic_sampling import DynamicSamplingProbe
 from gspo_trl.training.probes.engine import EngineLogprobsProbe
 from gspo_trl.training.probes.gspo_token import GspoTokenProbe
+from gspo_trl.training.probes.non_finite import NonFiniteProbe
 from gspo_trl.training.probes.packing import PackingProbe
 from gspo_trl.training.probes.perf import PerfProbe
+from gspo_trl.training.probes.resume_warnings import ResumeIntervalsProbe
 from gspo_trl.training.probes.routing import RoutingProbe
+from gspo_trl.training.probes.staged_checkpoints import StagedCheckpointsProbe
 from gspo_trl.training.probes.staleness import StalenessProbe
-from gspo_trl.training.safety.non_finite import NonFiniteProbe
-from gspo_trl.training.safety.resume_warnings import ResumeIntervalsProbe
-from gspo_trl.training.safety.staged_checkpoints import StagedCheckpointsProbe
 
 
 def _section(args: Any, name: str, kind: type) -> Any:
@@ -73,12 +60,11 @@ def builtin_probes(args: Any) -> list[Probe]:
     diagnostics = _section(args, "diagnostics", DiagnosticsConfig)
     engine = _section(args, "engine", EngineConfig)
     probes: list[Probe] = [GspoTokenProbe()] if getattr(args, "gspo_token", False) else []
-    # after RoutingProbe (its flip rates of an update are in when StalenessProbe's on_loss reads them);
-    # before PerfProbe, whose weight_sync phase then times only the syncs that run
+    # the order constraints are each probe's runs_after / runs_before, checked by ProbeChain
     stale: list[Probe] = [StalenessProbe(engine)] if engine.max_staleness > 0 else []
     packing: list[Probe] = [PackingProbe()] if getattr(args, "packing", False) else []
     return [
-        DynamicSamplingProbe(_section(args, "sampling", SamplingConfig)),  # outermost: rounds of rollouts
+        DynamicSamplingProbe(_section(args, "sampling", SamplingConfig)),
         *probes,
         DiagnosticsProbe(diagnostics),
         EngineLogprobsProbe(engine),
@@ -125,7 +111,7 @@ class GSPOTrainer(GRPOTrainer):
     def add_probe(self, probe: Probe) -> None:
         """Add a probe to a built trainer: last in the list, attached, its callbacks placed as if
         it had been given to __init__."""
-        self.probes.probes.append(probe)
+        self.probes.append(probe)
         probe.attach(self)
         self._place_callbacks(probe.callbacks())
 
@@ -228,6 +214,25 @@ class GSPOTrainer(GRPOTrainer):
             return result
 
         generation.sync_weights = sync
+
+    def sync_engine_weights(self) -> None:
+        """Bring the colocated engine to the current weights outside a rollout (held-out scoring),
+        by TRL's own step mark: `if self.use_vllm and self.state.global_step != self._last_loaded_step:`
+        (grpo_trainer.py:2202), then `self._last_loaded_step = self.state.global_step` (:2205), so
+        the next rollout does not sync again; also when the engine's weights sleep
+        (`self._llm_weights_sleeping = True`, trl/generation/vllm_generation.py:752)."""
+        engine = self.vllm_generation
+        if self.state.global_step != self._last_loaded_step or engine._llm_weights_sleeping:
+            engine.sync_weights()
+            self._last_loaded_step = self.state.global_step
+
+    def put_engine_to_sleep(self) -> None:
+        """Leave a sleep-mode engine as TRL's generation does after each batch
+        (`self.llm.sleep(level=2) self._llm_weights_sleeping = True`,
+        trl/generation/vllm_generation.py:751-752): the next sync wakes it."""
+        engine = self.vllm_generation
+        engine.llm.sleep(level=2)
+        engine._llm_weights_sleeping = True
 
     # --- rollout ---------------------------------------------------------------------------------
     def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:

@@ -8,7 +8,10 @@ import pytest
 import torch
 
 from gspo_trl.training import rollout_rows
+from gspo_trl.training.probes.routing import RoutingProbe
 from gspo_trl.training.routing import ROUTED_EXPERTS
+
+LAYOUTS = {**rollout_rows.LAYOUTS, **RoutingProbe.rollout_layouts}
 
 PAD = 7
 
@@ -30,7 +33,7 @@ def rollout(prompt: list[int], completion: list[int]) -> dict[str, torch.Tensor]
 
 def test_pad_keeps_prompt_right_aligned_and_completion_left_aligned():
     short, wide = rollout([1, 2], [3]), rollout([1, 2, 3, 4], [5, 6, 7])
-    padded = rollout_rows.pad_to(short, *rollout_rows.widths(wide), pad_token=PAD)
+    padded = rollout_rows.pad_to(short, *rollout_rows.widths(wide), pad_token=PAD, layouts=LAYOUTS)
     assert padded["prompt_ids"].tolist() == [[PAD, PAD, 1, 2]]
     assert padded["prompt_mask"].tolist() == [[0, 0, 1, 1]]
     assert padded["completion_ids"].tolist() == [[3, PAD, PAD]]
@@ -38,9 +41,9 @@ def test_pad_keeps_prompt_right_aligned_and_completion_left_aligned():
     assert padded["old_per_token_logps"].tolist() == [[-0.5, 0.0, 0.0]]
     assert padded[ROUTED_EXPERTS][0, 0, :, 0].tolist() == [0, 0, 1, 2, 3, 0, 0]
     assert "num_items_in_batch" not in padded
-    both = rollout_rows.concat([padded, rollout_rows.pad_to(wide, 4, 3, PAD)])
+    both = rollout_rows.concat([padded, rollout_rows.pad_to(wide, 4, 3, PAD, LAYOUTS)])
     assert both["prompt_ids"].shape == (2, 4) and both[ROUTED_EXPERTS].shape == (2, 2, 7, 1)
-    back = rollout_rows.trim(rollout_rows.take(both, torch.tensor([0])))
+    back = rollout_rows.trim(rollout_rows.take(both, torch.tensor([0])), LAYOUTS)
     assert {k: v.tolist() for k, v in back.items()} == {
         k: v.tolist() for k, v in short.items() if k != "num_items_in_batch"
     }
@@ -50,4 +53,4 @@ def test_pad_keeps_prompt_right_aligned_and_completion_left_aligned():
 def test_an_unknown_row_key_is_refused_by_name():
     batch = {**rollout([1], [2]), "pixel_values": torch.zeros(1, 3)}
     with pytest.raises(rollout_rows.RolloutKeyError, match="pixel_values"):
-        rollout_rows.pad_to(batch, 2, 2, PAD)
+        rollout_rows.pad_to(batch, 2, 2, PAD, LAYOUTS)

@@ -1,28 +1,63 @@
-"""Only gspo_trl/training/trainer.py names TRL's (and transformers') private Trainer methods.
+"""Only gspo_trl/training/trainer.py names TRL's (and transformers') private Trainer methods and state.
 
 Every TRL minor release may move a private method; GSPOTrainer overrides each one once, quoting
 the TRL line it relies on, and hands the event to its probes (gspo_trl.training.probes), so an
 upgrade breaks one file. Read with `ast` (docstrings may cite the methods; code may not): an
 attribute (`self._generate`), a definition (`def _compute_loss`) or a string naming one
-(`getattr(trainer, "_evaluate")`) counts. The private names are GRPOTrainer's own, read from the
-installed TRL: `_`-prefixed, not dunder.
+(`getattr(trainer, "_evaluate")`) counts. The private names are read from the installed TRL:
+GRPOTrainer's `_`-prefixed methods (not dunder), the `self._x` state TRL's and transformers'
+trainers assign, and VLLMGeneration's private methods and state. The package and scripts/ are
+read (a benchmark uses the probes' public events).
 """
 
 from __future__ import annotations
 
 import ast
+import re
+from pathlib import Path
 
+import transformers
+import trl
 from trl import GRPOTrainer
+from trl.generation.vllm_generation import VLLMGeneration
 
 from tests._paths import ROOT
 
 PACKAGE = ROOT / "gspo_trl"
 ALLOWED = PACKAGE / "training" / "trainer.py"
-PRIVATE = frozenset(n for n in dir(GRPOTrainer) if n.startswith("_") and not n.startswith("__"))
+NOT_YET = {
+    "gspo_trl/model/routing/engine.py": ["_init_vllm"],
+    "gspo_trl/model/vllm_cpu/shim.py": ["_init_vllm"],
+}
+"""Modules still wrapping TRL's engine construction themselves (below training/ in the layers, so
+trainer.py cannot host it without the callers of the shim changing): to move, not to add to."""
+_TRL = Path(trl.__file__).parent
+_STATE_SOURCES = (
+    _TRL / "trainer" / "grpo_trainer.py",
+    _TRL / "trainer" / "base_trainer.py",
+    _TRL / "generation" / "vllm_generation.py",
+    Path(transformers.__file__).parent / "trainer.py",
+)
+
+
+def _private(names: list[str]) -> set[str]:
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def _assigned_state() -> set[str]:
+    """`self._x = ...` / `self._x: T = ...` in the upstream trainers and engine wrapper."""
+    pattern = re.compile(r"self\.(_[A-Za-z]\w*)\s*(?::[^=\n]+)?=(?!=)")
+    return {
+        m.group(1) for path in _STATE_SOURCES if path.exists() for m in pattern.finditer(path.read_text())
+    }
+
+
+PRIVATE = frozenset(_private(dir(GRPOTrainer)) | _private(dir(VLLMGeneration)) | _private(_assigned_state()))
+SOURCES = sorted([*PACKAGE.rglob("*.py"), *(ROOT / "scripts").rglob("*.py")])
 
 
 def private_names(source: str) -> set[str]:
-    """The TRL/transformers private method names `source` uses in code."""
+    """The TRL/transformers private names `source` uses in code."""
     found = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Attribute):
@@ -34,17 +69,18 @@ def private_names(source: str) -> set[str]:
     return found & PRIVATE
 
 
-def test_the_private_names_are_trls_methods():
+def test_the_private_names_are_trls_methods_and_state():
     assert {"_generate_and_score_completions", "_compute_loss", "_save_checkpoint", "_evaluate"} <= PRIVATE
+    assert {"_last_loaded_step", "_metrics", "_step", "_llm_weights_sleeping", "_init_vllm"} <= PRIVATE
 
 
-def test_only_trainer_py_names_a_private_trl_method():
+def test_only_trainer_py_names_trls_private_methods_and_state():
     offenders = {
         str(path.relative_to(ROOT)): sorted(names)
-        for path in sorted(PACKAGE.rglob("*.py"))
+        for path in SOURCES
         if path != ALLOWED and (names := private_names(path.read_text(encoding="utf-8")))
     }
-    assert offenders == {}, f"name TRL's private methods outside {ALLOWED.relative_to(ROOT)}: {offenders}"
+    assert offenders == NOT_YET, f"name TRL's private names outside {ALLOWED.relative_to(ROOT)}: {offenders}"
 
 
 def test_trainer_py_quotes_a_trl_line_for_each_override():

@@ -21,8 +21,11 @@ from gspo_trl.config.sections.tiny import TINY, TINY_MODEL_DIR
 __all__ = [
     "MAX_BIAS_FRACTION",
     "MAX_OUTSIDE_CLIP",
+    "SECTIONS",
+    "SECTION_NAMES",
     "TINY",
     "TINY_MODEL_DIR",
+    "TRAINER_SECTIONS",
     "DataConfig",
     "DiagnosticsConfig",
     "EngineConfig",
@@ -32,6 +35,7 @@ __all__ = [
     "MoeConfig",
     "RewardEntry",
     "SamplingConfig",
+    "Section",
 ]
 
 
@@ -169,3 +173,48 @@ class LaunchConfig:
     @property
     def gpus(self) -> bool:
         return self.gpus_per_node > 0
+
+
+@dataclass(frozen=True)
+class Section:
+    """One recipe section, registered once: overrides, the reference page, GSPOConfig, the run
+    record and the resolved recipe are each derived from `SECTIONS`, so a new section (a new
+    probe's) is one row here plus its dataclass."""
+
+    name: str
+    """The YAML key, e.g. `engine` (`engine.max_staleness` on the command line)."""
+    kind: type
+    """Its dataclass (each entry's, for a list section)."""
+    absent: str = "defaults"
+    """What a recipe without it holds: `defaults` (the dataclass's defaults), `none` (the section
+    is off: heldout scoring, the launch plan) or `list` (no entries: rewards)."""
+    written: str = "changed"
+    """In the resolved recipe: `always`, or only when it differs from its defaults (`changed`);
+    a section absent as `none` is written whenever it is set."""
+    trainer: bool = False
+    """A GSPOConfig field: the trainer's probes read it."""
+    defines_run: bool = True
+    """False: it decides only what is logged, evaluated or planned, so a resumed run may change it."""
+
+    def is_written(self, value: Any) -> bool:
+        """Whether the resolved recipe (recipe.yaml beside a run) writes this section's `value`."""
+        if value is None:
+            return False
+        return self.written == "always" or self.absent == "none" or value != self.kind()
+
+
+SECTIONS = (
+    Section("model", ModelConfig, written="always"),
+    Section("data", DataConfig, written="always"),
+    Section("rewards", RewardEntry, absent="list"),
+    Section("heldout", HeldoutConfig, absent="none", defines_run=False),
+    Section("diagnostics", DiagnosticsConfig, written="always", trainer=True, defines_run=False),
+    Section("engine", EngineConfig, trainer=True),
+    Section("moe", MoeConfig, trainer=True),
+    Section("sampling", SamplingConfig, trainer=True),
+    Section("launch", LaunchConfig, absent="none", defines_run=False),
+)
+"""Every recipe section, in the order the reference page and the resolved recipe list them."""
+SECTION_NAMES = tuple(section.name for section in SECTIONS)
+TRAINER_SECTIONS = tuple(section for section in SECTIONS if section.trainer)
+"""The sections GSPOConfig holds as fields (its probes' settings)."""

@@ -9,7 +9,7 @@ back: JSON parses, safetensors headers parse and account for the file's size, to
 pickles (zip archives) have their central directory and every member inside the file.
 Nothing is loaded in full, so this costs milliseconds even for large checkpoints. Folders
 that fail are skipped with a warning naming them and the file at fault. (GSPOTrainer also
-writes checkpoints into a staging folder and renames it, gspo_trl.training.safety.staged_checkpoints,
+writes checkpoints into a staging folder and renames it, gspo_trl.training.probes.staged_checkpoints,
 so its own crashes leave no such folder.)
 """
 

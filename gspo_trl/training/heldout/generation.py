@@ -63,9 +63,7 @@ def _colocated_vllm(trainer: Any, sampling: HeldoutSampling) -> HeldoutGenerator
 
     # Every rank syncs here, before any rank knows whether its share is empty: under ZeRO-3
     # or FSDP the sync gathers the weights collectively. TRL's rollout reads the same step mark.
-    if trainer.state.global_step != trainer._last_loaded_step or engine._llm_weights_sleeping:
-        engine.sync_weights()
-        trainer._last_loaded_step = trainer.state.global_step
+    trainer.sync_engine_weights()
 
     def generate(prompts: Sequence[Any], n: int, temperature: float) -> list[list[str]]:
         from vllm import SamplingParams
@@ -111,8 +109,7 @@ def heldout_generator(trainer: Any, sampling: HeldoutSampling) -> Iterator[Heldo
             yield colocated
         finally:
             if engine.enable_sleep_mode:
-                engine.llm.sleep(level=2)
-                engine._llm_weights_sleeping = True
+                trainer.put_engine_to_sleep()
         return
     from trl.models.utils import unwrap_model_for_generation
 

@@ -13,12 +13,13 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 from transformers import TrainerCallback
 
 from gspo_trl.training.diagnostics import sequence_log_ratio
+from gspo_trl.training.rollout_rows import Layout
 
 T = TypeVar("T")
 LogprobOutput = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]
@@ -141,7 +142,20 @@ class Probe:
         around_checkpoint_save(save, proceed)  transformers `Trainer._save_checkpoint`; `save.write_dir`
                                          says where the Trainer writes
         on_log(logs) -> metrics          GSPOTrainer.log, before TRL's `log` (:3302) averages and emits
+
+    What a probe adds around the events it declares as class attributes, and the chain, the
+    console and dynamic sampling read them: no list elsewhere names a probe's loggers or keys.
     """
+
+    alarm_loggers: ClassVar[tuple[str, ...]] = ()
+    """Loggers whose warnings are this probe's alarms: the console prints them as `!` lines."""
+    rollout_layouts: ClassVar[Mapping[str, Layout]] = {}
+    """Keys this probe adds to TRL's rollout dict, with their layout: dynamic sampling moves them
+    with their rows (gspo_trl.training.rollout_rows)."""
+    runs_after: ClassVar[tuple[type, ...]] = ()
+    """Probe classes that must come earlier in the chain (ProbeChain refuses another order)."""
+    runs_before: ClassVar[tuple[type, ...]] = ()
+    """Probe classes that must come later in the chain (`(Probe,)`: this one comes first)."""
 
     def callbacks(self) -> ProbeCallbacks:
         return ProbeCallbacks()

@@ -23,12 +23,16 @@ import torch
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig
 from gspo_trl.training.engine.behaviour import BehaviourCorrection, trl_loss_weight
 from gspo_trl.training.probes.base import LossCall, PolicyForward, Probe
+from gspo_trl.training.probes.engine import EngineLogprobsProbe
 
 logger = logging.getLogger(__name__)
 
 
 class BehaviourProbe(Probe):
     """The behaviour correction of a run (inert unless `engine.correction` is truncate or reject)."""
+
+    alarm_loggers = (BehaviourCorrection.__module__,)  # max_rejected
+    runs_after = (EngineLogprobsProbe,)  # its answer decides what pi_old is
 
     def __init__(self, config: EngineConfig, diagnostics: DiagnosticsConfig | None = None) -> None:
         self.config = config
@@ -73,8 +77,8 @@ class BehaviourProbe(Probe):
     def on_policy_forward(self, trainer: Any, policy: PolicyForward) -> None:
         if not (self.active and policy.loss.training):
             return
-        engine = getattr(trainer, "engine_logprobs", None)
-        from_engine = engine is not None and engine.active  # pi_old = mu: compare the update's own
+        engine = trainer.probes.find(EngineLogprobsProbe)
+        from_engine = engine is not None and engine.engine.active  # pi_old = mu: compare the update's own
         pi = policy.logps if from_engine or policy.old_logps is None else policy.old_logps
         inputs = policy.loss.inputs
         inputs["importance_sampling_ratio"] = self.correction.weigh(

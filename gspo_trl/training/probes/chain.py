@@ -24,15 +24,31 @@ from gspo_trl.training.probes.base import (
     Probe,
     ProbeCallbacks,
 )
+from gspo_trl.training.rollout_rows import Layout
 
 T = TypeVar("T")
 
 
 class ProbeChain(Sequence[Probe]):
-    """The trainer's probes, in event order."""
+    """The trainer's probes, in event order, checked against each probe's `runs_after` and
+    `runs_before` when built or extended."""
 
     def __init__(self, probes: Sequence[Probe]) -> None:
         self.probes = list(probes)
+        check_order(self.probes)
+
+    def append(self, probe: Probe) -> None:
+        """Add a probe last (its order constraints checked)."""
+        check_order([*self.probes, probe])
+        self.probes.append(probe)
+
+    def alarm_loggers(self) -> tuple[str, ...]:
+        """Every probe's alarm loggers, each once, in chain order."""
+        return tuple(dict.fromkeys(name for probe in self.probes for name in probe.alarm_loggers))
+
+    def rollout_layouts(self) -> dict[str, Layout]:
+        """The rollout keys the probes add, with their layouts."""
+        return {key: layout for probe in self.probes for key, layout in probe.rollout_layouts.items()}
 
     def __getitem__(self, index: int) -> Probe:  # type: ignore[override]
         return self.probes[index]
@@ -152,6 +168,27 @@ class ProbeChain(Sequence[Probe]):
         for probe in self.probes:
             added.update(probe.on_log(trainer, {**logs, **added}))
         return added
+
+
+def check_order(probes: Sequence[Probe]) -> None:
+    """Raise ValueError (one line) when a probe comes before one it must follow, or after one it
+    must precede."""
+    for index, probe in enumerate(probes):
+        earlier, later = probes[:index], probes[index + 1 :]
+        for kind in probe.runs_after:
+            if misplaced := next((p for p in later if isinstance(p, kind)), None):
+                _refuse(probes, probe, "after", misplaced)
+        for kind in probe.runs_before:
+            if misplaced := next((p for p in earlier if isinstance(p, kind) and p is not probe), None):
+                _refuse(probes, probe, "before", misplaced)
+
+
+def _refuse(probes: Sequence[Probe], probe: Probe, where: str, other: Probe) -> None:
+    order = ", ".join(type(p).__name__ for p in probes)
+    raise ValueError(
+        f"probe order: {type(probe).__name__} must come {where} {type(other).__name__} "
+        f"(given: {order}); reorder the probes"
+    )
 
 
 def _rollout_step(probe: Probe, trainer: Any, proceed: Callable[[list[Any]], dict], rows: list[Any]) -> dict:

@@ -11,6 +11,7 @@ from typing import Any
 from trl.trainer.utils import get_config_model_id
 
 from gspo_trl.training.probes.base import Probe, ProbeCallbacks
+from gspo_trl.training.probes.perf import PerfProbe
 from gspo_trl.training.reporting.console import ConsoleCallback, banner, remove_trl_printing
 from gspo_trl.training.reporting.metrics_file import MetricsFileCallback
 
@@ -33,7 +34,7 @@ class ConsoleProbe(Probe):
 
     def attach(self, trainer: Any) -> None:
         remove_trl_printing(trainer)
-        self.console = ConsoleCallback(self.header(trainer))
+        self.console = ConsoleCallback(self.header(trainer), alarm_loggers=trainer.probes.alarm_loggers())
         self.metrics_file = MetricsFileCallback(trainer.args.output_dir)
 
     def header(self, trainer: Any) -> str:
@@ -45,9 +46,9 @@ class ConsoleProbe(Probe):
             rows = trainer.eval_dataset
             eval_rows = len(rows) if rows is not None and hasattr(rows, "__len__") else 0
         header = banner(trainer, model_name, list(reward_names), eval_rows)
-        perf = getattr(trainer, "perf", None)
+        perf = trainer.probes.find(PerfProbe)
         if perf is not None:
-            header += "\n" + perf.ceiling_line(trainer.args.max_completion_length)
+            header += "\n" + perf.meter.ceiling_line(trainer.args.max_completion_length)
         return header
 
     def callbacks(self) -> ProbeCallbacks:

@@ -20,6 +20,8 @@ from gspo_trl.training.probes.base import LossCall, PolicyForward, Probe
 class DiagnosticsProbe(Probe):
     """Records response rows in each training update; turns them into gspo/* metrics at each log."""
 
+    alarm_loggers = (ClipAlarm.__module__,)
+
     def __init__(self, config: DiagnosticsConfig) -> None:
         self.config = config
         self.alarm = ClipAlarm(config)

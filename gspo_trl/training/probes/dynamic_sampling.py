@@ -3,26 +3,11 @@ pays): groups whose rewards all tie are dropped from the rollout batch and repla
 freshly drawn prompts, generated and scored in further rounds, until the batch holds its full
 number of informative groups or `max_rounds` rounds have run.
 
-Where the extra prompts come from. TRL's dataloader hands `_prepare_inputs` one generation batch
-per rollout (trl/trainer/grpo_trainer.py:1538-1541) and transformers resumes it by skipping the
-batches of the steps already trained; drawing more from it would shift every later step's data.
-So refill prompts come from a stream of their own over the same training set: a fixed
-shuffled order per pass (seeded from the run's seed, the same on every rank), read on from where
-the last refill stopped. The epoch of the main stream is untouched (every prompt still comes up
-once per epoch); refill prompts are extra draws (`gspo/dynamic/prompts_per_kept_group`), and the
-stream's position is saved in every checkpoint's trainer_state.json and read back on resume.
-
-At the cap a batch still short is filled by repeating its informative groups, as many times as
-needed to hold the full count. verl's DAPO trainer never updates on fewer groups than the batch
-size: it keeps generating, then cuts the batch to exactly `train_batch_size x n` rows (`batch =
-batch[:traj_bsz]`), and at its cap `max_num_gen_batches` it stops the run with an error
-(recipe/dapo/dapo_ray_trainer.py:271-288 in the parent of verl-project/verl@2bb42bae6).
-Here the run goes on (the console warns when the cap keeps being hit) but, like verl, every
-update sees the same batch shape: TRL splits the rollout batch into
-`steps_per_generation` equal minibatches with a floor (`chunk_size = first_tensor.shape[0] //
-num_chunks`, trl/trainer/utils.py:1077) and every rank must hold the same row count, so a shorter
-batch would lose rows silently. A batch with no informative group at all is trained as generated
-(its advantages are 0: the update moves nothing but the clip statistics), as without this probe.
+Refill prompts come from a stream of their own over the training set (its position saved in
+every checkpoint's trainer_state.json); at the cap a batch still short repeats its informative
+groups, so every update sees the same batch shape; a batch with no informative group is trained as
+generated. docs/dynamic-sampling.md ("What happens to a rollout batch", "Where the extra prompts
+come from") gives the reasons and verl's and TRL's lines they rest on.
 """
 
 from __future__ import annotations
@@ -75,7 +60,7 @@ class RefillStream:
 
 def informative_groups(rewards_per_func: torch.Tensor, weights: torch.Tensor, group: int) -> torch.Tensor:
     """(G,) True where a group's summed rewards do not all tie. TRL's own test for a tied group
-    (`is_std_zero = torch.isclose(std_rewards, ...)`, grpo_trainer.py:2788), on the weighted
+    (`is_std_zero = torch.isclose(std_rewards, ...)`, trl/trainer/grpo_trainer.py:2788), on the weighted
     sum it normalises (:2763); a row no reward scored is NaN and left out, as TRL does (:2764)."""
     rewards = (rewards_per_func * weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
     rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
@@ -105,6 +90,9 @@ class Round:
 class DynamicSamplingProbe(Probe):
     """Refills a rollout batch's tied groups with freshly generated ones (`sampling.dynamic`)."""
 
+    alarm_loggers = (__name__,)  # capped batches
+    runs_before = (Probe,)  # outermost: every other probe sees each generation round as a rollout
+
     def __init__(self, config: SamplingConfig) -> None:
         self.config = config
         self.stream: RefillStream | None = None
@@ -112,8 +100,10 @@ class DynamicSamplingProbe(Probe):
         self._restored = False
         self._rewards: torch.Tensor | None = None
         self._tokens: list[int] | None = None
+        self.layouts = dict(rollout_rows.LAYOUTS)
 
     def attach(self, trainer: Any) -> None:
+        self.layouts = {**rollout_rows.LAYOUTS, **trainer.probes.rollout_layouts()}
         if not self.config.dynamic:
             return
         dataset = trainer.train_dataset
@@ -189,7 +179,7 @@ class DynamicSamplingProbe(Probe):
         mine = torch.arange(accelerator.process_index * share, (accelerator.process_index + 1) * share)
         batch = rollout_rows.take(selected, mine)
         if trainer.pad_to_multiple_of is None:
-            batch = rollout_rows.trim(batch)
+            batch = rollout_rows.trim(batch, self.layouts)
         for key in rollout_rows.BATCH_TOTALS:
             if key in first:
                 batch[key] = rollout_rows.loss_tokens(selected).to(first[key].device, first[key].dtype)
@@ -204,7 +194,7 @@ class DynamicSamplingProbe(Probe):
         pad_token = tokenizer.pad_token_id
         gathered = []
         for r in rounds:
-            padded = rollout_rows.pad_to(r.batch, prompt_width, completion_width, pad_token)
+            padded = rollout_rows.pad_to(r.batch, prompt_width, completion_width, pad_token, self.layouts)
             gathered.append({key: accelerator.gather(value) for key, value in padded.items()})
         return rollout_rows.concat(gathered)
 

@@ -44,6 +44,8 @@ def vllm_correction_summary(args: Any) -> str:
 class EngineLogprobsProbe(Probe):
     """pi_old from the engine (when `config.from_engine` and the run uses vLLM) and its guard."""
 
+    alarm_loggers = (EngineOldLogprobs.__module__,)  # the mismatch guard
+
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.engine: EngineOldLogprobs | None = None

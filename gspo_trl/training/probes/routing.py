@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.config.sections import DiagnosticsConfig, MoeConfig
 from gspo_trl.training.probes.base import Generation, LogprobOutput, LossCall, NoGradPass, Probe
-from gspo_trl.training.routing import MoeRouting, engine_routing_returned
+from gspo_trl.training.rollout_rows import Layout
+from gspo_trl.training.routing import ROUTED_EXPERTS, MoeRouting, RoutingAlarm, engine_routing_returned
 
 
 def stop_router_logits_in_generate(model: Any) -> None:
@@ -35,6 +36,9 @@ def stop_router_logits_in_generate(model: Any) -> None:
 
 class RoutingProbe(Probe):
     """MoeRouting wired to the trainer's events; inert for a dense model."""
+
+    alarm_loggers = (RoutingAlarm.__module__,)
+    rollout_layouts: ClassVar[dict[str, Layout]] = {ROUTED_EXPERTS: Layout(2, "sequence")}  # (B, L, P+C, k)
 
     def __init__(self, config: MoeConfig, diagnostics: DiagnosticsConfig) -> None:
         self.config, self.diagnostics = config, diagnostics

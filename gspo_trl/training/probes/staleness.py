@@ -1,10 +1,7 @@
 """`engine.max_staleness` as a probe: the engine samples with weights up to d rollout batches old.
 
-The schedule, the row tags and the metrics are gspo_trl.training.engine.staleness's; the
-correction of the gap is engine.correction's (BehaviourProbe): with old_logprobs: trainer, pi_old
-is TRL's recomputed log-probs (the proximal policy) and mu the stale engine's, so its
-w_i = exp(mean_t(log pi_old - log mu)) is the decoupled objective's behaviour weight.
-docs/engine-logprobs.md "Stale engine weights" says when to use it. Events used:
+The schedule, row tags and metrics are gspo_trl.training.engine.staleness's; BehaviourProbe
+corrects the gap (docs/engine-logprobs.md "Stale engine weights"). Events used:
 
     attach               the schedule, from the rollout batch's micro-batches and accumulation
     on_rollout_begin     the rollout batch's index (training rollouts only)
@@ -20,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 
@@ -30,6 +27,7 @@ from gspo_trl.training.diagnostics import clip_masks
 from gspo_trl.training.engine.correction import response_divergence
 from gspo_trl.training.engine.staleness import (
     ENGINE_STALENESS,
+    ENGINE_VERSION,
     RolloutVersion,
     StalenessSchedule,
     by_staleness,
@@ -37,6 +35,9 @@ from gspo_trl.training.engine.staleness import (
     rollout_metrics,
 )
 from gspo_trl.training.probes.base import LossCall, PolicyForward, Probe
+from gspo_trl.training.probes.perf import PerfProbe
+from gspo_trl.training.probes.routing import RoutingProbe
+from gspo_trl.training.rollout_rows import ROW, Layout
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -44,6 +45,10 @@ T = TypeVar("T")
 
 class StalenessProbe(Probe):
     """Delays the engine's weight syncs to every max_staleness + 1 rollout batches, and logs the lag."""
+
+    rollout_layouts: ClassVar[dict[str, Layout]] = {ENGINE_VERSION: ROW, ENGINE_STALENESS: ROW}
+    runs_after = (RoutingProbe,)  # an update's flip rates are in when on_loss reads them
+    runs_before = (PerfProbe,)  # PerfProbe's weight_sync phase then times only the syncs that run
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
@@ -104,8 +109,8 @@ class StalenessProbe(Probe):
         if accelerator.num_processes > 1:  # ranks may hold different batch sizes: pad, then gather
             padded = accelerator.pad_across_processes(rows.to(accelerator.device), dim=0, pad_index=-1)
             rows = accelerator.gather(padded).cpu()
-        routing = getattr(trainer, "routing", None)
-        flips = getattr(routing, "last_response_rates", None)  # all ranks', padded the same way
+        routing = trainer.probes.find(RoutingProbe)
+        flips = getattr(routing and routing.routing, "last_response_rates", None)  # all ranks', padded
         column = torch.full((rows.shape[0], 1), float("nan"), dtype=torch.float64)
         if flips is not None and flips.shape[0] == rows.shape[0] and loss.minibatch >= 2:
             column = flips.double().reshape(-1, 1).cpu()

@@ -9,9 +9,9 @@ prints instead, on the main process only:
                        zero-variance groups, dynamic sampling's keep rate and rounds,
                        seconds/step, ETA
     an end summary     each phase's share of the run and its token rates (run_summary)
-    `!` lines          alarms: the ClipAlarm (everything / nothing clipped), the MoE routing
-                       alarm, "every group has zero variance" for several logging steps, and a reward
-                       that scores every completion alike (gspo_trl.training.reporting.reward_watch)
+    `!` lines          alarms: each probe's warnings (its `alarm_loggers`: the clip-rate alarm, the
+                       MoE routing alarm, ...), "every group has zero variance" for several logging
+                       steps, and a reward that scores every completion alike (reward_watch)
 
 Every key of every log event still goes to the trackers in `report_to` (the Trainer's own
 integrations) and, always, to OUTPUT_DIR/metrics.jsonl (one JSON object per event, with its
@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from transformers import TrainerCallback
@@ -38,15 +39,6 @@ from gspo_trl.training.reporting.run_summary import RunTotals, summary_lines
 
 logger = logging.getLogger(__name__)
 
-ALARM_LOGGERS = (
-    "gspo_trl.training.diagnostics",
-    "gspo_trl.training.engine.logprobs",
-    "gspo_trl.training.routing",
-    "gspo_trl.training.probes.dynamic_sampling",
-)
-"""The ClipAlarm, the engine mismatch guard, the MoE routing alarm and dynamic sampling's capped
-batches alarm warn on these; the console
-shows their warnings as `!` lines."""
 HELDOUT_LOGGER = "gspo_trl.training.heldout.scoring"
 """Its INFO lines repeat the held-out score the console already prints; they are held back."""
 ZERO_VARIANCE_STEPS = 3
@@ -206,7 +198,8 @@ class ConsoleCallback(TrainerCallback):
     "(rollout of step N)". metrics.jsonl keeps what TRL logged.
     """
 
-    def __init__(self, header: str, printer: Any = print) -> None:
+    def __init__(self, header: str, printer: Any = print, alarm_loggers: Sequence[str] = ()) -> None:
+        """`alarm_loggers`: whose warnings print as `!` lines (each probe's `alarm_loggers`)."""
         self.header, self.printer = header, printer
         self.alarms: list[str] = []
         self._last_time: float | None = None
@@ -218,7 +211,7 @@ class ConsoleCallback(TrainerCallback):
         self._last_reward: dict[str, Any] | None = None
         self._constant_rewards = ConstantRewardWatch()
         self._run_totals = RunTotals()
-        self._filters: dict[str, logging.Filter] = {name: _AlarmFilter(self) for name in ALARM_LOGGERS}
+        self._filters: dict[str, logging.Filter] = {name: _AlarmFilter(self) for name in alarm_loggers}
         self._filters[HELDOUT_LOGGER] = _QuietInfo()
 
     def _print(self, text: str) -> None:

@@ -46,7 +46,7 @@ __all__ = ["LOCK_FILE", "RUN_RECORD", "RunClaim", "RunComplete", "RunLock", "cla
 logger = logging.getLogger(__name__)
 
 STAGING = ".staging"
-"""gspo_trl.training.safety.staged_checkpoints.STAGING, named here without transformers (a test pins it)."""
+"""gspo_trl.training.probes.staged_checkpoints.STAGING, named here without transformers (a test pins it)."""
 
 
 class RunComplete(Exception):

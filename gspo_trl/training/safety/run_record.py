@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from gspo_trl.config.recipe import Recipe, recipe_as_yaml
+from gspo_trl.config.sections import SECTION_NAMES, SECTIONS
 from gspo_trl.core.errors import RunDirError
 
 logger = logging.getLogger(__name__)
@@ -51,8 +52,7 @@ HARMLESS_KEYS = (
     "vllm_server_port",
     "vllm_server_timeout",
     "vllm_gpu_memory_utilization",
-    "heldout.",
-    "diagnostics.",
+    *(f"{section.name}." for section in SECTIONS if not section.defines_run),
 )
 """Keys (a trailing dot: a whole section) a resumed run may change: they decide what is logged,
 saved, evaluated or how long it trains, not what is trained on or how. Every other key defines
@@ -79,21 +79,15 @@ def data_fingerprint(rows: Any) -> str:
     return digest.hexdigest()[:16]
 
 
-NESTED_SECTIONS = ("model", "data", "heldout", "diagnostics", "engine", "moe")
-"""Recipe sections compared key by key between a run and its resume."""
-
-
-def _flatten(content: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def _flatten(content: dict[str, Any]) -> dict[str, Any]:
+    """Each section's keys one by one (`engine.max_staleness`), so a resume names the one that
+    changed; also a record written before every section was (sampling and launch as one dict)."""
     flat: dict[str, Any] = {}
     for key, value in content.items():
-        if (
-            isinstance(value, dict)
-            and value
-            and key in ("model", "data", "heldout", "diagnostics", "engine", "moe")
-        ):
-            flat.update(_flatten(value, f"{prefix}{key}."))
+        if isinstance(value, dict) and value and key in SECTION_NAMES:
+            flat.update({f"{key}.{sub_key}": sub_value for sub_key, sub_value in value.items()})
         else:
-            flat[f"{prefix}{key}"] = value
+            flat[key] = value
     return flat
 
 
@@ -125,7 +119,7 @@ def compare_records(folder: Path, record: dict[str, Any], checkpoint: Path | Non
         raise RunDirError(
             f"--resume: {path} is unreadable ({error}); resume with --overwrite or a new output_dir"
         ) from None
-    new = record["keys"]
+    old, new = _flatten(old), record["keys"]
     changed = [key for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
     shown = [f"{key} ({_short(old.get(key))} -> {_short(new.get(key))})" for key in changed]
     defining = [text for key, text in zip(changed, shown, strict=True) if not _harmless(key)]

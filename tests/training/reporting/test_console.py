@@ -26,6 +26,8 @@ from tests._paths import ROOT
 
 TINY_RECIPE = ROOT / "recipes" / "tiny" / "reversal.yaml"
 MAX_LINE = 200
+CLIP = (ClipAlarm.__module__,)
+"""The clip-rate alarm's logger, as DiagnosticsProbe declares it to the console."""
 
 FULL_LOGS = {
     "reward": 0.123456,
@@ -121,7 +123,7 @@ def logging_as_configured_by_nobody():
 @pytest.mark.usefixtures("logging_as_configured_by_nobody")
 def test_clip_alarm_prints_a_bang_line_instead_of_a_log_record(caplog: pytest.LogCaptureFixture) -> None:
     printed: list[str] = []
-    console = ConsoleCallback("banner", printer=lambda text, flush: printed.append(text))
+    console = ConsoleCallback("banner", printer=lambda text, flush: printed.append(text), alarm_loggers=CLIP)
     config = DiagnosticsConfig(warn_after_steps=2)
     alarm = ClipAlarm(config)
     args = TrainingArguments(output_dir="unused", report_to="none")
@@ -141,9 +143,12 @@ def test_clip_alarm_prints_a_bang_line_instead_of_a_log_record(caplog: pytest.Lo
 def test_engine_mismatch_warning_is_a_bang_line(caplog: pytest.LogCaptureFixture) -> None:
     """The engine log-prob guard's warning (engine.on_mismatch: warn / recompute) stands out too."""
     from gspo_trl.training.engine import logprobs as engine_logprobs
+    from gspo_trl.training.probes.engine import EngineLogprobsProbe
 
     printed: list[str] = []
-    console = ConsoleCallback("banner", printer=lambda text, flush: printed.append(text))
+    console = ConsoleCallback(
+        "banner", lambda text, flush: printed.append(text), EngineLogprobsProbe.alarm_loggers
+    )
     args = TrainingArguments(output_dir="unused", report_to="none")
     state, control = TrainerState(max_steps=4), TrainerControl()
     with caplog.at_level(logging.INFO):
@@ -241,7 +246,9 @@ def test_an_earlier_logging_config_cannot_silence_the_clip_alarm() -> None:
     alarm_logger.disabled, _ = True, alarm_logger.setLevel(logging.ERROR)
     try:
         printed: list[str] = []
-        console = ConsoleCallback("banner", printer=lambda text, flush: printed.append(text))
+        console = ConsoleCallback(
+            "banner", printer=lambda text, flush: printed.append(text), alarm_loggers=CLIP
+        )
         args = TrainingArguments(output_dir="unused", report_to="none")
         state, control = TrainerState(max_steps=4), TrainerControl()
         console.on_train_begin(args, state, control)
@@ -260,11 +267,11 @@ def test_a_console_whose_run_raised_does_not_take_the_next_runs_alarms() -> None
     args = TrainingArguments(output_dir="unused", report_to="none")
     state, control = TrainerState(max_steps=4), TrainerControl()
     crashed: list[str] = []
-    ConsoleCallback("old", printer=lambda text, flush: crashed.append(text)).on_train_begin(
-        args, state, control
-    )
+    ConsoleCallback(
+        "old", printer=lambda text, flush: crashed.append(text), alarm_loggers=CLIP
+    ).on_train_begin(args, state, control)
     printed: list[str] = []
-    console = ConsoleCallback("new", printer=lambda text, flush: printed.append(text))
+    console = ConsoleCallback("new", printer=lambda text, flush: printed.append(text), alarm_loggers=CLIP)
     console.on_train_begin(args, state, control)
     ClipAlarm(DiagnosticsConfig(warn_after_steps=1)).update(
         {"clip/pos_adv": 0.9, "clip/region": 0.8}, 3e-4, 4e-4
@@ -280,7 +287,6 @@ def test_training_that_raises_lets_go_of_the_alarm_loggers(tmp_path: Path) -> No
     from transformers import TrainerCallback
 
     from gspo_trl.training.probes.console import install_console
-    from gspo_trl.training.reporting.console import ALARM_LOGGERS
     from tests._gspo_helpers import make_trainer, tiny_model_dir
 
     class Boom(TrainerCallback):
@@ -292,5 +298,5 @@ def test_training_that_raises_lets_go_of_the_alarm_loggers(tmp_path: Path) -> No
     trainer.add_callback(Boom())
     with pytest.raises(RuntimeError, match="boom"):
         trainer.train()
-    left = {name: logging.getLogger(name).filters for name in ALARM_LOGGERS}
+    left = {name: logging.getLogger(name).filters for name in trainer.probes.alarm_loggers()}
     assert all(not filters for filters in left.values()), left

@@ -25,12 +25,12 @@ import pytest
 
 from gspo_trl.cli.main import main as gspo_trl_main
 from gspo_trl.model.loading.checkpoints import latest_checkpoint
+from gspo_trl.training.probes.staged_checkpoints import STAGING
 from gspo_trl.training.safety.reward_output_checks import (
     AsyncCheckedReward,
     RewardFailedError,
     with_reward_checks,
 )
-from gspo_trl.training.safety.staged_checkpoints import STAGING
 from tests._gspo_helpers import tiny_model_dir
 from tests.training.safety.test_resume import RUN_TIMEOUT_S
 from tests.training.test_distributed import (

@@ -241,8 +241,9 @@ def test_file_names_match_the_libraries_that_write_them() -> None:
     from transformers import trainer, utils
 
     from gspo_trl.model.loading import checkpoints
+    from gspo_trl.training.probes import staged_checkpoints
     from gspo_trl.training.reporting import metrics_file
-    from gspo_trl.training.safety import run_dir, staged_checkpoints
+    from gspo_trl.training.safety import run_dir
 
     assert {
         utils.SAFE_WEIGHTS_NAME,

@@ -81,7 +81,7 @@ def test_resume_mid_rollout_batch_says_how_many_steps_are_regenerated(tmp_path, 
 )
 def test_mid_batch_resume_note(accumulation, global_step, expected) -> None:
     from gspo_trl.config.batch import RolloutBatch
-    from gspo_trl.training.safety.resume_warnings import mid_batch_resume_note
+    from gspo_trl.training.probes.resume_warnings import mid_batch_resume_note
 
     note = mid_batch_resume_note(RolloutBatch(8, 1, 4, 4, accumulation), global_step)
     assert note == expected if expected is None else note.startswith(expected), note
@@ -101,7 +101,7 @@ def test_tied_weights_filter_drops_only_the_tied_copy(tmp_path, missing, dropped
 
     from transformers import AutoModelForCausalLM
 
-    from gspo_trl.training.safety.resume_warnings import MISSING_KEYS_PREFIX, TiedWeightsFilter
+    from gspo_trl.training.probes.resume_warnings import MISSING_KEYS_PREFIX, TiedWeightsFilter
     from tests._gspo_helpers import tiny_model_dir
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir(tmp_path))
