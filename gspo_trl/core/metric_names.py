@@ -105,6 +105,14 @@ def behaviour_by_length(share: str, bucket: str) -> str:
     return f"{share}/{bucket}"
 
 
+SAMPLING_MASKS = f"{GSPO}/sampling_masks"
+SAMPLING_KEPT_MASS = f"{SAMPLING_MASKS}/kept_mass"
+"""engine.sampling_masks: replay: mean S_t (0-1) over the rollout batches' completion tokens, the
+probability mass the top_p/top_k/min_p filter kept (replayed on pi_old's logits)."""
+SAMPLING_OUTSIDE = f"{SAMPLING_MASKS}/sampled_outside"
+"""Share (0-1) of sampled tokens the replayed filter dropped (a kept set unlike the engine's; each
+such token is added back to its kept set)."""
+
 STALENESS = f"{GSPO}/staleness"
 STALENESS_MEAN = f"{STALENESS}/mean"
 STALENESS_MAX = f"{STALENESS}/max"

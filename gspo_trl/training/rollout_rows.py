@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from gspo_trl.training.engine.sampling_masks import SAMPLING_LOG_KEPT_MASS
 from gspo_trl.training.engine.staleness import ENGINE_STALENESS, ENGINE_VERSION
 from gspo_trl.training.routing import ROUTED_EXPERTS
 
@@ -48,6 +49,7 @@ LAYOUTS = {
     ROUTED_EXPERTS: Layout(2, "sequence"),  # (B, layers, P + C, k), gspo_trl.training.routing
     ENGINE_VERSION: ROW,  # gspo_trl.training.engine.staleness
     ENGINE_STALENESS: ROW,
+    SAMPLING_LOG_KEPT_MASS: Layout(1, "completion"),  # gspo_trl.training.engine.sampling_masks
 }
 BATCH_TOTALS = ("num_items_in_batch",)
 """Scalars over the whole rollout batch, all ranks (TRL's token count the dapo loss divides by)."""

@@ -8,6 +8,7 @@ in this order, which is also the order of their events and of their callbacks:
     GspoTokenProbe        GSPO-token (`GSPOConfig(gspo_token=True)`): pi_old rewritten per token
     DiagnosticsProbe      gspo/* from the loss's own policy pass (no extra forward)
     EngineLogprobsProbe   `engine: {old_logprobs: engine}`: pi_old from vLLM, and its guard
+    SamplingMaskProbe     `engine: {sampling_masks: replay}`: engine log-probs renormalised by the kept mass
     BehaviourProbe        `engine: {correction: ...}`: each response weighed for the engine/trainer gap
     RoutingProbe          `moe:` routing record/replay and flip rates (inert for a dense model)
     StalenessProbe        `engine: {max_staleness: d}` (d > 0): the engine synced every d + 1 rollout batches
@@ -15,8 +16,7 @@ in this order, which is also the order of their events and of their callbacks:
     StagedCheckpointsProbe  checkpoints written whole or not at all
     NonFiniteProbe        a run whose loss, grad norm or weights turn inf/NaN stops before a save
     ResumeIntervalsProbe  a resume logs, evaluates and saves at the intervals it was given
-    ... then the probes given as `GSPOTrainer(..., probes=[...])` (the console, held-out scoring,
-    or your own: docs/probes.md).
+    ... then `GSPOTrainer(..., probes=[...])`'s (the console, held-out scoring, yours: docs/probes.md).
 
 This module is the one place of the package that names TRL's and transformers' private Trainer
 methods (tests/training/test_trl_private_methods.py checks it): each override quotes the TRL
@@ -54,6 +54,7 @@ from gspo_trl.training.probes.engine import EngineLogprobsProbe
 from gspo_trl.training.probes.gspo_token import GspoTokenProbe
 from gspo_trl.training.probes.perf import PerfProbe
 from gspo_trl.training.probes.routing import RoutingProbe
+from gspo_trl.training.probes.sampling_masks import SamplingMaskProbe
 from gspo_trl.training.probes.staleness import StalenessProbe
 from gspo_trl.training.safety.non_finite import NonFiniteProbe
 from gspo_trl.training.safety.resume_warnings import ResumeIntervalsProbe
@@ -80,6 +81,7 @@ def builtin_probes(args: Any) -> list[Probe]:
         *probes,
         DiagnosticsProbe(diagnostics),
         EngineLogprobsProbe(engine),
+        SamplingMaskProbe(engine),
         BehaviourProbe(engine, diagnostics),
         RoutingProbe(_section(args, "moe", MoeConfig), diagnostics),
         *stale,

@@ -1,0 +1,48 @@
+"""`engine.sampling_masks: replay` as a probe: each training rollout batch's engine log-probs
+renormalised by the kept mass of the sampler's filter (gspo_trl.training.engine.sampling_masks).
+
+It goes right after EngineLogprobsProbe (whose answer says whether pi_old is the engine's) and
+before BehaviourProbe, whose `auto` calibration reads the rollout batch at its end. Events used:
+
+    attach           the replay, active only under a reshaping sampler with the key set
+    on_rollout_begin how many pi_old passes the engine had answered so far
+    on_rollout_end   training batches: log S_t from pi_old's weights, mu (and an engine pi_old) + log S_t
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from gspo_trl.config.sections import EngineConfig
+from gspo_trl.training.engine.sampling_masks import SamplingMaskReplay
+from gspo_trl.training.probes.base import Probe
+
+logger = logging.getLogger(__name__)
+
+
+class SamplingMaskProbe(Probe):
+    """The sampling-mask replay of a run (inert unless `engine.sampling_masks: replay`)."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.replay: SamplingMaskReplay | None = None
+        self._engine_answers = 0
+
+    def attach(self, trainer: Any) -> None:
+        self.replay = SamplingMaskReplay(trainer, self.config)
+        if self.replay.active:
+            logger.info("engine.sampling_masks: %s", self.replay.describe())
+
+    def _answered(self, trainer: Any) -> int:
+        engine = getattr(trainer, "engine_logprobs", None)
+        return engine.forwards_skipped if engine is not None else 0
+
+    def on_rollout_begin(self, trainer: Any, training: bool) -> None:
+        self._engine_answers = self._answered(trainer)
+
+    def on_rollout_end(self, trainer: Any, batch: dict[str, Any]) -> dict[str, Any]:
+        if not (self.replay.active and trainer.model.training):
+            return batch
+        from_engine = self._answered(trainer) > self._engine_answers
+        return self.replay.apply(trainer, batch, from_engine)
