@@ -266,6 +266,7 @@ METRIC_PATTERN = re.compile(
     rf"|{re.escape(BEHAVIOUR)}/(?:weight_(?:mean|p1|p99)|(?:truncated|rejected)(?:/len_\d+-(?:\d+|inf))?)"
     rf"|{re.escape(DYNAMIC)}/(?:{'|'.join(_DYNAMIC_FIELDS)})"
     rf"|{re.escape(STALENESS)}/(?:mean|max|updates|engine_step|d\d+/(?:{'|'.join(_STALENESS_STATS)}))"
+    rf"|{re.escape(SAMPLING_MASKS)}/(?:kept_mass|sampled_outside)"
     rf"|(?:eval_)?{re.escape(HELDOUT)}/(?:score|judged|pass@[1-9]\d*)"
     rf"|{PERF}/(?:total/)?(?:{'|'.join((*PHASES, PHASE_OTHER))})_s"
     rf"|{PERF}/(?:{'|'.join((*_PERF_FIELDS, 'update_flops', 'mfu'))})"

@@ -20,7 +20,7 @@ from gspo_trl.core.errors import RecipeError
 
 SAMPLING_NEUTRAL = {
     "top_p": (1.0, None),
-    "top_k": (0, -1, None),  # TRL's "no top-k" is 0 (grpo_config.py:543-548), vLLM's -1 or 0
+    "top_k": (0, -1, None),  # no top-k: TRL `default=0,` (trl/trainer/grpo_config.py:544), vLLM 0 or -1
     "min_p": (0.0, None),
     "repetition_penalty": (1.0, None),
 }
@@ -40,7 +40,7 @@ RESET = "top_p: 1.0, top_k: 0, min_p: null, repetition_penalty: 1.0"
 def sampler_settings(training: Mapping[str, Any]) -> dict[str, Any]:
     """The sampler's top_p/top_k/min_p/repetition_penalty as vLLM gets them: `generation_kwargs`
     overrides the GRPOConfig fields (TRL: `generation_kwargs.update(self.generation_kwargs)`,
-    trl/generation/vllm_generation.py:670)."""
+    trl/generation/vllm_generation.py:672)."""
     extra = training.get("generation_kwargs") or {}
     if isinstance(extra, str):  # GRPOConfig accepts a JSON string
         try:

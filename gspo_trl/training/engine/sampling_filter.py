@@ -7,13 +7,16 @@ so the two differ by log S_t = logsumexp_{K_t} z - logsumexp_V z <= 0, the log o
 `log_kept_mass` computes it from the trainer's logits with the same operations, in the same order
 and precision (fp32) as vLLM 0.31's CPU sampler:
 
-1. temperature: `logits = self.apply_temperature(...)` (vllm/v1/sample/sampler.py:276);
-2. min_p, an argmax-invariant processor applied next (sampler.py:282-283): a token is dropped when
-   `probability_values < adjusted_min_p`, max prob x min_p (logits_processor/builtin.py:106-115);
-3. top-k then top-p on the logits sorted ascending (`apply_top_k_top_p_pytorch`,
-   ops/topk_topp_sampler.py:462-503): below the k-th largest value dropped (ties kept), then the
-   tokens whose ascending cumulative probability is `<= 1 - p` dropped, the largest always kept.
-   Top-k alone keeps `logits >= ` the k-th largest (`apply_top_k_only`, :506-525): the same set.
+1. temperature: `logits = self.apply_temperature(` (vllm/v1/sample/sampler.py:276);
+2. min_p, an argmax-invariant processor applied next
+   (`for processor in sampling_metadata.logitsprocs.argmax_invariant:`, sampler.py:282): a token is
+   dropped when `invalid_token_mask = probability_values < adjusted_min_p`
+   (vllm/v1/sample/logits_processor/builtin.py:113), the threshold max prob x min_p;
+3. top-k then top-p on the logits sorted ascending (`def apply_top_k_top_p_pytorch(`,
+   vllm/v1/sample/ops/topk_topp_sampler.py:462): below the k-th largest value dropped (ties kept),
+   then the tokens whose ascending cumulative probability is `top_p_mask = probs_sum <= 1 - p`
+   (topk_topp_sampler.py:497), the largest always kept. Top-k alone keeps the same set
+   (`return logits.masked_fill_(logits < top_k_mask, -float("inf"))`, topk_topp_sampler.py:525).
 
 The sampled token is kept by construction (vLLM drew it), so it is added to K_t when the
 trainer's logits, a rounding away from the engine's, put it just outside: `sampled_outside` counts

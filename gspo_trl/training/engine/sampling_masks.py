@@ -92,9 +92,17 @@ class SamplingMaskReplay:
         old = batch.get("old_per_token_logps")
         if pi_old_from_engine and old is not None:
             batch["old_per_token_logps"] = old + log_mass.to(old.dtype)
-        scored = batch["completion_mask"].bool()
-        tokens = max(int(scored.sum()), 1)
-        trainer.record_metric(names.SAMPLING_KEPT_MASS, float(log_mass.double().exp()[scored].sum()) / tokens)
-        trainer.record_metric(names.SAMPLING_OUTSIDE, float(outside.sum()) / tokens)
+        for key, value in replay_metrics(log_mass, outside, batch["completion_mask"]).items():
+            trainer.record_metric(key, value)
         self.rollouts += 1
         return batch
+
+
+def replay_metrics(log_mass: torch.Tensor, outside: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """gspo/sampling_masks/kept_mass (mean S_t) and /sampled_outside (share) over the scored tokens."""
+    scored = mask.bool()
+    tokens = max(int(scored.sum()), 1)
+    return {
+        names.SAMPLING_KEPT_MASS: float(log_mass.double().exp()[scored].sum()) / tokens,
+        names.SAMPLING_OUTSIDE: float(outside[scored].sum()) / tokens,
+    }
