@@ -33,8 +33,9 @@ from gspo_trl.training.engine.sampling_filter import SamplerFilter, log_kept_mas
 SAMPLING_LOG_KEPT_MASS = "sampling_log_kept_mass"
 """The rollout dict's key for log S_t, (B, C) nats, 0 on padding."""
 
-ROWS_PER_FORWARD = 8
-"""Rows per no-grad forward: bounds the full logits held at once to 8 x (C + 1) x vocabulary."""
+LOGITS_BUDGET = 2**26
+"""Logits held at once by the replay's forward (256 MiB in fp32): as many rows per call as fit,
+at least one; the tiny model's rollout batch is one call, a 150k vocabulary at C = 1024 one row."""
 
 
 class SamplingMaskReplay:
@@ -61,9 +62,11 @@ class SamplingMaskReplay:
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
         attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
         width = completion_ids.shape[1]
+        vocabulary = trainer.model.get_output_embeddings().weight.shape[0]
+        step = max(1, LOGITS_BUDGET // ((width + 1) * vocabulary))
         masses, outside = [], []
-        for start in range(0, input_ids.shape[0], ROWS_PER_FORWARD):
-            rows = slice(start, start + ROWS_PER_FORWARD)
+        for start in range(0, input_ids.shape[0], step):
+            rows = slice(start, start + step)
             with trainer.accelerator.autocast():
                 logits = trainer.model(
                     input_ids=input_ids[rows], attention_mask=attention_mask[rows], logits_to_keep=width + 1
