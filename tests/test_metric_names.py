@@ -15,6 +15,7 @@ import gspo_trl.core.metric_names as names
 from gspo_trl.training.diagnostics import ROW_COLUMNS, bucket_labels, summarize_rows
 from gspo_trl.training.engine.behaviour import summarize_weights
 from gspo_trl.training.engine.mismatch import judge_mismatch
+from gspo_trl.training.engine.sampling_masks import replay_metrics as sampling_mask_metrics
 from gspo_trl.training.engine.staleness import RolloutVersion, by_staleness, rollout_metrics
 from gspo_trl.training.heldout.scoring import mean_grade
 from gspo_trl.training.routing import FlipCounts, engine_routing_metrics, replay_metrics
@@ -38,6 +39,9 @@ def logged_names() -> set[str]:
     flips.add(torch.tensor([1.0, 3.0]), 8.0, torch.tensor([0.25, float("nan")]))
     found |= {names.under(p, s) for p in (names.minibatch(2), names.OFFPOLICY) for s in flips.stats()}
     found |= set(engine_routing_metrics(flips)) | set(replay_metrics(3, 4))
+    found |= set(
+        sampling_mask_metrics(torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.bool), torch.ones(2, 3))
+    )
     found |= {names.heldout(k) for k in mean_grade([[1.0, None]])} | {
         names.heldout_pass_at(k) for k in (1, 4)
     }

@@ -105,6 +105,14 @@ def behaviour_by_length(share: str, bucket: str) -> str:
     return f"{share}/{bucket}"
 
 
+SAMPLING_MASKS = f"{GSPO}/sampling_masks"
+SAMPLING_KEPT_MASS = f"{SAMPLING_MASKS}/kept_mass"
+"""engine.sampling_masks: replay: mean S_t (0-1) over the rollout batches' completion tokens, the
+probability mass the top_p/top_k/min_p filter kept (replayed on pi_old's logits)."""
+SAMPLING_OUTSIDE = f"{SAMPLING_MASKS}/sampled_outside"
+"""Share (0-1) of sampled tokens the replayed filter dropped (a kept set unlike the engine's; each
+such token is added back to its kept set)."""
+
 STALENESS = f"{GSPO}/staleness"
 STALENESS_MEAN = f"{STALENESS}/mean"
 STALENESS_MAX = f"{STALENESS}/max"
@@ -260,6 +268,7 @@ METRIC_PATTERN = re.compile(
     rf"|{re.escape(BEHAVIOUR)}/(?:weight_(?:mean|p1|p99)|(?:truncated|rejected)(?:/len_\d+-(?:\d+|inf))?)"
     rf"|{re.escape(DYNAMIC)}/(?:{'|'.join(_DYNAMIC_FIELDS)})"
     rf"|{re.escape(STALENESS)}/(?:mean|max|updates|engine_step|d\d+/(?:{'|'.join(_STALENESS_STATS)}))"
+    rf"|{re.escape(SAMPLING_MASKS)}/(?:kept_mass|sampled_outside)"
     rf"|(?:eval_)?{re.escape(HELDOUT)}/(?:score|judged|pass@[1-9]\d*)"
     rf"|{PERF}/(?:total/)?(?:{'|'.join((*PHASES, PHASE_OTHER))})_s"
     rf"|{PERF}/(?:{'|'.join((*_PERF_FIELDS, 'update_flops', 'mfu', 'packed_fraction'))})"

@@ -39,12 +39,14 @@ import torch
 from gspo_trl.config.optional_packages import VLLM
 from gspo_trl.config.sections import MAX_BIAS_FRACTION, MAX_OUTSIDE_CLIP
 from gspo_trl.config.sections.engine_correction import CALIBRATION_KEY
+from gspo_trl.config.sections.engine_sampler import describe_sampler
 from gspo_trl.core.errors import UserError
 from gspo_trl.core.progress import progress_bar
 from gspo_trl.model.loading.hub import hub_model_errors
 from gspo_trl.training.diagnostics import bucket_labels
 from gspo_trl.training.engine.correction import divergence_from_sequences, divergence_percentiles
 from gspo_trl.training.engine.mismatch import judge_mismatch
+from gspo_trl.training.engine.sampling_filter import SamplerFilter, log_kept_mass
 
 VLLM_MISSING = f"check-logprobs samples with vLLM, which is not installed. {VLLM.install}"
 
@@ -101,6 +103,10 @@ class LogprobPairs:
     trainer: list[torch.Tensor]
     completion_ids: list[list[int]]
     prompt_ids: list[list[int]]
+    log_kept_mass: list[torch.Tensor] | None = None
+    """Under a reshaping sampler, log S_t per token (the trainer's replay of the filter, nats <= 0)."""
+    replayed: bool = False
+    """`trainer` is renormalised over the kept set (log pi - log S_t), engine.sampling_masks: replay."""
 
 
 def _stats(x: torch.Tensor) -> dict[str, float]:
@@ -116,12 +122,19 @@ def _stats(x: torch.Tensor) -> dict[str, float]:
 
 
 def trainer_logprobs(
-    trainer: Any, prompt_ids: list[list[int]], completion_ids: list[list[int]], batch_size: int = 8
+    trainer: Any,
+    prompt_ids: list[list[int]],
+    completion_ids: list[list[int]],
+    batch_size: int = 8,
+    sampler: SamplerFilter | None = None,
+    kept_mass: list[torch.Tensor] | None = None,
 ) -> list[torch.Tensor]:
     """Log-probs the trainer's model gives each completion token, as TRL computes them.
 
     Right-padded batches of prompt+completion (positions stay exact), logits divided by the
-    trainer's temperature, under the trainer's autocast, in eval mode (no dropout).
+    trainer's temperature, under the trainer's autocast, in eval mode (no dropout). With an active
+    `sampler`, log S_t of its replayed filter (gspo_trl.training.engine.sampling_filter) is appended
+    per completion to `kept_mass` (the log-probs themselves stay the plain softmax's).
     """
     model = trainer.model
     device = trainer.accelerator.device
@@ -145,7 +158,11 @@ def trainer_logprobs(
             logps = torch.log_softmax(logits, dim=-1)
             for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
                 positions = torch.arange(len(p) - 1, len(p) + len(c) - 1, device=device)
-                out.append(logps[i, positions, torch.tensor(c, device=device)].double().cpu())
+                tokens = torch.tensor(c, device=device, dtype=torch.long)
+                out.append(logps[i, positions, tokens].double().cpu())
+                if sampler is not None and sampler.active and kept_mass is not None:
+                    mass = log_kept_mass(logits[i, positions], tokens, sampler).log_mass
+                    kept_mass.append(mass.double().cpu())
             bar.update(len(rows))
     finally:
         bar.close()
@@ -172,9 +189,17 @@ def sample_and_recompute(trainer: Any, prompts: Sequence[Any], num_generations: 
         torch.tensor([math.nan if tok[0] is None else tok[0] for tok in seq], dtype=torch.float64)
         for seq in logprobs
     ]
-    return LogprobPairs(
-        engine, trainer_logprobs(trainer, prompt_ids, completion_ids), completion_ids, prompt_ids
-    )
+    sampler = SamplerFilter.from_settings(vars(trainer.args))
+    kept: list[torch.Tensor] = []
+    plain = trainer_logprobs(trainer, prompt_ids, completion_ids, sampler=sampler, kept_mass=kept)
+    replayed = sampler.active and _replays(trainer)
+    scored = [t - m for t, m in zip(plain, kept, strict=True)] if replayed else plain
+    return LogprobPairs(engine, scored, completion_ids, prompt_ids, kept or None, replayed)
+
+
+def _replays(trainer: Any) -> bool:
+    """The run's `engine.sampling_masks` is `replay` (a GSPOConfig's engine section)."""
+    return getattr(getattr(trainer.args, "engine", None), "sampling_masks", "off") == "replay"
 
 
 def agreement_report(
@@ -209,7 +234,14 @@ def agreement_report(
             by_length[label] = {**_stats(delta[sel]), "outside_clip": outside}
     verdict = judge_mismatch(delta, eps_low, eps_high, max_bias_fraction, max_outside_clip)
     divergence = divergence_from_sequences([t for _, t in kept], [e for e, _ in kept])
+    kept_mass = None
+    if pairs.log_kept_mass is not None:
+        kept_mass = _stats(
+            torch.cat([m[ok] for (_, _, ok), m in zip(valid, pairs.log_kept_mass, strict=True)])
+        )
     return {
+        "log_kept_mass": kept_mass,
+        "sampling_masks": "replay" if pairs.replayed else "off",
         CALIBRATION_KEY: divergence_percentiles(divergence),  # engine.thresholds_from reads it
         "eps_low": eps_low,
         "eps_high": eps_high,
@@ -245,14 +277,18 @@ def format_report(report: dict[str, Any]) -> str:
             f"policy moved by the update: token |dlogp| mean {pc['token_abs_mean']:.3e}, "
             f"max {pc['token_abs_max']:.3e}"
         )
+    lines.append(_sampler_line(report))
     verdict = "SAFE" if report["safe"] else "UNSAFE"
+    replay = ", sampling_masks: replay" if report.get("sampling_masks") == "replay" else ""
     lines.append(
-        f"{verdict}: engine log-probs as pi_old under eps_low={report['eps_low']:g}, "
+        f"{verdict}: engine log-probs as pi_old (sampler measured: {report.get('sampler', 'plain softmax')}) "
+        f"under eps_low={report['eps_low']:g}, "
         f"eps_high={report['eps_high']:g}: mismatch alone puts {report['outside_clip']:.1%} of responses "
         f"outside the clip range (limit {report['max_outside_clip']:.1%}); |bias| "
         f"{abs(seq['mean']):.2e} vs limit {report['bias_limit']:.2e}. "
         + (
-            "Recipe key `engine: {old_logprobs: engine}` can be set (its guard rechecks every rollout batch)."
+            f"Recipe key `engine: {{old_logprobs: engine{replay}}}` can be set (its guard rechecks every "
+            "rollout batch)."
             if report["safe"]
             else "Keep `engine: {old_logprobs: trainer}` (the default)."
         )
@@ -260,6 +296,25 @@ def format_report(report: dict[str, Any]) -> str:
     if not report["safe"]:
         lines.append("Keep recomputing pi_old with the trainer (TRL's default), or fix the engine mismatch.")
     return "\n".join(lines)
+
+
+def _sampler_line(report: dict[str, Any]) -> str:
+    """What the sampler does to the gap above: nothing, -log S_t (the kept mass), or replayed away."""
+    sampler = report.get("sampler", "plain softmax")
+    if sampler == "plain softmax":
+        return "sampler measured: plain softmax (top_p 1, top_k 0, no min_p): the gap is the engine's"
+    mass = report.get("log_kept_mass") or {}
+    kept = f" (mean log S_t {mass['mean']:+.3e} nats)" if mass.get("n") else ""
+    if report.get("sampling_masks") == "replay":
+        return (
+            f"sampler measured: {sampler}; trainer log-probs renormalised over the kept set{kept} "
+            "(engine.sampling_masks: replay): the gap is the engine's"
+        )
+    return (
+        f"sampler measured: {sampler}: vLLM reports log-probs of the filtered distribution, so the gap "
+        f"is -log S_t, the mass the filter dropped{kept}, not engine bias; set engine.sampling_masks: "
+        "replay to measure the engine alone"
+    )
 
 
 def run_check(
@@ -285,6 +340,7 @@ def run_check(
         trainer.train()
     trainer.vllm_generation.sync_weights()
     report = agreement_report(sample_and_recompute(trainer, prompts, num_generations), *eps, **report_kwargs)
+    report["sampler"] = describe_sampler(vars(trainer.args))
     report["train_steps"] = train_steps
     if before is not None:
         report["before_update"] = agreement_report(before, *eps, **report_kwargs)

@@ -44,6 +44,7 @@ from gspo_trl.training.probes.packing import PackingProbe
 from gspo_trl.training.probes.perf import PerfProbe
 from gspo_trl.training.probes.resume_warnings import ResumeIntervalsProbe
 from gspo_trl.training.probes.routing import RoutingProbe
+from gspo_trl.training.probes.sampling_masks import SamplingMaskProbe
 from gspo_trl.training.probes.staged_checkpoints import StagedCheckpointsProbe
 from gspo_trl.training.probes.staleness import StalenessProbe
 
@@ -68,6 +69,7 @@ def builtin_probes(args: Any) -> list[Probe]:
         *probes,
         DiagnosticsProbe(diagnostics),
         EngineLogprobsProbe(engine),
+        SamplingMaskProbe(engine),
         BehaviourProbe(engine, diagnostics),
         RoutingProbe(_section(args, "moe", MoeConfig), diagnostics),
         *stale,

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gspo_trl.config.sections.engine_correction import check_correction_settings
+from gspo_trl.config.sections.engine_sampler import check_sampler_settings
 from gspo_trl.config.sections.engine_staleness import check_staleness_settings
 from gspo_trl.core.errors import RecipeError
 
@@ -65,6 +66,13 @@ class EngineConfig:
     max_staleness: d >= 0; the engine's weights are synced every d + 1 rollout batches instead of
         every one, so a rollout batch is sampled by a policy 0 to d rollout batches old, as an
         asynchronous pipeline of depth d would sample it; 0: synced every rollout batch (TRL's way).
+
+    Sampling masks (gspo_trl.config.sections.engine_sampler, docs/engine-logprobs.md "Top-p, top-k
+    and min-p"):
+    sampling_masks: `off` or `replay`: re-apply the sampler's top_k/top_p/min_p filter to the
+        trainer's logits and renormalise over the kept set, so that the engine's log-probs (of the
+        filtered distribution) and the trainer's meet on one scale. Without it, engine log-probs as
+        pi_old and the behaviour correction are refused under a reshaping sampler.
     """
 
     old_logprobs: str = "trainer"
@@ -79,6 +87,7 @@ class EngineConfig:
     thresholds_from: str | None = None
     max_rejected: float = 0.1
     max_staleness: int = 0
+    sampling_masks: str = "off"
 
     def __post_init__(self) -> None:
         if self.old_logprobs not in OLD_LOGPROBS_SOURCES:
@@ -114,39 +123,14 @@ class EngineConfig:
         return self.correction != "off"
 
 
-SAMPLING_NEUTRAL = {
-    "top_p": (1.0, None),
-    "top_k": (0, -1, None),
-    "min_p": (0.0, None),
-    "repetition_penalty": (1.0, None),
-}
-"""Generation settings and the values that leave the sampler alone. Any other value makes vLLM
-sample from (and report log-probs of) a reshaped distribution, while the trainer scores the plain
-softmax of logits / temperature: with engine log-probs as pi_old, every s_i would be biased."""
-
-
 def check_engine_settings(config: EngineConfig, training: Mapping[str, Any]) -> None:
-    """Engine log-probs need vLLM and an unreshaped sampler (`training`: the GRPOConfig fields); the
-    behaviour correction's keys (gspo_trl.config.sections.engine_correction)."""
+    """Engine log-probs need vLLM and an unreshaped (or replayed) sampler (`training`: the GRPOConfig
+    fields); the behaviour correction's keys (gspo_trl.config.sections.engine_correction)."""
     check_correction_settings(config, training)
     check_staleness_settings(config, training)
-    if not config.from_engine:
-        return
-    if not training.get("use_vllm"):
+    if config.from_engine and not training.get("use_vllm"):
         raise RecipeError(
             "engine.old_logprobs: engine takes pi_old from vLLM's sampling log-probs; set use_vllm: true "
             "or use old_logprobs: trainer"
         )
-    extra = training.get("generation_kwargs") or {}
-    changed = []
-    for key, neutral in SAMPLING_NEUTRAL.items():
-        value = extra.get(key, training.get(key))
-        if value not in neutral:
-            changed.append(f"{key}={value!r}")
-    if changed:
-        raise RecipeError(
-            f"engine.old_logprobs: engine with {', '.join(changed)}: vLLM then reports log-probs of the "
-            "truncated/penalised distribution it sampled from, while the trainer's ratio uses the plain "
-            "softmax of logits / temperature, so every s_i would be biased. Reset those keys "
-            "(top_p: 1.0, top_k: 0, min_p: null, repetition_penalty: 1.0) or use old_logprobs: trainer."
-        )
+    check_sampler_settings(config, training)
