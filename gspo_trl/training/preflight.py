@@ -35,6 +35,8 @@ from gspo_trl.config.hub_ids import looks_like_local_path
 from gspo_trl.config.recipe import Recipe
 from gspo_trl.config.rewards_section_checks import REWARDS_KEY
 from gspo_trl.config.sections import TINY, TINY_MODEL_DIR
+from gspo_trl.config.sections.tiny import TINY_MAX_POSITIONS
+from gspo_trl.config.trl_fields import grpo_default
 from gspo_trl.config.validation import ROLLOUT_KEYS, check_reward_construction, find_problems, world_size
 from gspo_trl.core.errors import RecipeError
 from gspo_trl.model.loading.hub import check_cached_when_offline
@@ -149,8 +151,28 @@ def check_model_path(recipe: Recipe, offline_cache: bool = True) -> None:
     name = recipe.model.name_or_path
     if looks_like_local_path(name) and not Path(name).expanduser().exists():
         raise RecipeError(f"model.name_or_path: {name!r} does not exist")
+    if name == TINY and Path(TINY).is_dir():
+        raise RecipeError(
+            f"model.name_or_path: {TINY!r} names both the built-in tiny CPU model and the folder "
+            f"{str(Path(TINY).resolve())!r} here; write './{TINY}' to train that folder, or run from "
+            "another directory to build the built-in one"
+        )
     if name != TINY and offline_cache:
         check_cached_when_offline(name, recipe.model.revision)
+
+
+def check_completion_fits_the_tiny_model(recipe: Recipe, folder: Path | None) -> None:
+    """The built-in tiny model before a run builds it: no files for the prompt-length check, but
+    its positions are known (TINY_MAX_POSITIONS), and a max_completion_length that fills them
+    would generate past them for minutes."""
+    if recipe.model.name_or_path != TINY or (folder is not None and (folder / "config.json").is_file()):
+        return  # a folder on disk: check_prompt_lengths reads its own max_position_embeddings
+    completion = int(recipe.training.get("max_completion_length") or grpo_default("max_completion_length"))
+    if completion >= TINY_MAX_POSITIONS:
+        raise RecipeError(
+            f"max_completion_length: {completion} leaves no room for a prompt in the built-in tiny model's "
+            f"{TINY_MAX_POSITIONS} positions (max_position_embeddings); give less than {TINY_MAX_POSITIONS}"
+        )
 
 
 def model_files(recipe: Recipe) -> Path | None:
@@ -217,6 +239,8 @@ def preflight(recipe: Recipe, processes: int | None = None, model_cached: bool =
     run(check_model_config, folder, reads=("model.name_or_path",), marks=("model.name_or_path",))
     generation_keys = (*ROLLOUT_KEYS, "max_completion_length")
     run(_check_generation_fits, recipe, processes, folder, reads=generation_keys, marks=("data",))
+    tiny_keys = ("max_completion_length", "model.name_or_path")
+    run(check_completion_fits_the_tiny_model, recipe, folder, reads=tiny_keys)
     data_keys = (*reward_keys, "data", "model.name_or_path")
     data = run(_checked_data, recipe, processes, folder, problems, reads=data_keys)
     problems.raise_if_any()
