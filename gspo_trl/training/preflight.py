@@ -39,7 +39,7 @@ from gspo_trl.config.sections.tiny import TINY_MAX_POSITIONS
 from gspo_trl.config.trl_fields import grpo_default
 from gspo_trl.config.validation import ROLLOUT_KEYS, check_reward_construction, find_problems, world_size
 from gspo_trl.core.errors import RecipeError
-from gspo_trl.model.loading.hub import check_cached_when_offline
+from gspo_trl.model.loading.hub import check_cached_when_offline, check_hub_push
 from gspo_trl.training.safety.input_sizes import check_generation_fits, check_synthetic_rows
 
 logger = logging.getLogger("gspo_trl")
@@ -223,7 +223,9 @@ def preflight(recipe: Recipe, processes: int | None = None, model_cached: bool =
     Warnings (a reward that can never act) go to the `gspo_trl` logger.
 
     `model_cached=False` (`gspo-trl validate`) skips the check that an offline hub model is in
-    the cache: a recipe is valid before its model is downloaded, and validate says so instead."""
+    the cache: a recipe is valid before its model is downloaded, and validate says so instead;
+    nor does it ask the hub whether a `push_to_hub` run could push (its token and HF_HUB_OFFLINE
+    are checked by both)."""
     processes = processes or world_size()
     problems = find_problems(recipe, processes)
     run = problems.run
@@ -231,6 +233,8 @@ def preflight(recipe: Recipe, processes: int | None = None, model_cached: bool =
     for warning in run(check_reward_construction, recipe, reads=reward_keys) or ():
         logger.warning(warning)
     run(check_model_path, recipe, model_cached, reads=("model.name_or_path", "model.revision"))
+    push = (bool(recipe.training.get("push_to_hub")), recipe.training.get("hub_model_id"))
+    run(check_hub_push, *push, not model_cached, reads=("push_to_hub", "hub_model_id"))
     run(check_output_dir, output_dir_of(recipe), reads=("output_dir",))
     run(check_output_dir_spares_model, recipe, reads=("output_dir", "model.name_or_path"))
     # a refusal below marks its key: the data is not loaded on a refused size or model config

@@ -33,3 +33,52 @@ def test_the_built_in_model_gets_the_position_check_before_it_is_built(
         "error: max_completion_length: 4096 leaves no room for a prompt in the built-in tiny model's "
         "512 positions (max_position_embeddings); give less than 512"
     )
+
+
+@pytest.mark.parametrize(
+    ("offline", "token", "words"),
+    [
+        ("1", "hf_unused", "but HF_HUB_OFFLINE=1 forbids the hub; unset it, or --push_to_hub false"),
+        ("0", None, "needs a hub token with write access: `hf auth login` or HF_TOKEN"),
+    ],
+    ids=["HF_HUB_OFFLINE=1", "no token"],
+)
+def test_a_hub_push_that_cannot_push_is_refused_before_the_model_loads(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    offline: str,
+    token: str | None,
+    words: str,
+) -> None:
+    """train loaded the model, then died in transformers' create_repo: 98 lines of httpx.ConnectError."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", offline == "1")
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    if token:
+        monkeypatch.setenv("HF_TOKEN", token)
+    argv = [str(_recipe(tmp_path)), "--push_to_hub", "true", "--hub_model_id", "me/x"]
+    message = refused_alike(argv, capsys)
+    assert message.startswith("error: push_to_hub: true (hub_model_id 'me/x')") and words in message, message
+
+
+def test_train_asks_the_hub_before_the_model_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hub that cannot be reached (a closed local port here): one line from train, exit 2."""
+    from huggingface_hub import constants
+
+    from gspo_trl.cli.main import main as gspo_trl_main
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("HF_TOKEN", "hf_unused")
+    argv = [str(_recipe(tmp_path)), "--push_to_hub", "true", "--hub_model_id", "me/x"]
+    assert gspo_trl_main(["train", *argv]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    [line] = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert "but the hub (http://127.0.0.1:9) cannot be reached (ConnectError" in line, line
+    assert not (tmp_path / "out").exists()  # refused before the run claimed its folder
