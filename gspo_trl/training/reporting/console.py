@@ -127,9 +127,13 @@ def step_line(
 
 def model_line(model_name: str, lora: Any = None) -> str:
     """The banner's model: its name or path, and LoRA's rank, alpha and target modules (a
-    peft.LoraConfig, None for full fine-tuning)."""
+    peft.LoraConfig, None for full fine-tuning); another PEFT method (prompt tuning, IA3...)
+    by its peft_type, since TRL takes any PeftConfig."""
     if lora is None:
         return f"{model_name}, full fine-tuning"
+    if not hasattr(lora, "lora_alpha"):
+        kind = getattr(lora, "peft_type", None)
+        return f"{model_name}, PEFT {getattr(kind, 'value', kind) or type(lora).__name__}"
     targets = lora.target_modules
     targets = targets if isinstance(targets, str) or targets is None else ", ".join(sorted(targets))
     return f"{model_name}, LoRA rank {lora.r} (alpha {lora.lora_alpha:g}) on {targets or 'peft defaults'}"
@@ -139,7 +143,8 @@ def banner(trainer: Any, model_name: str, reward_names: list[str], eval_rows: in
     """The lines printed once before training: what is trained, on what, how, and where."""
     args = trainer.args
     lora = (getattr(trainer.model, "peft_config", None) or {}).get("default")
-    train_rows = len(trainer.train_dataset) if trainer.train_dataset is not None else 0
+    rows = trainer.train_dataset
+    train_rows = "streaming" if rows is not None and not hasattr(rows, "__len__") else len(rows or ())
     level = getattr(trainer, "importance_sampling_level", "?")
     eps = f"eps {trainer.epsilon_low:g}/{trainer.epsilon_high:g}"
     algorithm = "GSPO-token" if getattr(trainer, "gspo_token", False) else f"{level}-level ratio"
