@@ -299,6 +299,22 @@ def _inferred_columns(target: Callable[..., Any]) -> tuple[str, ...]:
     )
 
 
+def columns_read(func: Any) -> tuple[str, ...]:
+    """The dataset columns a reward callable needs: TRL passes each column as a keyword
+    (trl/trainer/grpo_trainer.py:1584-1585), so a parameter without a default that TRL does not
+    provide itself must be a column. A registered reward's declared columns; a bound one's
+    less its bound parameters; () for what has no inspectable signature (a reward model)."""
+    entry = getattr(func, "__gspo_reward__", None)
+    if isinstance(entry, _Entry):
+        return entry.columns
+    if isinstance(func, _BoundReward):
+        return tuple(c for c in columns_read(func.target) if c not in func.params)
+    try:
+        return _inferred_columns(func)
+    except (TypeError, ValueError):
+        return ()
+
+
 def _make_entry(
     name: str,
     target: Callable[..., Any],

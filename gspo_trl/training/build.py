@@ -21,7 +21,6 @@ from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.config.recipe import Recipe, recipe_as_yaml
 from gspo_trl.config.recipe_file import RESOLVED_RECIPE
 from gspo_trl.core.cpu_threads import resize_torch_threads
-from gspo_trl.model.loading.checkpoints import latest_checkpoint
 from gspo_trl.model.loading.hub import hub_model_errors
 from gspo_trl.model.loading.precision import training_weight_precision
 from gspo_trl.model.loading.settings import load_tokenizer, lora_config, model_init_kwargs, resolve_model_path
@@ -31,7 +30,7 @@ from gspo_trl.training.preflight import PreparedData, check_one_gpu_per_process,
 from gspo_trl.training.probes.base import Probe
 from gspo_trl.training.probes.console import ConsoleProbe
 from gspo_trl.training.probes.heldout import HeldoutProbe
-from gspo_trl.training.safety.interrupt import StopOnInterrupt, TrainingInterrupted
+from gspo_trl.training.safety.interrupt import TrainingInterrupted
 from gspo_trl.training.safety.resume_warnings import (
     mid_batch_resume_note,
     quiet_tied_weights_warning,
@@ -187,18 +186,17 @@ def train_claimed(
         note = mid_batch_resume_note(RolloutBatch.from_grpo_config(trainer.args), step)
         if note is not None:
             logger.info("resuming mid rollout batch: %s", note)
-    stopper = StopOnInterrupt()
-    trainer.add_callback(stopper)
-    with stopper.installed(), quiet_tied_weights_warning(trainer.model):
-        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-    if stopper.stopped_at_step is not None:
-        saved = latest_checkpoint(trainer.args.output_dir)
-        logger.warning(
-            "Interrupted at step %d; checkpoint %s saved: continue with --resume",
-            stopper.stopped_at_step,
-            saved,
-        )
-        raise TrainingInterrupted(str(saved) if saved else None)
+    try:  # Ctrl-C: GSPOTrainer.train saves a checkpoint at the step's end, then raises
+        with quiet_tied_weights_warning(trainer.model):
+            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    except TrainingInterrupted as stopped:
+        if stopped.step is not None:
+            logger.warning(
+                "Interrupted at step %d; checkpoint %s saved: continue with --resume",
+                stopped.step,
+                stopped.checkpoint,
+            )
+        raise
     trainer.save_model(trainer.args.output_dir)
     trainer.save_state()
     return trainer

@@ -35,6 +35,7 @@ from trl import GRPOTrainer
 
 from gspo_trl.config.invariants import algorithm_of, check_ratio_level
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig, MoeConfig, SamplingConfig
+from gspo_trl.model.loading.checkpoints import latest_checkpoint
 from gspo_trl.training.api_defaults import gspo_trainer_arguments
 from gspo_trl.training.probes.base import (
     CheckpointSave,
@@ -55,6 +56,7 @@ from gspo_trl.training.probes.gspo_token import GspoTokenProbe
 from gspo_trl.training.probes.perf import PerfProbe
 from gspo_trl.training.probes.routing import RoutingProbe
 from gspo_trl.training.probes.staleness import StalenessProbe
+from gspo_trl.training.safety.interrupt import StopOnInterrupt, TrainingInterrupted
 from gspo_trl.training.safety.non_finite import NonFiniteProbe
 from gspo_trl.training.safety.resume_warnings import ResumeIntervalsProbe
 from gspo_trl.training.safety.staged_checkpoints import StagedCheckpointsProbe
@@ -113,6 +115,8 @@ class GSPOTrainer(GRPOTrainer):
         self.probes.attach(self)
         self._callbacks_ahead = 0
         self._place_callbacks(self.probes.callbacks())
+        self.stop_on_interrupt = StopOnInterrupt()  # Ctrl-C: a checkpoint, as `gspo-trl train` does
+        self.add_callback(self.stop_on_interrupt)
         if self.use_vllm:
             self._probe_weight_sync()
         # a GSPOConfig checked this when built; again here for one changed since (the same check)
@@ -194,12 +198,21 @@ class GSPOTrainer(GRPOTrainer):
     # --- lifecycle ----------------------------------------------------------------------------------
     def train(self, *args: Any, **kwargs: Any) -> Any:
         """TRL's train, told to the probes; `on_train_end` also when training raises (transformers
-        calls its callbacks' on_train_end only on success): the console lets go of the alarm loggers."""
+        calls its callbacks' on_train_end only on success): the console lets go of the alarm loggers.
+
+        Ctrl-C or SIGTERM finishes the step, saves a checkpoint and raises TrainingInterrupted (a
+        KeyboardInterrupt naming the checkpoint; gspo_trl.training.safety.interrupt), in a script
+        as under `gspo-trl train`; `train(resume_from_checkpoint=True)` continues from it."""
         self.probes.train_begin(self)
         try:
-            return super().train(*args, **kwargs)
+            with self.stop_on_interrupt.installed():
+                result = super().train(*args, **kwargs)
         finally:
             self.probes.train_end(self)
+        if self.stop_on_interrupt.stopped_at_step is not None:
+            saved = latest_checkpoint(self.args.output_dir)
+            raise TrainingInterrupted(str(saved) if saved else None, self.stop_on_interrupt.stopped_at_step)
+        return result
 
     def _probe_weight_sync(self) -> None:
         """TRL's `_generate` syncs through `self.vllm_generation.sync_weights()` when
