@@ -96,6 +96,12 @@ def check_clip_range(algorithm: str, training: Mapping[str, Any]) -> None:
                 "of 1; GSPO paper: epsilon 3e-4, epsilon_high 4e-4)"
             )
     low, high = _clip_range(training)
+    if high < low:
+        raise RecipeError(
+            f"epsilon_high: {high:g} is below epsilon {low:g}: the upper half-width is the wider one "
+            "(GSPO paper 3e-4 / 4e-4, DAPO's clip-higher); swap them, or set epsilon_high with epsilon "
+            f"(GSPOConfig's default is GSPO's {GSPO_DEFAULTS['epsilon_high']:g}, not epsilon)"
+        )
     if algorithm in GSPO_ALGORITHMS and max(low, high) >= TOKEN_LEVEL_CLIP:
         logger.warning(
             "epsilon %s / epsilon_high %s is a token-level clip range; a sequence ratio averages |y| "

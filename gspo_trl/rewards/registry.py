@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gspo_trl.core.errors import RewardParameterError, RewardRegistrationError, UnknownRewardError
+from gspo_trl.core.suggest import did_you_mean
 from gspo_trl.rewards.loading import entry_points, import_modules, load_object
 from gspo_trl.rewards.params import REQUIRED, RewardParam, coerce_param, describe_type, parameter_types
 
@@ -178,8 +179,10 @@ def validate_params(spec: str, params: dict[str, Any]) -> dict[str, Any]:
             converted[key] = value
             continue
         if key not in declared:
-            hint = ", ".join(declared) or "none"
-            raise RewardParameterError(f"reward {entry.name!r} has no parameter {key!r} (parameters: {hint})")
+            hint, close = ", ".join(declared) or "none", did_you_mean(key, declared)
+            raise RewardParameterError(
+                f"reward {entry.name!r} has no parameter {key!r}{close} (parameters: {hint})"
+            )
         converted[key] = coerce_param(entry.name, declared[key], value)
     missing = [p.name for p in declared.values() if p.required and p.name not in params]
     if missing:

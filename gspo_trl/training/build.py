@@ -58,6 +58,9 @@ def _weights_dtype(recipe: Recipe, dtype: Any) -> Any:
     )
     if not precision.upcast:
         return dtype
+    if _runs_on_cpu(recipe):  # the rule's intended case, with no DeepSpeed to choose: said, not warned
+        logger.info("model.dtype bfloat16 is loaded as float32 on CPU (fp32 weights: AdamW's updates kept)")
+        return precision.load_dtype
     logger.warning(
         "model.dtype: bfloat16 without DeepSpeed: nothing keeps fp32 master weights, so AdamW would "
         "round most updates away. Loading the weights in float32 and training under bf16 autocast "

@@ -7,7 +7,8 @@ that is not there, reward columns the data lacks, null values in the columns the
 (a null gold answer would be graded as text), chat prompts with unknown roles or no user turn,
 fewer rows than one rollout batch, prompts longer than the model's context (when its files are
 on disk), a held-out section without a held-out split, and an output directory that cannot be
-written. It imports neither torch nor TRL, so `train` refuses as fast as `validate`.
+written. It imports neither torch nor TRL, so `train` refuses as fast as `validate` (vLLM, when
+a recipe that uses it is otherwise fine, is imported to see that it can be).
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from gspo_trl.config.data_checks import (
     prompt_budget,
     required_columns,
 )
+from gspo_trl.config.defaults import LORA_LEARNING_RATE_FACTOR
 from gspo_trl.config.hub_ids import looks_like_local_path
+from gspo_trl.config.optional_packages import check_vllm_imports
 from gspo_trl.config.recipe import Recipe
 from gspo_trl.config.rewards_section_checks import REWARDS_KEY
 from gspo_trl.config.sections import TINY, TINY_MODEL_DIR
@@ -57,6 +60,19 @@ def output_dir_of(recipe: Recipe) -> str:
     """The run's output directory: the recipe's `output_dir`, else runs/<recipe file stem>."""
     explicit = recipe.training.get("output_dir")
     return str(explicit or Path("runs") / Path(recipe.source).stem.replace("<defaults>", "default"))
+
+
+def lora_rate_warnings(recipe: Recipe) -> list[str]:
+    """LoRA at full fine-tuning's learning rate (TRL's default or below) learns ~10x slower than
+    intended: the adapters start at zero and move only as far as the rate lets them."""
+    rate = recipe.training.get("learning_rate", grpo_default("learning_rate"))
+    if not recipe.model.lora or not isinstance(rate, int | float) or rate > grpo_default("learning_rate"):
+        return []
+    return [
+        f"model.lora with learning_rate {rate:g}, a full fine-tuning rate: LoRA usually wants "
+        f"~{LORA_LEARNING_RATE_FACTOR}x it (recipes/qwen3-4b: 1e-6 full, 1e-5 LoRA); try "
+        f"--learning_rate {rate * LORA_LEARNING_RATE_FACTOR:g}"
+    ]
 
 
 def check_output_dir(output_dir: str) -> None:
@@ -232,6 +248,8 @@ def preflight(recipe: Recipe, processes: int | None = None, model_cached: bool =
     reward_keys = (REWARDS_KEY, "imports", "heldout")
     for warning in run(check_reward_construction, recipe, reads=reward_keys) or ():
         logger.warning(warning)
+    for warning in run(lora_rate_warnings, recipe, reads=("model.lora", "learning_rate")) or ():
+        logger.warning(warning)
     run(check_model_path, recipe, model_cached, reads=("model.name_or_path", "model.revision"))
     push = (bool(recipe.training.get("push_to_hub")), recipe.training.get("hub_model_id"))
     run(check_hub_push, *push, not model_cached, reads=("push_to_hub", "hub_model_id"))
@@ -247,6 +265,8 @@ def preflight(recipe: Recipe, processes: int | None = None, model_cached: bool =
     run(check_completion_fits_the_tiny_model, recipe, folder, reads=tiny_keys)
     data_keys = (*reward_keys, "data", "model.name_or_path")
     data = run(_checked_data, recipe, processes, folder, problems, reads=data_keys)
+    if not problems.errors:  # seconds of import: only for a recipe that is otherwise fine
+        run(check_vllm_imports, recipe, reads=("use_vllm",))
     problems.raise_if_any()
     return data
 

@@ -82,3 +82,64 @@ def test_train_asks_the_hub_before_the_model_loads(
     [line] = [line for line in err.splitlines() if line.startswith("error: ")]
     assert "but the hub (http://127.0.0.1:9) cannot be reached (ConnectError" in line, line
     assert not (tmp_path / "out").exists()  # refused before the run claimed its folder
+
+
+def test_gspo_config_refuses_an_upper_half_width_below_the_lower(tmp_path: Path) -> None:
+    from gspo_trl.core.errors import RecipeError
+    from gspo_trl.training.config import GSPOConfig
+
+    with pytest.raises(RecipeError, match=r"epsilon_high: 0.0003 is below epsilon 0.0004: .* swap them"):
+        GSPOConfig(output_dir=str(tmp_path), epsilon=4e-4, epsilon_high=3e-4)
+
+
+def test_a_mistyped_reward_parameter_gets_a_did_you_mean(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recipe = _recipe(tmp_path)
+    recipe.write_text(
+        recipe.read_text().replace(
+            "rewards: [gspo_trl.data.synthetic:digit_reversal_reward]",
+            "rewards:\n  - {name: code, timout: 5}",
+        )
+    )
+    message = refused_alike([str(recipe)], capsys)
+    assert "has no parameter 'timout' (did you mean 'timeout'?)" in message, message
+
+
+def test_every_missing_column_in_one_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """rewards[0] and heldout.reward both read `solution`: main named only the first."""
+    import json
+
+    rows = tmp_path / "answers.jsonl"
+    rows.write_text(
+        "".join(json.dumps({"prompt": f"reverse {n}", "answer": str(n)[::-1]}) + "\n" for n in range(64))
+    )
+    recipe = _recipe(tmp_path)
+    synthetic = "data: {path: synthetic:reversal, num_rows: 64, solution_column: solution, eval_size: 16}"
+    recipe.write_text(recipe.read_text().replace(synthetic, f"data: {{path: {rows}, eval_size: 16}}"))
+    message = refused_alike([str(recipe)], capsys)
+    reward, grader = "gspo_trl.data.synthetic:digit_reversal_reward", "gspo_trl.data.synthetic:exact_match"
+    assert f"rewards[0] ({reward}) needs dataset column(s) ['solution']; " in message, message
+    assert f"heldout.reward ({grader}) needs dataset column(s) ['solution'], but the data has" in message
+
+
+def test_lora_at_a_full_fine_tuning_rate_is_warned_and_bf16_on_cpu_is_not(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from gspo_trl.config.recipe import load_recipe
+    from gspo_trl.training.build import gspo_config
+    from gspo_trl.training.preflight import preflight
+
+    lora = {"model.lora": {"r": 8}, "learning_rate": 1e-6, "output_dir": str(tmp_path / "out")}
+    with caplog.at_level(logging.INFO, logger="gspo_trl"):
+        preflight(load_recipe(_recipe(tmp_path), lora))
+        config = gspo_config(load_recipe(_recipe(tmp_path), {"model.dtype": "bfloat16"}))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings == [
+        "model.lora with learning_rate 1e-06, a full fine-tuning rate: LoRA usually wants ~10x it "
+        "(recipes/qwen3-4b: 1e-6 full, 1e-5 LoRA); try --learning_rate 1e-05"
+    ]
+    assert str(config.model_init_kwargs["dtype"]) == "float32"  # on this CPU: loaded as float32, said at INFO
+    assert any("bfloat16 is loaded as float32 on CPU" in r.getMessage() for r in caplog.records)
