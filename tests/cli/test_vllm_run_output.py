@@ -39,3 +39,11 @@ def test_a_finished_vllm_run_ends_without_a_traceback(vllm_run: subprocess.Compl
     assert "Traceback" not in vllm_run.stderr, vllm_run.stderr[-3000:]
     assert "Invalid process group" not in vllm_run.stderr
     assert any(line.startswith("done: 2 steps") for line in vllm_run.stdout.splitlines()), vllm_run.stdout
+
+
+def test_no_third_party_line_about_the_machine(vllm_run: subprocess.CompletedProcess) -> None:
+    """DeepSpeed's "Setting accelerator to CPU" (on stdout), vLLM's Triton lines and torch's
+    reduce_op FutureWarning were printed by every command on a CPU machine (gspo_trl.cli.quiet)."""
+    assert "Setting accelerator to CPU" not in vllm_run.stdout + vllm_run.stderr
+    assert "Triton" not in vllm_run.stderr and "reduce_op" not in vllm_run.stderr, vllm_run.stderr
+    assert vllm_run.stdout.startswith("gspo-trl: training\n"), vllm_run.stdout[:500]
