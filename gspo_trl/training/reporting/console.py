@@ -3,11 +3,12 @@
 TRL prints each logging step as a Python dict of 60+ keys, which nobody reads. A GSPO run
 prints instead, on the main process only:
 
-    a start banner     model (and LoRA), data rows, rewards, GSPO settings, world size, output dir
+    a start banner     model (and LoRA), data rows, rewards, GSPO settings, the engine capabilities
+                       and dynamic sampling when on, world size, output dir
     one line per log   step/max, train reward (each reward's mean too), held-out score (when
                        measured), off-policy clip fraction, spread of log s_i, MoE expert flips,
-                       zero-variance groups, dynamic sampling's keep rate and rounds,
-                       seconds/step, ETA
+                       staleness and w_i (when on), zero-variance groups, dynamic sampling's
+                       keep rate and rounds, seconds/step, ETA
     an end summary     each phase's share of the run and its token rates (run_summary)
     `!` lines          alarms: the ClipAlarm (everything / nothing clipped), the MoE routing
                        alarm, "every group has zero variance" for several logging steps, and a reward
@@ -105,6 +106,18 @@ def step_line(
     flips = flips_part(logs)  # under replay: what the router would choose vs the replayed experts
     if flips is not None:
         parts.append(flips)
+    stale = _number(logs.get(names.STALENESS_MEAN))  # engine.max_staleness: rollouts' lag
+    if stale is not None:
+        most = _number(logs.get(names.STALENESS_MAX))
+        parts.append(f"stale {stale:.1f}" + (f" (max {most:.0f})" if most is not None else ""))
+    weight = _number(logs.get(names.BEHAVIOUR_WEIGHT_MEAN))  # engine.correction: w_i = pi_old / mu
+    if weight is not None:
+        low, high = (
+            _number(logs.get(names.BEHAVIOUR_WEIGHT_P1)),
+            _number(logs.get(names.BEHAVIOUR_WEIGHT_P99)),
+        )
+        spread = f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
+        parts.append(f"w_i {weight:.3f}{spread}")
     zero = _number(logs.get(ZERO_VARIANCE_KEY))
     if zero is not None:
         parts.append(f"zero-var {zero:.0%}")
@@ -155,6 +168,12 @@ def banner(trainer: Any, model_name: str, reward_names: list[str], eval_rows: in
     staleness = getattr(getattr(args, "engine", None), "max_staleness", 0)
     if staleness:
         engine.append(f"  engine   max_staleness {describe_staleness(staleness)}")
+    sampling = getattr(args, "sampling", None)
+    if getattr(sampling, "dynamic", False):
+        engine.append(
+            f"  sampling dynamic: groups whose rewards tie are dropped and refilled, up to "
+            f"{sampling.max_rounds} generation rounds per rollout batch"
+        )
     return "\n".join(
         [
             "gspo-trl: training",
