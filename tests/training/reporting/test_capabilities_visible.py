@@ -51,3 +51,20 @@ def test_the_banner_names_dynamic_sampling(tmp_path: Path) -> None:
         "  sampling dynamic: groups whose rewards tie are dropped and refilled, up to 3 generation rounds "
         "per rollout batch"
     ) in header, header
+
+
+@pytest.mark.parametrize("page", ["dynamic-sampling.md", "engine-logprobs.md", "async.md"])
+def test_each_capability_page_opens_with_when_to_turn_it_on(page: str) -> None:
+    from tests._paths import ROOT
+
+    lines = (ROOT / "docs" / page).read_text(encoding="utf-8").splitlines()
+    box = lines[2:5]
+    assert all(line.startswith("> - **") for line in box) and lines[5] == "", box
+    assert box[0].startswith("> - **Turn it on when**"), box
+
+
+def test_the_readme_says_staleness_alone_is_not_a_speed_up() -> None:
+    from tests._paths import ROOT
+
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert "`max_staleness` alone is an algorithm study, not a speed-up" in text
