@@ -56,7 +56,7 @@ from gspo_trl.rewards import registry as rewards_registry
 
 __all__ = ["Recipe", "load_recipe", "parse_overrides", "read_yaml", "recipe_as_yaml"]
 
-RECIPE_KEYS = ("algorithm", "allow_on_policy", "imports")
+RECIPE_KEYS = ("algorithm", "allow_on_policy", "imports", "probes")
 
 MOVED_KEYS = {
     # TRL / open-r1 script arguments that are not GRPOConfig fields here
@@ -104,6 +104,8 @@ class Recipe:
     """`sampling:` section: dynamic sampling (drop groups whose rewards tie, refill the batch)."""
     imports: list[str] = field(default_factory=list)
     """Modules (or .py files) imported before the rewards resolve: they register custom rewards."""
+    probes: list[str] = field(default_factory=list)
+    """Probe classes as `module:Class` or `file.py:Class` (docs/probes.md), added after the built-in ones."""
     launch: LaunchConfig | None = None
     """`launch:` section: the hardware and command the recipe is written for (`gspo-trl plan`)."""
     explicit_keys: frozenset[str] = frozenset()
@@ -197,6 +199,7 @@ def recipe_as_yaml(recipe: Recipe) -> str:
         "algorithm": recipe.algorithm,
         "allow_on_policy": recipe.allow_on_policy,
         **({"imports": list(recipe.imports)} if recipe.imports else {}),
+        **({"probes": list(recipe.probes)} if recipe.probes else {}),
         "model": asdict(recipe.model),
         "data": asdict(recipe.data),
         "rewards": [
@@ -294,6 +297,9 @@ def load_recipe(
         reward_loading.import_modules(imports)  # before anything resolves a reward name
     except UnknownRewardError as error:
         problems.add(RecipeError(f"recipe {source}: {error}"), "imports")
+    raw_probes = content.get("probes") or []
+    raw_probes = [raw_probes] if isinstance(raw_probes, str) else raw_probes
+    probes = _read(problems, "probes", coerce, raw_probes, list[str], "probes") or []
     if "generation_batch_size" in explicit and "steps_per_generation" not in explicit:
         training.pop("steps_per_generation", None)  # TRL derives it; it refuses both being set
 
@@ -311,6 +317,7 @@ def load_recipe(
         moe=moe,
         sampling=sampling,
         imports=imports,
+        probes=probes,
         launch=launch,
         explicit_keys=frozenset(explicit),
         load_problems=tuple(problems.errors),

@@ -30,6 +30,7 @@ from gspo_trl.training.preflight import PreparedData, check_one_gpu_per_process,
 from gspo_trl.training.probes.base import Probe
 from gspo_trl.training.probes.console import ConsoleProbe
 from gspo_trl.training.probes.heldout import HeldoutProbe
+from gspo_trl.training.recipe_probes import recipe_probes
 from gspo_trl.training.safety.interrupt import TrainingInterrupted
 from gspo_trl.training.safety.resume_warnings import (
     mid_batch_resume_note,
@@ -137,7 +138,7 @@ def build_trainer(recipe: Recipe, data: PreparedData | None = None, probes: Sequ
             eval_dataset=eval_dataset if args.eval_strategy != "no" else None,
             processing_class=tokenizer,
             peft_config=lora_config(recipe.model),
-            probes=[*reporting, *probes],
+            probes=[*reporting, *recipe_probes(recipe.probes), *probes],
         )
     return trainer
 

@@ -251,6 +251,10 @@ def preflight(recipe: Recipe, processes: int | None = None, model_cached: bool =
     for warning in run(lora_rate_warnings, recipe, reads=("model.lora", "learning_rate")) or ():
         logger.warning(warning)
     run(check_model_path, recipe, model_cached, reads=("model.name_or_path", "model.revision"))
+    if recipe.probes:  # importing the probes' base imports torch: only for a recipe that names some
+        from gspo_trl.training.recipe_probes import recipe_probes
+
+        run(recipe_probes, recipe.probes, reads=("probes",))
     push = (bool(recipe.training.get("push_to_hub")), recipe.training.get("hub_model_id"))
     run(check_hub_push, *push, not model_cached, reads=("push_to_hub", "hub_model_id"))
     run(check_output_dir, output_dir_of(recipe), reads=("output_dir",))
