@@ -13,6 +13,9 @@ Each is about the machine, not the run, and printed on every command (once per r
   Kept from ERROR up.
 - vLLM's Triton placeholder touches `torch.distributed.reduce_op`, which torch announces as a
   FutureWarning twice (vllm/triton_utils/dispatcher.py:138-139).
+- vLLM writes its log to stdout (`VLLM_LOGGING_STREAM` defaults to "ext://sys.stdout",
+  vllm/envs.py:43): `gspo-trl eval ... > out` got 52 lines of it around a 4-line report. Sent to
+  stderr with the other logs, unless the user set the variable.
 - matplotlib's font cache INFO lines ("generated new fontManager") in `gspo-trl demo` and
   `report`, which plot. Kept from WARNING up.
 """
@@ -20,6 +23,7 @@ Each is about the machine, not the run, and printed on every command (once per r
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 
 DEEPSPEED_CPU_LINE = "Setting accelerator to CPU"
@@ -39,6 +43,7 @@ class _NoGpuAcceleratorLine(logging.Filter):
 def quiet_third_party_noise() -> None:
     """Install the filters and levels above (idempotent); before the libraries are imported, so
     a logger they create later is the one configured here (logging.getLogger returns it)."""
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # read when vllm is imported
     deepspeed = logging.getLogger("DeepSpeed")  # deepspeed/utils/logging.py: create_logger(name="DeepSpeed")
     if not any(isinstance(f, _NoGpuAcceleratorLine) for f in deepspeed.filters):
         deepspeed.addFilter(_NoGpuAcceleratorLine())
