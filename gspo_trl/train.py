@@ -51,9 +51,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 def release_process_group() -> None:
     """Tear the process group down before the interpreter exits: left to interpreter teardown,
     gloo's threads can abort a finished launch ("terminate called without an active exception",
-    exit -6, seen once in a 2-process test run), and accelerate then reports the run failed."""
+    exit -6, seen once in a 2-process test run), and accelerate then reports the run failed.
+
+    A colocated vLLM engine holds its own groups over the default one, and its engine core tears
+    them down from a `weakref.finalize` at exit (`cleanup_dist_env_and_memory()`,
+    vllm/v1/engine/core.py:810): destroyed first by us, `_TP.destroy()` raises "Invalid process
+    group specified" (vllm/distributed/parallel_state.py:1387) and a finished run ended in that
+    traceback. vLLM's own cleanup runs first, so its finalizer later finds nothing left to destroy
+    (`destroy_model_parallel` skips groups already None)."""
     import torch.distributed as dist
 
+    vllm_state = sys.modules.get("vllm.distributed.parallel_state")
+    if vllm_state is not None:  # a colocated vLLM engine: its groups first, then the default one
+        vllm_state.cleanup_dist_env_and_memory()
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 

@@ -14,6 +14,8 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from gspo_trl.cli.quiet import quiet_third_party_noise
+
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": (
         "gspo_trl.train",
@@ -104,6 +106,7 @@ def run_command(name: str, main: Callable[[list[str]], int | None], argv: Sequen
 
     setup_logging()
     quiet_library_bars_off_a_terminal()
+    quiet_third_party_noise()
     try:
         return int(main(list(argv)) or 0)
     except USER_ERRORS as error:

@@ -34,13 +34,16 @@ def check_columns(recipe: Recipe, columns: Iterable[str]) -> None:
     readers = [(f"rewards[{i}] ({entry.spec})", entry.spec) for i, entry in enumerate(recipe.rewards)]
     if recipe.heldout is not None and recipe.heldout.reward:
         readers.append((f"heldout.reward ({recipe.heldout.reward})", recipe.heldout.reward))
+    lacking = []  # every reader's missing columns, so one `validate` names them all
     for where, spec in readers:
         missing = sorted(set(rewards.describe(spec).columns) - present)
         if missing:
-            raise RecipeError(
-                f"{where} needs dataset column(s) {missing}, but the data has "
-                f"{sorted(present)}. Map them with data.solution_column or data.columns."
-            )
+            lacking.append(f"{where} needs dataset column(s) {missing}")
+    if lacking:
+        raise RecipeError(
+            f"{'; '.join(lacking)}, but the data has {sorted(present)}. "
+            "Map them with data.solution_column or data.columns."
+        )
 
 
 def check_eval_size(eval_size: float, rows: int) -> None:

@@ -53,3 +53,8 @@ a sequence-level ratio (docs/gspo.md, "Loss aggregation")."""
 
 EPSILON_CLIP_LOSSES = frozenset({"grpo", "bnpo", "dr_grpo", "dapo", "luspo"})
 """Loss types where `epsilon` / `epsilon_high` are clip half-widths around a ratio of 1."""
+
+LORA_LEARNING_RATE_FACTOR = 10
+"""LoRA's usual learning rate against full fine-tuning's (the shipped Qwen3-4B recipes: 1e-6 full,
+1e-5 LoRA): `plan`'s LoRA fix comes with a `--learning_rate` this much higher, and `validate`
+warns about LoRA at a full fine-tuning rate."""

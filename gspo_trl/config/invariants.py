@@ -96,6 +96,12 @@ def check_clip_range(algorithm: str, training: Mapping[str, Any]) -> None:
                 "of 1; GSPO paper: epsilon 3e-4, epsilon_high 4e-4)"
             )
     low, high = _clip_range(training)
+    if high < low:
+        raise RecipeError(
+            f"epsilon_high: {high:g} is below epsilon {low:g}: the upper half-width is the wider one "
+            "(GSPO paper 3e-4 / 4e-4, DAPO's clip-higher); swap them, or set epsilon_high with epsilon "
+            f"(GSPOConfig's default is GSPO's {GSPO_DEFAULTS['epsilon_high']:g}, not epsilon)"
+        )
     if algorithm in GSPO_ALGORITHMS and max(low, high) >= TOKEN_LEVEL_CLIP:
         logger.warning(
             "epsilon %s / epsilon_high %s is a token-level clip range; a sequence ratio averages |y| "
@@ -116,6 +122,27 @@ def check_clip_range(algorithm: str, training: Mapping[str, Any]) -> None:
         )
 
 
+CISPO_MIN_CAP = 1.0
+"""CISPO's `epsilon_high` is an absolute cap on the importance weight (TRL: `torch.clamp(coef_1,
+max=self.epsilon_high)`, trl/trainer/grpo_trainer.py:3110; ScaleRL's recommended 5.0,
+trl/trainer/grpo_config.py:187), not a half-width around 1: below 1 it caps every weight, even
+an on-policy one."""
+
+
+def check_cispo_cap(training: Mapping[str, Any]) -> None:
+    """loss_type cispo reads epsilon_high as its cap on the weight: a GSPO half-width (4e-4)
+    there scales every token's weight of ~1 down to 4e-4, silently."""
+    if training.get("loss_type") != "cispo":
+        return
+    _, cap = _clip_range(training)
+    if cap is not None and cap < CISPO_MIN_CAP:
+        raise RecipeError(
+            f"epsilon_high: {cap:g} with loss_type 'cispo' is CISPO's cap on the importance weight itself, "
+            f"not a half-width: every weight (about 1) would be cut to {cap:g}. Set epsilon_high to CISPO's "
+            "cap (ScaleRL recommends 5.0), or use loss_type 'grpo'"
+        )
+
+
 def check_training_invariants(
     algorithm: str, training: Mapping[str, Any], level_explicit: bool = True
 ) -> None:
@@ -123,6 +150,7 @@ def check_training_invariants(
     check_ratio_level(algorithm, training.get("importance_sampling_level"), level_explicit)
     check_loss_aggregation(algorithm, training)
     check_clip_range(algorithm, training)
+    check_cispo_cap(training)
 
 
 def check_off_policy(algorithm: str, on_policy: bool, allow_on_policy: bool) -> None:

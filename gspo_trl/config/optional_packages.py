@@ -48,9 +48,36 @@ def _refuse(key: str, what: str, package: OptionalPackage) -> None:
         raise RecipeError(f"{key}: {what} needs {package.module}, which is not installed: {package.install}")
 
 
+WITHOUT_VLLM = "or --use_vllm false (use_vllm: false) to generate with transformers, slower"
+"""The other way out: every recipe runs without vLLM, only generation is slower."""
+
+
 def check_vllm_installed(recipe: Recipe) -> None:
-    if recipe.training.get("use_vllm"):
-        _refuse("use_vllm", "true", VLLM)
+    if recipe.training.get("use_vllm") and not installed(VLLM.module):
+        raise RecipeError(
+            f"use_vllm: true needs vllm, which is not installed: {VLLM.install}; {WITHOUT_VLLM}"
+        )
+
+
+def check_vllm_imports(recipe: Recipe) -> None:
+    """Import vLLM when the recipe uses it: installed is not importable (a torch it was not built
+    for, a missing shared library), and TRL's own test is find_spec, so `train` died in the
+    import's traceback when it built the engine. The import is what `train` pays next anyway;
+    `preflight` runs this last, only when nothing else was refused."""
+    if not recipe.training.get("use_vllm") or not installed(VLLM.module):
+        return
+    import importlib
+
+    try:
+        importlib.import_module(VLLM.module)
+    except Exception as error:  # any failure of a third-party import: named in one line
+        origin = importlib.util.find_spec(VLLM.module)
+        where = origin.origin if origin is not None else "?"
+        detail = str(error).splitlines()[0] if str(error) else ""
+        raise RecipeError(
+            f"use_vllm: true, but vllm ({where}) fails to import ({type(error).__name__}: {detail}); "
+            f"reinstall it ({VLLM.install}), {WITHOUT_VLLM}"
+        ) from None
 
 
 def check_peft_installed(recipe: Recipe) -> None:

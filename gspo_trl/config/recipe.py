@@ -60,7 +60,7 @@ __all__ = ["Recipe", "load_recipe", "parse_overrides", "read_yaml", "recipe_as_y
 
 TYPED_SECTIONS = tuple(section for section in SECTIONS if section.absent != "list")
 """The sections read into one dataclass each (model and data first), all but `rewards:`."""
-RECIPE_KEYS = ("algorithm", "allow_on_policy", "imports", "packing")
+RECIPE_KEYS = ("algorithm", "allow_on_policy", "imports", "packing", "probes")
 
 MOVED_KEYS = {
     # TRL / open-r1 script arguments that are not GRPOConfig fields here
@@ -110,6 +110,8 @@ class Recipe:
     """Padding-free log-prob forwards (docs/performance.md "Packing")."""
     imports: list[str] = field(default_factory=list)
     """Modules (or .py files) imported before the rewards resolve: they register custom rewards."""
+    probes: list[str] = field(default_factory=list)
+    """Probe classes as `module:Class` or `file.py:Class` (docs/probes.md), added after the built-in ones."""
     launch: LaunchConfig | None = None
     """`launch:` section: the hardware and command the recipe is written for (`gspo-trl plan`)."""
     explicit_keys: frozenset[str] = frozenset()
@@ -213,6 +215,7 @@ def recipe_as_yaml(recipe: Recipe) -> str:
         "allow_on_policy": recipe.allow_on_policy,
         **({"packing": True} if recipe.packing else {}),
         **({"imports": list(recipe.imports)} if recipe.imports else {}),
+        **({"probes": list(recipe.probes)} if recipe.probes else {}),
     }
     for section in SECTIONS:
         value = getattr(recipe, section.name)
@@ -297,6 +300,9 @@ def load_recipe(
         reward_loading.import_modules(imports)  # before anything resolves a reward name
     except UnknownRewardError as error:
         problems.add(RecipeError(f"recipe {source}: {error}"), "imports")
+    raw_probes = content.get("probes") or []
+    raw_probes = [raw_probes] if isinstance(raw_probes, str) else raw_probes
+    probes = _read(problems, "probes", coerce, raw_probes, list[str], "probes") or []
     if "generation_batch_size" in explicit and "steps_per_generation" not in explicit:
         training.pop("steps_per_generation", None)  # TRL derives it; it refuses both being set
 
@@ -308,6 +314,7 @@ def load_recipe(
         allow_on_policy=bool(allow_on_policy),
         packing=bool(packing),
         imports=imports,
+        probes=probes,
         **typed,
         explicit_keys=frozenset(explicit),
         load_problems=tuple(problems.errors),

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from gspo_trl.config.defaults import LORA_LEARNING_RATE_FACTOR
 from gspo_trl.config.trl_fields import grpo_default
 from gspo_trl.model.sizing.gpu_rates import GPU_RATES, usable_memory_gib
 from gspo_trl.plan.activations import activation_term, logits_term
@@ -23,7 +24,6 @@ from gspo_trl.plan.throughput import (
 from gspo_trl.plan.verdict import (
     DOES_NOT_FIT,
     FITS,
-    LORA_LEARNING_RATE_FACTOR,
     TIGHT,
     Fix,
     Verdict,

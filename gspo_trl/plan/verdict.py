@@ -59,11 +59,6 @@ def override_flag(key: str, value: Any) -> str:
     return f"--{key} {value}"
 
 
-LORA_LEARNING_RATE_FACTOR = 10
-"""LoRA's usual learning rate against full fine-tuning's (the shipped Qwen3-4B recipes: 1e-6 full,
-1e-5 LoRA); a LoRA fix comes with this note and a `--learning_rate` to match."""
-
-
 @dataclass(frozen=True)
 class Verdict:
     """`status` is fits / tight / does not fit; `dominant` the largest term live at the peak."""

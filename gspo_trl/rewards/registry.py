@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gspo_trl.core.errors import RewardParameterError, RewardRegistrationError, UnknownRewardError
+from gspo_trl.core.suggest import did_you_mean
 from gspo_trl.rewards.loading import entry_points, import_modules, load_object
 from gspo_trl.rewards.params import REQUIRED, RewardParam, coerce_param, describe_type, parameter_types
 
@@ -178,8 +179,10 @@ def validate_params(spec: str, params: dict[str, Any]) -> dict[str, Any]:
             converted[key] = value
             continue
         if key not in declared:
-            hint = ", ".join(declared) or "none"
-            raise RewardParameterError(f"reward {entry.name!r} has no parameter {key!r} (parameters: {hint})")
+            hint, close = ", ".join(declared) or "none", did_you_mean(key, declared)
+            raise RewardParameterError(
+                f"reward {entry.name!r} has no parameter {key!r}{close} (parameters: {hint})"
+            )
         converted[key] = coerce_param(entry.name, declared[key], value)
     missing = [p.name for p in declared.values() if p.required and p.name not in params]
     if missing:
@@ -297,6 +300,22 @@ def _inferred_columns(target: Callable[..., Any]) -> tuple[str, ...]:
         and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
         and p.name not in TRL_PROVIDED
     )
+
+
+def columns_read(func: Any) -> tuple[str, ...]:
+    """The dataset columns a reward callable needs: TRL passes each column as a keyword
+    (trl/trainer/grpo_trainer.py:1584-1585), so a parameter without a default that TRL does not
+    provide itself must be a column. A registered reward's declared columns; a bound one's
+    less its bound parameters; () for what has no inspectable signature (a reward model)."""
+    entry = getattr(func, "__gspo_reward__", None)
+    if isinstance(entry, _Entry):
+        return entry.columns
+    if isinstance(func, _BoundReward):
+        return tuple(c for c in columns_read(func.target) if c not in func.params)
+    try:
+        return _inferred_columns(func)
+    except (TypeError, ValueError):
+        return ()
 
 
 def _make_entry(

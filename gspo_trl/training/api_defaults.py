@@ -23,16 +23,18 @@ to download (`AutoModelForSequenceClassification.from_pretrained(reward_func, ..
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from trl import GRPOConfig, GRPOTrainer
-from trl.trainer.utils import get_config_model_id
+from trl.trainer.utils import get_callable_name, get_config_model_id
 
 import gspo_trl.rewards as rewards
 from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.config.defaults import GSPO_DEFAULTS
 from gspo_trl.core.errors import RecipeError
+from gspo_trl.rewards.registry import columns_read
 from gspo_trl.training.config import GSPOConfig
 from gspo_trl.training.safety.reward_output_checks import (
     AsyncCheckedReward,
@@ -59,7 +61,31 @@ def gspo_trainer_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dic
         check_plain_grpo_config(config)
     if arguments.get("reward_funcs") is not None:
         arguments["reward_funcs"] = resolve_reward_funcs(arguments["reward_funcs"])
+        for split in ("train_dataset", "eval_dataset"):
+            check_reward_columns(arguments["reward_funcs"], arguments.get(split), split)
     return arguments
+
+
+def check_reward_columns(reward_funcs: Sequence[Any], dataset: Any, split: str = "train_dataset") -> None:
+    """Refuse, in `__init__`, a dataset without a column a reward reads (a recipe's preflight
+    does the same): TRL finds out at the first rollout's reward call, after the model loaded and
+    generated, in a 165-line traceback. Every missing column of every reward in one message; a
+    dataset that does not know its columns (a generator-backed IterableDataset) is not checked."""
+    columns = getattr(dataset, "column_names", None)
+    if not isinstance(columns, list):
+        return
+    missing = []
+    for index, func in enumerate(reward_funcs):
+        wanted = columns_read(getattr(func, "func", func))  # a CheckedReward reads what it wraps
+        lacking = sorted(set(wanted) - set(columns))
+        if lacking:
+            missing.append(f"reward_funcs[{index}] ({get_callable_name(func)}) reads {lacking}")
+    if missing:
+        raise RecipeError(
+            f"{split} has columns {sorted(columns)}, but {'; '.join(missing)}: TRL passes each dataset "
+            "column to the rewards by name; add or rename the column (dataset.rename_column), or give "
+            "the reward's parameter a default"
+        )
 
 
 def not_gspo_fields(config: GRPOConfig) -> list[str]:

@@ -21,7 +21,6 @@ from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.config.recipe import Recipe, recipe_as_yaml
 from gspo_trl.config.recipe_file import RESOLVED_RECIPE
 from gspo_trl.core.cpu_threads import resize_torch_threads
-from gspo_trl.model.loading.checkpoints import latest_checkpoint
 from gspo_trl.model.loading.hub import hub_model_errors
 from gspo_trl.model.loading.precision import training_weight_precision
 from gspo_trl.model.loading.settings import load_tokenizer, lora_config, model_init_kwargs, resolve_model_path
@@ -35,7 +34,8 @@ from gspo_trl.training.probes.resume_warnings import (
     mid_batch_resume_note,
     quiet_tied_weights_warning,
 )
-from gspo_trl.training.safety.interrupt import StopOnInterrupt, TrainingInterrupted
+from gspo_trl.training.recipe_probes import recipe_probes
+from gspo_trl.training.safety.interrupt import TrainingInterrupted
 from gspo_trl.training.safety.reward_output_checks import with_reward_checks
 from gspo_trl.training.safety.run_dir import RunComplete, claim_run_dir
 
@@ -59,6 +59,9 @@ def _weights_dtype(recipe: Recipe, dtype: Any) -> Any:
     )
     if not precision.upcast:
         return dtype
+    if _runs_on_cpu(recipe):  # the rule's intended case, with no DeepSpeed to choose: said, not warned
+        logger.info("model.dtype bfloat16 is loaded as float32 on CPU (fp32 weights: AdamW's updates kept)")
+        return precision.load_dtype
     logger.warning(
         "model.dtype: bfloat16 without DeepSpeed: nothing keeps fp32 master weights, so AdamW would "
         "round most updates away. Loading the weights in float32 and training under bf16 autocast "
@@ -138,7 +141,7 @@ def build_trainer(recipe: Recipe, data: PreparedData | None = None, probes: Sequ
             eval_dataset=eval_dataset if args.eval_strategy != "no" else None,
             processing_class=tokenizer,
             peft_config=lora_config(recipe.model),
-            probes=[*reporting, *probes],
+            probes=[*reporting, *recipe_probes(recipe.probes), *probes],
         )
     return trainer
 
@@ -190,18 +193,17 @@ def train_claimed(
         note = mid_batch_resume_note(RolloutBatch.from_grpo_config(trainer.args), step)
         if note is not None:
             logger.info("resuming mid rollout batch: %s", note)
-    stopper = StopOnInterrupt()
-    trainer.add_callback(stopper)
-    with stopper.installed(), quiet_tied_weights_warning(trainer.model):
-        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-    if stopper.stopped_at_step is not None:
-        saved = latest_checkpoint(trainer.args.output_dir)
-        logger.warning(
-            "Interrupted at step %d; checkpoint %s saved: continue with --resume",
-            stopper.stopped_at_step,
-            saved,
-        )
-        raise TrainingInterrupted(str(saved) if saved else None)
+    try:  # Ctrl-C: GSPOTrainer.train saves a checkpoint at the step's end, then raises
+        with quiet_tied_weights_warning(trainer.model):
+            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    except TrainingInterrupted as stopped:
+        if stopped.step is not None:
+            logger.warning(
+                "Interrupted at step %d; checkpoint %s saved: continue with --resume",
+                stopped.step,
+                stopped.checkpoint,
+            )
+        raise
     trainer.save_model(trainer.args.output_dir)
     trainer.save_state()
     return trainer

@@ -7,7 +7,8 @@ that is not there, reward columns the data lacks, null values in the columns the
 (a null gold answer would be graded as text), chat prompts with unknown roles or no user turn,
 fewer rows than one rollout batch, prompts longer than the model's context (when its files are
 on disk), a held-out section without a held-out split, and an output directory that cannot be
-written. It imports neither torch nor TRL, so `train` refuses as fast as `validate`.
+written. It imports neither torch nor TRL, so `train` refuses as fast as `validate` (vLLM, when
+a recipe that uses it is otherwise fine, is imported to see that it can be).
 """
 
 from __future__ import annotations
@@ -31,13 +32,17 @@ from gspo_trl.config.data_checks import (
     prompt_budget,
     required_columns,
 )
+from gspo_trl.config.defaults import LORA_LEARNING_RATE_FACTOR
 from gspo_trl.config.hub_ids import looks_like_local_path
+from gspo_trl.config.optional_packages import check_vllm_imports
 from gspo_trl.config.recipe import Recipe
 from gspo_trl.config.rewards_section_checks import REWARDS_KEY
 from gspo_trl.config.sections import TINY, TINY_MODEL_DIR
+from gspo_trl.config.sections.tiny import TINY_MAX_POSITIONS
+from gspo_trl.config.trl_fields import grpo_default
 from gspo_trl.config.validation import ROLLOUT_KEYS, check_reward_construction, find_problems, world_size
 from gspo_trl.core.errors import RecipeError
-from gspo_trl.model.loading.hub import check_cached_when_offline
+from gspo_trl.model.loading.hub import check_cached_when_offline, check_hub_push
 from gspo_trl.training.safety.input_sizes import check_generation_fits, check_synthetic_rows
 
 logger = logging.getLogger("gspo_trl")
@@ -55,6 +60,19 @@ def output_dir_of(recipe: Recipe) -> str:
     """The run's output directory: the recipe's `output_dir`, else runs/<recipe file stem>."""
     explicit = recipe.training.get("output_dir")
     return str(explicit or Path("runs") / Path(recipe.source).stem.replace("<defaults>", "default"))
+
+
+def lora_rate_warnings(recipe: Recipe) -> list[str]:
+    """LoRA at full fine-tuning's learning rate (TRL's default or below) learns ~10x slower than
+    intended: the adapters start at zero and move only as far as the rate lets them."""
+    rate = recipe.training.get("learning_rate", grpo_default("learning_rate"))
+    if not recipe.model.lora or not isinstance(rate, int | float) or rate > grpo_default("learning_rate"):
+        return []
+    return [
+        f"model.lora with learning_rate {rate:g}, a full fine-tuning rate: LoRA usually wants "
+        f"~{LORA_LEARNING_RATE_FACTOR}x it (recipes/qwen3-4b: 1e-6 full, 1e-5 LoRA); try "
+        f"--learning_rate {rate * LORA_LEARNING_RATE_FACTOR:g}"
+    ]
 
 
 def check_output_dir(output_dir: str) -> None:
@@ -149,8 +167,28 @@ def check_model_path(recipe: Recipe, offline_cache: bool = True) -> None:
     name = recipe.model.name_or_path
     if looks_like_local_path(name) and not Path(name).expanduser().exists():
         raise RecipeError(f"model.name_or_path: {name!r} does not exist")
+    if name == TINY and Path(TINY).is_dir():
+        raise RecipeError(
+            f"model.name_or_path: {TINY!r} names both the built-in tiny CPU model and the folder "
+            f"{str(Path(TINY).resolve())!r} here; write './{TINY}' to train that folder, or run from "
+            "another directory to build the built-in one"
+        )
     if name != TINY and offline_cache:
         check_cached_when_offline(name, recipe.model.revision)
+
+
+def check_completion_fits_the_tiny_model(recipe: Recipe, folder: Path | None) -> None:
+    """The built-in tiny model before a run builds it: no files for the prompt-length check, but
+    its positions are known (TINY_MAX_POSITIONS), and a max_completion_length that fills them
+    would generate past them for minutes."""
+    if recipe.model.name_or_path != TINY or (folder is not None and (folder / "config.json").is_file()):
+        return  # a folder on disk: check_prompt_lengths reads its own max_position_embeddings
+    completion = int(recipe.training.get("max_completion_length") or grpo_default("max_completion_length"))
+    if completion >= TINY_MAX_POSITIONS:
+        raise RecipeError(
+            f"max_completion_length: {completion} leaves no room for a prompt in the built-in tiny model's "
+            f"{TINY_MAX_POSITIONS} positions (max_position_embeddings); give less than {TINY_MAX_POSITIONS}"
+        )
 
 
 def model_files(recipe: Recipe) -> Path | None:
@@ -201,14 +239,24 @@ def preflight(recipe: Recipe, processes: int | None = None, model_cached: bool =
     Warnings (a reward that can never act) go to the `gspo_trl` logger.
 
     `model_cached=False` (`gspo-trl validate`) skips the check that an offline hub model is in
-    the cache: a recipe is valid before its model is downloaded, and validate says so instead."""
+    the cache: a recipe is valid before its model is downloaded, and validate says so instead;
+    nor does it ask the hub whether a `push_to_hub` run could push (its token and HF_HUB_OFFLINE
+    are checked by both)."""
     processes = processes or world_size()
     problems = find_problems(recipe, processes)
     run = problems.run
     reward_keys = (REWARDS_KEY, "imports", "heldout")
     for warning in run(check_reward_construction, recipe, reads=reward_keys) or ():
         logger.warning(warning)
+    for warning in run(lora_rate_warnings, recipe, reads=("model.lora", "learning_rate")) or ():
+        logger.warning(warning)
     run(check_model_path, recipe, model_cached, reads=("model.name_or_path", "model.revision"))
+    if recipe.probes:  # importing the probes' base imports torch: only for a recipe that names some
+        from gspo_trl.training.recipe_probes import recipe_probes
+
+        run(recipe_probes, recipe.probes, reads=("probes",))
+    push = (bool(recipe.training.get("push_to_hub")), recipe.training.get("hub_model_id"))
+    run(check_hub_push, *push, not model_cached, reads=("push_to_hub", "hub_model_id"))
     run(check_output_dir, output_dir_of(recipe), reads=("output_dir",))
     run(check_output_dir_spares_model, recipe, reads=("output_dir", "model.name_or_path"))
     # a refusal below marks its key: the data is not loaded on a refused size or model config
@@ -217,8 +265,12 @@ def preflight(recipe: Recipe, processes: int | None = None, model_cached: bool =
     run(check_model_config, folder, reads=("model.name_or_path",), marks=("model.name_or_path",))
     generation_keys = (*ROLLOUT_KEYS, "max_completion_length")
     run(_check_generation_fits, recipe, processes, folder, reads=generation_keys, marks=("data",))
+    tiny_keys = ("max_completion_length", "model.name_or_path")
+    run(check_completion_fits_the_tiny_model, recipe, folder, reads=tiny_keys)
     data_keys = (*reward_keys, "data", "model.name_or_path")
     data = run(_checked_data, recipe, processes, folder, problems, reads=data_keys)
+    if not problems.errors:  # seconds of import: only for a recipe that is otherwise fine
+        run(check_vllm_imports, recipe, reads=("use_vllm",))
     problems.raise_if_any()
     return data
 

@@ -22,6 +22,7 @@ from trl import GRPOTrainer
 
 from gspo_trl.config.invariants import algorithm_of, check_ratio_level
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig, MoeConfig, SamplingConfig
+from gspo_trl.model.loading.checkpoints import latest_checkpoint
 from gspo_trl.training.api_defaults import gspo_trainer_arguments
 from gspo_trl.training.probes.base import (
     CheckpointSave,
@@ -47,6 +48,7 @@ from gspo_trl.training.probes.routing import RoutingProbe
 from gspo_trl.training.probes.sampling_masks import SamplingMaskProbe
 from gspo_trl.training.probes.staged_checkpoints import StagedCheckpointsProbe
 from gspo_trl.training.probes.staleness import StalenessProbe
+from gspo_trl.training.safety.interrupt import StopOnInterrupt, TrainingInterrupted
 
 
 def _section(args: Any, name: str, kind: type) -> Any:
@@ -104,6 +106,8 @@ class GSPOTrainer(GRPOTrainer):
         self.probes.attach(self)
         self._callbacks_ahead = 0
         self._place_callbacks(self.probes.callbacks())
+        self.stop_on_interrupt = StopOnInterrupt()  # Ctrl-C: a checkpoint, as `gspo-trl train` does
+        self.add_callback(self.stop_on_interrupt)
         if self.use_vllm:
             self._probe_weight_sync()
         # a GSPOConfig checked this when built; again here for one changed since (the same check)
@@ -185,12 +189,21 @@ class GSPOTrainer(GRPOTrainer):
     # --- lifecycle ----------------------------------------------------------------------------------
     def train(self, *args: Any, **kwargs: Any) -> Any:
         """TRL's train, told to the probes; `on_train_end` also when training raises (transformers
-        calls its callbacks' on_train_end only on success): the console lets go of the alarm loggers."""
+        calls its callbacks' on_train_end only on success): the console lets go of the alarm loggers.
+
+        Ctrl-C or SIGTERM finishes the step, saves a checkpoint and raises TrainingInterrupted (a
+        KeyboardInterrupt naming the checkpoint; gspo_trl.training.safety.interrupt), in a script
+        as under `gspo-trl train`; `train(resume_from_checkpoint=True)` continues from it."""
         self.probes.train_begin(self)
         try:
-            return super().train(*args, **kwargs)
+            with self.stop_on_interrupt.installed():
+                result = super().train(*args, **kwargs)
         finally:
             self.probes.train_end(self)
+        if self.stop_on_interrupt.stopped_at_step is not None:
+            saved = latest_checkpoint(self.args.output_dir)
+            raise TrainingInterrupted(str(saved) if saved else None, self.stop_on_interrupt.stopped_at_step)
+        return result
 
     def _probe_weight_sync(self) -> None:
         """TRL's `_generate` syncs through `self.vllm_generation.sync_weights()` when

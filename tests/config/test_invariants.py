@@ -100,7 +100,9 @@ def test_a_recipe_naming_the_wrong_algorithm_is_refused(tmp_path: Path, override
 
 def test_what_the_invariants_allow(tmp_path: Path) -> None:
     run = str(tmp_path / "run")
-    grpo = GSPOConfig(output_dir=run, use_cpu=True, importance_sampling_level="token", epsilon=0.2)
+    grpo = GSPOConfig(
+        output_dir=run, use_cpu=True, importance_sampling_level="token", epsilon=0.2, epsilon_high=0.28
+    )
     assert grpo.algorithm == "grpo"
     token = GSPOConfig(output_dir=run, use_cpu=True, importance_sampling_level="token", gspo_token=True)
     assert token.algorithm == "gspo_token"

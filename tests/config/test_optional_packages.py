@@ -61,7 +61,7 @@ CASES = [
         "vllm",
         ["--use_vllm", "true", "--vllm_mode", "colocate"],
         "use_vllm: true needs vllm",
-        "gspo-trl[vllm]",
+        "gspo-trl[vllm]'; or --use_vllm false",
     ),
     ("peft", ["--model.lora", '{"r": 8}'], "model.lora: LoRA needs peft", "pip install peft"),
     (
@@ -114,3 +114,38 @@ def test_train_refuses_as_validate_does(tmp_path) -> None:
         [line for line in r.stderr.splitlines() if line.startswith("error: ")] for r in (validate, train)
     ]
     assert errors[0] == errors[1] and len(errors[0]) == 1, train.stderr
+
+
+BROKEN = """
+import importlib.abc, importlib.util, sys
+
+
+class Broken(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path=None, target=None):
+        return importlib.util.spec_from_loader(name, self) if name == "vllm" else None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        raise ImportError("libcudart.so.12: cannot open shared object file: No such file or directory")
+
+
+sys.meta_path.insert(0, Broken())
+"""
+
+
+def test_validate_refuses_a_vllm_that_is_installed_but_does_not_import(tmp_path) -> None:
+    """find_spec finds it (TRL's own test, so train went on) and the import fails, as a vLLM built
+    for another torch or CUDA does: validate said ok and train died in the import's traceback."""
+    argv = [TINY, "--output_dir", str(tmp_path / "run"), "--use_vllm", "true", "--vllm_mode", "colocate"]
+    (tmp_path / "sitecustomize.py").write_text(BROKEN)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]), "HF_HUB_OFFLINE": "1"}
+    code = "import sys; from gspo_trl.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    result = subprocess.run(
+        [sys.executable, "-c", code, "validate", *argv], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert "use_vllm: true, but vllm (" in line and "fails to import (ImportError: libcudart.so.12" in line
+    assert line.endswith("or --use_vllm false (use_vllm: false) to generate with transformers, slower"), line

@@ -62,3 +62,26 @@ def test_the_histogram_is_logged_at_each_rollout_and_covers_its_responses(run):
         else:
             assert not any(k in entry for k in keys), entry  # updates reusing the rollout: nothing new
     assert trainer.probes[-1].counts.sum() == 0  # emptied at each log
+
+
+def test_a_recipe_names_the_example_probe_as_the_page_shows(tmp_path, capsys):
+    """`probes: [my_probes.py:LengthHistogramProbe]`: validate accepts it, the trainer gets it;
+    a name that is not a Probe is refused in one line (issue 44 item 6: probes were Python-only)."""
+    from gspo_trl.cli.main import main as gspo_trl_main
+    from gspo_trl.config.recipe import load_recipe
+    from gspo_trl.training.build import build_trainer
+    from tests.cli.test_bad_input import _recipe
+
+    (tmp_path / "my_probes.py").write_text(example_source())
+    page = PAGE.read_text()
+    assert "probes: [my_probes.py:LengthHistogramProbe]" in page
+    spec = str(tmp_path / "my_probes.py") + ":LengthHistogramProbe"
+    recipe = _recipe(tmp_path, extra=f"probes: [{spec}]\n")
+    assert gspo_trl_main(["validate", str(recipe)]) == 0, capsys.readouterr().err
+    trainer = build_trainer(load_recipe(recipe))
+    assert [type(p).__name__ for p in trainer.probes.probes][-1] == "LengthHistogramProbe"
+    not_a_probe = "gspo_trl.data.synthetic:digit_reversal_reward"
+    assert gspo_trl_main(["validate", str(recipe), "--probes", f"[{not_a_probe}]"]) == 2
+    [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert f"probes[0] ('{not_a_probe}') is <function digit_reversal_reward" in line, line
+    assert "not a Probe subclass" in line

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from gspo_trl.core.errors import ModelNotFoundError
+from gspo_trl.core.errors import ModelNotFoundError, RecipeError
 
 
 def _hub_failure(error: BaseException) -> BaseException | None:
@@ -95,3 +95,52 @@ def check_cached_when_offline(name: str, revision: str | None, setting: str = "m
         return
     if not isinstance(cached, str) or not os.path.isfile(cached):
         raise ModelNotFoundError(not_found_message(name, setting))
+
+
+WHOAMI_TIMEOUT_S = 10.0
+"""How long the push check waits for the hub: a firewall that drops packets would otherwise hold
+`train` for httpx's own timeout before anything is said."""
+
+
+def check_hub_push(push_to_hub: bool, hub_model_id: str | None, offline_ok: bool = False) -> None:
+    """Refuse, before the model loads, a `push_to_hub` run that cannot push: transformers' Trainer
+    creates the repo in its `__init__` (`self.init_hf_repo()`, transformers/trainer.py:587 ->
+    `hf_api().create_repo(repo_name, token=token, ...)`, :4099), so without a network the run
+    died in a 98-line httpx.ConnectError traceback after the model had loaded (61 lines with
+    HF_HUB_OFFLINE=1). `offline_ok` (`validate`) checks the settings only (HF_HUB_OFFLINE, a
+    token), not the network: a recipe is valid before the machine it will run on is online."""
+    if not push_to_hub:
+        return
+    target = f"push_to_hub: true (hub_model_id {hub_model_id!r})" if hub_model_id else "push_to_hub: true"
+    off = "--push_to_hub false to keep the run local"
+    if offline():
+        raise RecipeError(f"{target}, but HF_HUB_OFFLINE=1 forbids the hub; unset it, or {off}")
+    from huggingface_hub import get_token
+
+    token = get_token()
+    if token is None:
+        raise RecipeError(
+            f"{target} needs a hub token with write access: `hf auth login` or HF_TOKEN, or {off}"
+        )
+    if offline_ok:
+        return
+    from huggingface_hub import constants, get_session
+    from huggingface_hub.utils import build_hf_headers
+
+    try:
+        response = get_session().get(
+            f"{constants.ENDPOINT}/api/whoami-v2",
+            headers=build_hf_headers(token=token),
+            timeout=WHOAMI_TIMEOUT_S,
+        )
+    except Exception as error:
+        detail = str(error).splitlines()[0] if str(error) else "no connection"
+        raise RecipeError(
+            f"{target}, but the hub ({constants.ENDPOINT}) cannot be reached "
+            f"({type(error).__name__}: {detail}); check the connection, or {off}"
+        ) from None
+    if response.status_code in (401, 403):
+        raise RecipeError(
+            f"{target}, but the hub refuses the token (HTTP {response.status_code}): `hf auth login` with a "
+            f"write token, or {off}"
+        )

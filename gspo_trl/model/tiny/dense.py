@@ -17,6 +17,8 @@ from typing import Any
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
+from gspo_trl.config.sections.tiny import TINY_MAX_POSITIONS
+
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
@@ -38,7 +40,7 @@ class TinyModelSpec:
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
     head_dim: int = 32
-    max_position_embeddings: int = 512
+    max_position_embeddings: int = TINY_MAX_POSITIONS
     vocab_size: int = 512
     """Vocabulary the tokenizer is trained to (at most: the tiny corpus yields fewer merges)."""
     model_vocab_size: int | None = None

@@ -59,8 +59,7 @@ class BehaviourProbe(Probe):
         args = trainer.args
         generate_every = args.steps_per_generation * trainer.num_iterations
         self._updates_per_rollout = generate_every // args.gradient_accumulation_steps
-        if self.active:
-            logger.info("engine.correction: %s", self.correction.describe())
+        # the console banner names it (one line, printed once)
 
     def on_rollout_end(self, trainer: Any, batch: dict[str, Any]) -> dict[str, Any]:
         if self.active and trainer.model.training:

@@ -31,7 +31,6 @@ from gspo_trl.training.engine.staleness import (
     RolloutVersion,
     StalenessSchedule,
     by_staleness,
-    describe,
     rollout_metrics,
 )
 from gspo_trl.training.probes.base import LossCall, PolicyForward, Probe
@@ -65,8 +64,7 @@ class StalenessProbe(Probe):
         self.schedule = StalenessSchedule(
             self.config.max_staleness, batch.micro_batches, batch.gradient_accumulation_steps
         )
-        if trainer.accelerator.is_main_process:
-            logger.info("engine.max_staleness: %s", describe(self.config.max_staleness))
+        # the console banner names it (one line, printed once)
 
     def on_rollout_begin(self, trainer: Any, training: bool) -> None:
         self._in_rollout = True

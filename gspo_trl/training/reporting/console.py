@@ -3,11 +3,12 @@
 TRL prints each logging step as a Python dict of 60+ keys, which nobody reads. A GSPO run
 prints instead, on the main process only:
 
-    a start banner     model (and LoRA), data rows, rewards, GSPO settings, world size, output dir
+    a start banner     model (and LoRA), data rows, rewards, GSPO settings, the engine capabilities
+                       and dynamic sampling when on, world size, output dir
     one line per log   step/max, train reward (each reward's mean too), held-out score (when
                        measured), off-policy clip fraction, spread of log s_i, MoE expert flips,
-                       zero-variance groups, dynamic sampling's keep rate and rounds,
-                       seconds/step, ETA
+                       staleness and w_i (when on), zero-variance groups, dynamic sampling's
+                       keep rate and rounds, seconds/step, ETA
     an end summary     each phase's share of the run and its token rates (run_summary)
     `!` lines          alarms: each probe's warnings (its `alarm_loggers`: the clip-rate alarm, the
                        MoE routing alarm, ...), "every group has zero variance" for several logging
@@ -97,6 +98,18 @@ def step_line(
     flips = flips_part(logs)  # under replay: what the router would choose vs the replayed experts
     if flips is not None:
         parts.append(flips)
+    stale = _number(logs.get(names.STALENESS_MEAN))  # engine.max_staleness: rollouts' lag
+    if stale is not None:
+        most = _number(logs.get(names.STALENESS_MAX))
+        parts.append(f"stale {stale:.1f}" + (f" (max {most:.0f})" if most is not None else ""))
+    weight = _number(logs.get(names.BEHAVIOUR_WEIGHT_MEAN))  # engine.correction: w_i = pi_old / mu
+    if weight is not None:
+        low, high = (
+            _number(logs.get(names.BEHAVIOUR_WEIGHT_P1)),
+            _number(logs.get(names.BEHAVIOUR_WEIGHT_P99)),
+        )
+        spread = f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
+        parts.append(f"w_i {weight:.3f}{spread}")
     zero = _number(logs.get(ZERO_VARIANCE_KEY))
     if zero is not None:
         parts.append(f"zero-var {zero:.0%}")
@@ -119,9 +132,13 @@ def step_line(
 
 def model_line(model_name: str, lora: Any = None) -> str:
     """The banner's model: its name or path, and LoRA's rank, alpha and target modules (a
-    peft.LoraConfig, None for full fine-tuning)."""
+    peft.LoraConfig, None for full fine-tuning); another PEFT method (prompt tuning, IA3...)
+    by its peft_type, since TRL takes any PeftConfig."""
     if lora is None:
         return f"{model_name}, full fine-tuning"
+    if not hasattr(lora, "lora_alpha"):
+        kind = getattr(lora, "peft_type", None)
+        return f"{model_name}, PEFT {getattr(kind, 'value', kind) or type(lora).__name__}"
     targets = lora.target_modules
     targets = targets if isinstance(targets, str) or targets is None else ", ".join(sorted(targets))
     return f"{model_name}, LoRA rank {lora.r} (alpha {lora.lora_alpha:g}) on {targets or 'peft defaults'}"
@@ -131,7 +148,8 @@ def banner(trainer: Any, model_name: str, reward_names: list[str], eval_rows: in
     """The lines printed once before training: what is trained, on what, how, and where."""
     args = trainer.args
     lora = (getattr(trainer.model, "peft_config", None) or {}).get("default")
-    train_rows = len(trainer.train_dataset) if trainer.train_dataset is not None else 0
+    rows = trainer.train_dataset
+    train_rows = "streaming" if rows is not None and not hasattr(rows, "__len__") else len(rows or ())
     level = getattr(trainer, "importance_sampling_level", "?")
     eps = f"eps {trainer.epsilon_low:g}/{trainer.epsilon_high:g}"
     algorithm = "GSPO-token" if getattr(trainer, "gspo_token", False) else f"{level}-level ratio"
@@ -142,6 +160,12 @@ def banner(trainer: Any, model_name: str, reward_names: list[str], eval_rows: in
     staleness = getattr(getattr(args, "engine", None), "max_staleness", 0)
     if staleness:
         engine.append(f"  engine   max_staleness {describe_staleness(staleness)}")
+    sampling = getattr(args, "sampling", None)
+    if getattr(sampling, "dynamic", False):
+        engine.append(
+            f"  sampling dynamic: groups whose rewards tie are dropped and refilled, up to "
+            f"{sampling.max_rounds} generation rounds per rollout batch"
+        )
     return "\n".join(
         [
             "gspo-trl: training",

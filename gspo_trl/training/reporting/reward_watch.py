@@ -26,7 +26,13 @@ def reward_means_part(logs: dict[str, Any]) -> str | None:
     means = names.trl_reward_stats(logs, "mean")
     if len(means) < 2:
         return None
-    return "[" + " ".join(f"{name} {value:.2f}" for name, value in means.items()) + "]"
+    return "[" + " ".join(f"{name} {_mean(value)}" for name, value in means.items()) + "]"
+
+
+def _mean(value: Any) -> str:
+    """A reward's logged mean; 'n/a' for the None (or NaN) TRL logs when the reward returned None
+    for every completion of the window (TRL's multi-task pattern: another reward judges them)."""
+    return f"{value:.2f}" if isinstance(value, int | float) and not math.isnan(value) else "n/a"
 
 
 class ConstantRewardWatch:

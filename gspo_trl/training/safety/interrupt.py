@@ -30,11 +30,15 @@ logger = logging.getLogger(__name__)
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Training stopped on Ctrl-C or SIGTERM after saving `checkpoint` (None when nothing was saved)."""
+    """Training stopped on Ctrl-C or SIGTERM after saving `checkpoint` (None when nothing was
+    saved) at `step` (None: stopped inside a step, nothing saved)."""
 
-    def __init__(self, checkpoint: str | None) -> None:
-        super().__init__(checkpoint)
-        self.checkpoint = checkpoint
+    def __init__(self, checkpoint: str | None, step: int | None = None) -> None:
+        saved = f"checkpoint {checkpoint} saved" if checkpoint else "no checkpoint saved"
+        where = f"stopped at step {step}; " if step is not None else ""
+        resume = ": continue with trainer.train(resume_from_checkpoint=True)" if checkpoint else ""
+        super().__init__(f"{where}{saved}{resume}")
+        self.checkpoint, self.step = checkpoint, step
 
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
