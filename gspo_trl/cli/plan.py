@@ -5,8 +5,9 @@ its GPUs, what dominates, what to change first, how many hours and dollars the r
 Arithmetic only (gspo_trl.plan): no GPU, no download; the model's shape comes from a shipped
 config (Qwen3 0.6B-32B, 30B-A3B) or a local directory with config.json. For a shipped recipe
 no flag is needed: its `launch:` section gives the topology and the strategy.
-Exit status: 0 fits or tight, 1 does not fit, 2 bad input. `--config` is an old spelling of
-`--accelerate-config` (accepted with a warning: for `train` it names the recipe).
+A recipe `validate` refuses is refused here first, with validate's lines (no plan of a run
+that cannot start). Exit status: 0 fits or tight, 1 does not fit, 2 bad input. `--config` is an
+old spelling of `--accelerate-config` (accepted with a warning: for `train` it names the recipe).
 """
 
 from __future__ import annotations
@@ -78,7 +79,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gspo_trl.plan.topology import resolve_topology
     from gspo_trl.plan.verdict import DOES_NOT_FIT
 
-    recipe = load_recipe(args.recipe, overrides)
+    recipe = load_recipe(args.recipe, overrides, partial=True)
+    from gspo_trl.config.validation import find_problems
+
+    find_problems(recipe, installed=False).raise_if_any()  # validate's refusals, in its words
     memory = parse_gpu_memory(args.gpu_memory) if args.gpu_memory is not None else None
     topology = resolve_topology(
         recipe.training,

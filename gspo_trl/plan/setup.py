@@ -79,6 +79,9 @@ class Setup:
     requested_dtype: str | None = None
     """The recipe's `model.dtype` (None: the checkpoint's, loaded as is)."""
     allow_pure_bf16: bool = False
+    max_staleness: int = 0
+    """`engine.max_staleness`: > 0 keeps a stale engine between syncs, which sleep mode cannot (validate
+    refuses the pair), so no fix suggests `vllm_enable_sleep_mode: true` then."""
 
     @property
     def deepspeed(self) -> bool:
@@ -194,6 +197,7 @@ def make_setup(
     lora: dict[str, Any] | None = None,
     dtype: str | None = None,
     allow_pure_bf16: bool = False,
+    max_staleness: int = 0,
 ) -> Setup:
     """Validate the plan inputs; `gpu_memory_gb` is the GiB the plan may fill (gspo_trl.plan.planner.plan
     passes the usable share of a card's nominal size)."""
@@ -238,6 +242,7 @@ def make_setup(
         lora=make_lora(lora),
         requested_dtype=dtype,
         allow_pure_bf16=allow_pure_bf16,
+        max_staleness=max_staleness,
         **ints,
         **bools,
     )

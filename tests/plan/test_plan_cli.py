@@ -181,3 +181,21 @@ def test_old_config_spelling_plans_the_same_with_one_warning(capsys):
     assert old[1] == new[1] and "warning:" not in new[2]
     warnings = [line for line in old[2].splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and "--accelerate-config" in warnings[0], old[2]
+
+
+def test_plan_refuses_with_validates_line_and_never_suggests_a_refused_key(capsys, monkeypatch):
+    """Staleness with sleep mode: `validate` refuses it, so the plan must too (it said FITS, 53 GiB),
+    in validate's words; with sleep mode off the run needs 108% of an 80 GB GPU, and the plan's
+    first fix was `vllm_enable_sleep_mode: true`, the refused key."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # validate's data check fails fast on this machine
+    stale = ["qwen3-4b/math", "--engine.max_staleness", "1"]
+    code, out, err = run_plan(capsys, *stale)
+    assert code == 2 and "Verdict" not in out
+    plan_lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(plan_lines) == 1 and "vllm_enable_sleep_mode: true" in plan_lines[0], err
+    assert gspo_trl_main(["validate", *stale]) == 2
+    validate_lines = capsys.readouterr().err.splitlines()
+    assert plan_lines[0].replace("error: ", "") in "\n".join(validate_lines)
+    code, out, err = run_plan(capsys, *stale, "--vllm_enable_sleep_mode", "false")
+    assert code == 1 and "Verdict: DOES NOT FIT" in out, err
+    assert "vllm_enable_sleep_mode" not in out.split("Verdict")[1]
