@@ -94,8 +94,8 @@ class StalenessSchedule:
 
     def sync_due(self, in_rollout: bool = True) -> bool:
         """Sync now? Outside a rollout (held-out scoring) and in an eval rollout always; else at
-        the schedule's rollouts, at this process's first training rollout, and whenever the engine holds none of this
-        process's versions."""
+        the schedule's rollouts, at this process's first training rollout, and whenever the
+        engine holds none of this process's versions."""
         if self.engine is None or not in_rollout or not self.training:
             return True
         return self.training and (self._first or self.rollout % (self.max_staleness + 1) == 0)
