@@ -53,6 +53,24 @@ def models(root: Path) -> dict[str, str]:
     return {"dense": str(dense), "moe": str(moe)}
 
 
+def plan_errors(argv: list[str]) -> list[str] | None:
+    """`gspo-trl plan ARGV` run in-process: None when it plans (exit 0 or 1), else its error lines."""
+    import contextlib
+    import io
+
+    from gspo_trl.cli.main import main as gspo_trl_main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = gspo_trl_main(["plan", *argv])
+    if code in (0, 1):
+        return None
+    lines = [
+        line.removeprefix("error: ") for line in err.getvalue().splitlines() if line.startswith("error: ")
+    ]
+    return [line.split(": ", 1)[1] if line.split(" ", 1)[0].endswith(".yaml:") else line for line in lines]
+
+
 def train_cell(cell: Cell, model_dirs: dict[str, str], out: Path) -> str | None:
     """Train the cell for 2 steps; None when its invariants hold, else what broke."""
     overrides = {**cell.overrides, "model.name_or_path": model_dirs["moe" if cell.moe else "dense"]}
@@ -88,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(cpu)} more cover every pair of the levels a CPU trains")  # fmt: skip
     failed, trained, not_run = 0, 0, 0
     for index, cell in enumerate(cells):
-        verdicts = refusals(cell, RECIPE, model_dirs)
+        verdicts = refusals(cell, RECIPE, model_dirs, plan_errors)
         problem = verdicts.disagreement()
         outcome = "refused" if verdicts.validate is not None else "accepted"
         if problem is None and verdicts.validate is None:

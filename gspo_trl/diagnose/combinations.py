@@ -15,7 +15,7 @@ A new capability joins the matrix in the issue that adds it: one `Factor` row he
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -212,43 +212,28 @@ def _lines(error: BaseException) -> list[str]:
     ]
 
 
-def _plan_errors(argv: list[str]) -> list[str] | None:
-    """`gspo-trl plan ARGV` run in-process: None when it plans (exit 0 or 1), else its error lines."""
-    import contextlib
-    import io
-
-    from gspo_trl.cli.main import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["plan", *argv])
-    if code in (0, 1):
-        return None
-    lines = [
-        line.removeprefix("error: ") for line in err.getvalue().splitlines() if line.startswith("error: ")
-    ]
-    return [line.split(": ", 1)[1] if ".yaml: " in line.split(" ", 1)[0] + " " else line for line in lines]
-
-
-def refusals(cell: Cell, recipe_path: str, model_dirs: dict[str, str]) -> Verdicts:
-    """Ask validate's recipe checks, plan's and GSPOConfig about `cell` (no data, no model load);
-    `model_dirs`: local `dense` and `moe` model folders."""
+def refusals(
+    cell: Cell, recipe_path: str, model_dirs: dict[str, str], plan: Callable[[list[str]], list[str] | None]
+) -> Verdicts:
+    """Ask validate's recipe checks, `plan` and GSPOConfig about `cell` (no data, no model load);
+    `model_dirs`: local `dense` and `moe` model folders; `plan(argv)`: `gspo-trl plan ARGV`'s error
+    lines, None when it plans (the CLI sits above this layer: scripts/combination_matrix.py)."""
     from gspo_trl.config.recipe import load_recipe
     from gspo_trl.config.validation import find_problems
     from gspo_trl.training.build import gspo_config
 
     overrides = {**cell.overrides, "model.name_or_path": model_dirs["moe" if cell.moe else "dense"]}
     argv = override_argv(overrides)
-    validate = plan = gspo = None
+    validate = gspo = None
     try:
         recipe = load_recipe(recipe_path, argv, partial=True)
         find_problems(recipe, installed=False).raise_if_any()
     except UserError as error:
         validate = _lines(error)
-    plan = _plan_errors([recipe_path, *argv])
+    planned = plan([recipe_path, *argv])
     if validate is None or _shared(validate):
         try:
             gspo_config(load_recipe(recipe_path, argv, partial=True))
         except (UserError, ValueError) as error:
             gspo = _lines(error)[0]
-    return Verdicts(validate, plan, gspo)
+    return Verdicts(validate, planned, gspo)

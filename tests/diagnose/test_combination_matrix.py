@@ -14,6 +14,7 @@ from tests._gspo_helpers import tiny_model_dir
 from tests._scripts import load_script
 
 CELLS = covering_array()
+script = load_script("combination_matrix")
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,7 @@ def test_the_covering_array_covers_every_pair_in_fewer_cells_than_the_product(fa
 
 
 def test_every_cell_is_refused_alike_by_validate_plan_and_gspo_config(model_dirs):
-    verdicts = {cell.name: refusals(cell, "recipes/tiny/reversal.yaml", model_dirs) for cell in CELLS}
+    verdicts = {cell.name: refusals(cell, script.RECIPE, model_dirs, script.plan_errors) for cell in CELLS}
     disagreements = {name: v.disagreement() for name, v in verdicts.items() if v.disagreement()}
     assert not disagreements, disagreements
     refused = [v for v in verdicts.values() if v.validate is not None]
@@ -46,7 +47,6 @@ def test_every_cell_is_refused_alike_by_validate_plan_and_gspo_config(model_dirs
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_matrix_script_quick_mode(tmp_path, capsys):
-    script = load_script("combination_matrix")
     assert script.main(["--quick", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert " 0 failed, 1 trained" in out and "cell  0 ok   trained" in out, out

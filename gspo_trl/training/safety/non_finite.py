@@ -13,16 +13,8 @@ so before the final `save_model` too:
   weights on a GPU; the local shard under FSDP or ZeRO-3, any rank's failure stops all);
 - the loss and grad norm of every logging event (`on_log`, before that event's save).
 
-Under fp16 a non-finite gradient is routine: the GradScaler skips that optimizer step (the
-weights stay as they were) and halves its loss scale (`scaler.step` then `scaler.update`,
-accelerate/optimizer.py:171-180), and the Trainer still logs the step's inf grad norm. Such a
-skip is not divergence; `MAX_SKIPPED_STEPS` in a row is: from GradScaler's initial scale 2**16
-(torch/amp/grad_scaler.py:126, `backoff_factor` 0.5), 16 halvings reach a scale of 1, so a 17th
-overflow is a gradient that is inf unscaled. A skip is read from the scale going down, not from
-accelerate's `step_was_skipped`: with a fused AdamW (transformers' default `adamw_torch_fused`)
-the scaler hands the skip to the optimizer itself (`if getattr(optimizer,
-"_step_supports_amp_scaling", False)`, grad_scaler.py:418), so accelerate always reports a step.
-DeepSpeed's fp16 loss scale skips the same way; there the grad norm is excused under `fp16`.
+Under fp16 a loss-scaler-skipped step (inf grad norm, weights untouched) is not divergence;
+too many in a row is (`MAX_SKIPPED_STEPS`).
 
 It raises `NonFiniteTrainingError` (a UserError: one line, exit 2) naming the step and the last
 complete checkpoint, which stays as it was: `--resume` with a lower learning rate continues
@@ -43,7 +35,16 @@ from gspo_trl.training.probes.base import Probe, ProbeCallbacks
 WATCHED_LOGS = ("loss", "grad_norm")
 """Logged values that must stay finite (both are what the optimizer step just used)."""
 MAX_SKIPPED_STEPS = 16
-"""Consecutive optimizer steps a loss scaler (fp16) may skip before the run is stopped."""
+"""Consecutive optimizer steps a loss scaler (fp16) may skip before the run is stopped. GradScaler
+skips a step whose gradients are not finite, leaving the weights as they were, and halves its
+scale (`scaler.step` then `scaler.update`, accelerate/optimizer.py:171-180); the Trainer still
+logs the step's inf grad norm. From the initial scale 2**16 (torch/amp/grad_scaler.py:126,
+`backoff_factor` 0.5) 16 halvings reach 1, so a 17th overflow is a gradient inf unscaled. A skip
+is read from the scale going down, not accelerate's `step_was_skipped`: with a fused AdamW
+(transformers' default `adamw_torch_fused`) the scaler hands the skip to the optimizer itself
+(`if getattr(optimizer, "_step_supports_amp_scaling", False)`, grad_scaler.py:418), so accelerate
+always reports a step. DeepSpeed's fp16 loss scale skips alike; there the grad norm is excused
+under `fp16`."""
 
 
 class StopOnNonFinite(TrainerCallback):
