@@ -199,3 +199,12 @@ def test_plan_refuses_with_validates_line_and_never_suggests_a_refused_key(capsy
     code, out, err = run_plan(capsys, *stale, "--vllm_enable_sleep_mode", "false")
     assert code == 1 and "Verdict: DOES NOT FIT" in out, err
     assert "vllm_enable_sleep_mode" not in out.split("Verdict")[1]
+
+
+def test_plan_says_dynamic_sampling_multiplies_generation(capsys):
+    """The plan timed one generation round per rollout batch whatever sampling.dynamic said."""
+    code, out, _ = run_plan(
+        capsys, "tiny/reversal", "--sampling.dynamic", "true", "--sampling.max_rounds", "4"
+    )
+    assert code == 0 and "each rollout batch runs up to 4 (sampling.max_rounds)" in out
+    assert "2.4-2.9x the generated tokens" in out
