@@ -8,6 +8,7 @@ registers, is answered with the `imports:` line the recipe probably lacks.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import gspo_trl.rewards as rewards
 from gspo_trl.config.problems import Problems
@@ -30,6 +31,16 @@ def imports_hint(spec: str, flag: str = "imports: [{}]") -> str:
     return f"; did you forget `{flag.format(', '.join(modules))}`?" if modules else ""
 
 
+def check_reward_weights(weights: Sequence[float]) -> None:
+    """Every weight 0: each completion's summed reward is 0, every advantage 0, and the run trains
+    on nothing while exiting 0. Shared by recipes and `GSPOConfig(reward_weights=...)`."""
+    if weights and all(float(w) == 0 for w in weights):
+        raise RecipeError(
+            f"every reward weight is 0 ({len(weights)} reward(s)): each completion's total reward is 0, "
+            "so every advantage is 0 and the run would train on nothing; give one reward a non-zero weight"
+        )
+
+
 def check_rewards(recipe: Recipe, problems: Problems) -> None:
     """Record every reward that cannot work; skipped when `rewards:` or `imports:` could not be read
     (an unread `imports:` would make every custom reward look unknown)."""
@@ -46,6 +57,7 @@ def check_rewards(recipe: Recipe, problems: Problems) -> None:
         resolved &= _check_reward(where, entry.spec, entry.params, problems)
     if recipe.heldout is not None and recipe.heldout.reward:
         _check_reward("heldout.reward", recipe.heldout.reward, {}, problems)
+    problems.run(check_reward_weights, [entry.weight for entry in recipe.rewards])
     if resolved:
         problems.run(_check_metric_names, recipe)
 

@@ -206,8 +206,10 @@ def validate(recipe: Recipe, processes: int | None = None) -> None:
     find_problems(recipe, processes).raise_if_any()
 
 
-def find_problems(recipe: Recipe, processes: int | None = None) -> Problems:
-    """What `validate` raises, not raised yet: the preflight adds the data's problems to it."""
+def find_problems(recipe: Recipe, processes: int | None = None, installed: bool = True) -> Problems:
+    """What `validate` raises, not raised yet: the preflight adds the data's problems to it.
+    `installed=False` (`gspo-trl plan`, arithmetic for other machines) leaves out the checks of
+    what this machine has installed (trackers, optional packages, its vLLM's MoE weight sync)."""
     processes = processes or world_size()
     problems = Problems(recipe.source, recipe.load_problems, recipe.unreadable)
     run = problems.run
@@ -234,8 +236,10 @@ def find_problems(recipe: Recipe, processes: int | None = None) -> Problems:
     run(check_precision, recipe, reads=("model.dtype", "model.allow_pure_bf16"))
     run(check_engine_settings, recipe.engine, recipe.training, reads=("engine",))
     run(check_sampling_settings, recipe.sampling, recipe.training, reads=("sampling",))
-    run(check_vllm_for_moe, recipe.model.name_or_path, recipe.training, reads=("model.name_or_path",))
     run(check_moe_model, recipe.model.name_or_path, recipe.moe, reads=("model.name_or_path", "moe"))
+    if not installed:
+        return problems
+    run(check_vllm_for_moe, recipe.model.name_or_path, recipe.training, reads=("model.name_or_path",))
     run(_check_trackers, recipe, reads=("report_to",))
     for check, reads in PACKAGE_CHECKS:  # what `train` would import before its first step
         run(check, recipe, reads=reads)

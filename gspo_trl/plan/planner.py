@@ -162,6 +162,7 @@ def plan(
     peak_tflops: float = H100_BF16_DENSE_TFLOPS,
     bandwidth_tb_s: float = H100_SXM_BANDWIDTH_TB_S,
     gpu_name: str | None = None,
+    max_staleness: int = 0,
 ) -> Plan:
     """Plan a GSPO/GRPO run: per-GPU memory, a verdict with the first fix, and a work estimate.
 
@@ -171,7 +172,8 @@ def plan(
     a shipped hub id (`Qwen/Qwen3-8B`), or a `ModelShape` already read. `strategy` is ddp, zero2,
     zero3 or fsdp2; `lora` holds peft.LoraConfig fields; `dtype` the recipe's `model.dtype` (None:
     the checkpoint's own; bfloat16 is trained as float32 without DeepSpeed or LoRA unless
-    `allow_pure_bf16`, gspo_trl.model.loading.precision).
+    `allow_pure_bf16`, gspo_trl.model.loading.precision). `max_staleness` is `engine.max_staleness`
+    (> 0: sleep mode is never a fix).
     `gpu_memory_gb` is the card's nominal size ("80" GB); the plan fills only what CUDA reports
     of it (gspo_trl.model.sizing.gpu_rates.usable_memory_gib: measured for `gpu_name` H100/H200, else an
     assumed share). `peak_tflops` and `bandwidth_tb_s` (H100 SXM by default) only scale the time
@@ -186,7 +188,16 @@ def plan(
     rates = next((row for row in GPU_RATES if row.name == gpu_name), None)
     usable_gib, capacity_note = usable_memory_gib(gpu_memory_gb, rates)
     setup = make_setup(
-        training, shape, strategy, nodes, gpus_per_node, usable_gib, lora, dtype, allow_pure_bf16
+        training,
+        shape,
+        strategy,
+        nodes,
+        gpus_per_node,
+        usable_gib,
+        lora,
+        dtype,
+        allow_pure_bf16,
+        max_staleness,
     )
     terms, engine, verdict = judge(shape, setup)
     learning_rate = float(training.get("learning_rate", grpo_default("learning_rate")))

@@ -128,6 +128,7 @@ def plan_recipe(
             peak_tflops=gpu.bf16_dense_tflops,
             bandwidth_tb_s=gpu.bandwidth_tb_s,
             gpu_name=gpu.name,
+            max_staleness=recipe.engine.max_staleness,
         )
     except PlanError as error:
         raise PlanError(f"recipe {recipe.source}: {error}") from None

@@ -89,6 +89,9 @@ class Setup:
     """`packing: true`: the log-prob forwards run the rows' real tokens only."""
     mean_completion_length: float | None = None
     """Mean completion tokens of a row, when known; None: PACKED_COMPLETION_SHARE of the cap."""
+    max_staleness: int = 0
+    """`engine.max_staleness`: > 0 keeps a stale engine between syncs, which sleep mode cannot (validate
+    refuses the pair), so no fix suggests `vllm_enable_sleep_mode: true` then."""
 
     @property
     def deepspeed(self) -> bool:
@@ -219,6 +222,7 @@ def make_setup(
     lora: dict[str, Any] | None = None,
     dtype: str | None = None,
     allow_pure_bf16: bool = False,
+    max_staleness: int = 0,
 ) -> Setup:
     """Validate the plan inputs; `gpu_memory_gb` is the GiB the plan may fill (gspo_trl.plan.planner.plan
     passes the usable share of a card's nominal size)."""
@@ -265,6 +269,7 @@ def make_setup(
         allow_pure_bf16=allow_pure_bf16,
         packing=bool(training.get("packing", False)),
         mean_completion_length=_mean_completion(training),
+        max_staleness=max_staleness,
         **ints,
         **bools,
     )

@@ -126,7 +126,7 @@ def candidate_fixes(dominant: str, setup: Setup, allow_lora: bool = True) -> lis
         if setup.strategy in ("ddp", "zero2"):
             sharding.append(Fix("strategy zero3 (shard the weights too)", {"strategy": "zero3"}))
     vllm = []
-    if setup.colocated_vllm and not setup.vllm_enable_sleep_mode:
+    if setup.colocated_vllm and not setup.vllm_enable_sleep_mode and not setup.max_staleness:
         vllm.append(Fix("vllm_enable_sleep_mode: true", {"vllm_enable_sleep_mode": True}))
     lora = []
     if allow_lora and not setup.lora:

@@ -26,6 +26,7 @@ from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.config.defaults import GSPO_DEFAULTS
 from gspo_trl.config.fields import build_dataclass
 from gspo_trl.config.invariants import algorithm_of, check_off_policy
+from gspo_trl.config.rewards_section_checks import check_reward_weights
 from gspo_trl.config.sections import (
     TRAINER_SECTIONS,
     DiagnosticsConfig,
@@ -127,6 +128,8 @@ class GSPOConfig(GRPOConfig):
         check_gspo_settings(self.algorithm, settings)
         check_engine_settings(self.engine, settings)
         check_sampling_settings(self.sampling, settings)
+        if self.reward_weights is not None:
+            check_reward_weights(self.reward_weights)
         on_policy = RolloutBatch.from_grpo_config(self).on_policy
         check_off_policy(self.algorithm, on_policy, self.allow_on_policy)
         check_moe_settings(self.moe, settings, self.engine, on_policy)

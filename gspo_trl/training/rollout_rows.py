@@ -1,5 +1,5 @@
-"""The rows of TRL's scored rollout dict, as dynamic sampling moves them: padded to one width,
-gathered from every rank, a chosen set of groups taken, and this rank's share cut back out.
+"""The rows of TRL's scored rollout dict, as dynamic sampling moves them: padded to one width, the
+kept rows gathered from the ranks that hold them, and this rank's share cut back out.
 
 TRL's `_generate_and_score_completions` returns this rank's rows, prompts left-padded and
 completions right-padded to the widest row of that one call (`completion_ids = pad(`, with
@@ -138,6 +138,21 @@ def trim(batch: dict[str, Any], layouts: Mapping[str, Layout] = LAYOUTS) -> dict
         end = value.size(layout.dim) - (right if layout.span in ("completion", "sequence") else 0)
         out[key] = value.narrow(layout.dim, start, end - start)
     return out
+
+
+GATHER_AS = {torch.int16: torch.int32, torch.uint16: torch.int32}
+"""Row dtypes the all-gather lacks, and the wider one each travels as (exact; cast back after):
+engine routing's expert ids are int16 (gspo_trl.model.routing.engine.ROUTING_DTYPE), and gloo
+refuses them (`Invalid scalar type` for int16 and uint16, torch 2.13, two gloo ranks), as NCCL
+would (its ncclDataType_t has no 16-bit integer)."""
+
+
+def gather(accelerator: Any, tensor: torch.Tensor) -> torch.Tensor:
+    """`accelerator.gather(tensor)` (every rank's rows, in rank order) for any row dtype."""
+    wire = GATHER_AS.get(tensor.dtype)
+    if wire is None:
+        return accelerator.gather(tensor)
+    return accelerator.gather(tensor.to(wire)).to(tensor.dtype)
 
 
 def loss_tokens(batch: dict[str, Any]) -> torch.Tensor:

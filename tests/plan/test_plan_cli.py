@@ -79,10 +79,11 @@ BROKEN = [
         "groups do not divide",
         ["qwen3-0.6b/math", "--per_device_train_batch_size", "6", "--gpus-per-node", "1"],
         2,
-        ["PROBLEM"],
+        [],
         ["num_generations", "groups of 16"],
     ),
-    ("on-policy", ["qwen3-0.6b/math", "--steps_per_generation", "1"], 0, ["GSPO needs >= 2"], []),
+    # refused by validate, so by the plan first, in validate's line (it used to plan it, exit 0)
+    ("on-policy", ["qwen3-0.6b/math", "--steps_per_generation", "1"], 2, [], ["every update is on-policy"]),
     ("bad gpu memory", ["qwen3-0.6b/math", "--gpu-memory", "lots"], 2, [], ["--gpu-memory 'lots'"]),
     ("no such config", ["qwen3-0.6b/math", "--accelerate-config", "nowhere.yaml"], 2, [], ["nowhere.yaml"]),
     (
@@ -181,3 +182,30 @@ def test_old_config_spelling_plans_the_same_with_one_warning(capsys):
     assert old[1] == new[1] and "warning:" not in new[2]
     warnings = [line for line in old[2].splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and "--accelerate-config" in warnings[0], old[2]
+
+
+def test_plan_refuses_with_validates_line_and_never_suggests_a_refused_key(capsys, monkeypatch):
+    """Staleness with sleep mode: `validate` refuses it, so the plan must too (it said FITS, 53 GiB),
+    in validate's words; with sleep mode off the run needs 108% of an 80 GB GPU, and the plan's
+    first fix was `vllm_enable_sleep_mode: true`, the refused key."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # validate's data check fails fast on this machine
+    stale = ["qwen3-4b/math", "--engine.max_staleness", "1"]
+    code, out, err = run_plan(capsys, *stale)
+    assert code == 2 and "Verdict" not in out
+    plan_lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(plan_lines) == 1 and "vllm_enable_sleep_mode: true" in plan_lines[0], err
+    assert gspo_trl_main(["validate", *stale]) == 2
+    validate_lines = capsys.readouterr().err.splitlines()
+    assert plan_lines[0].replace("error: ", "") in "\n".join(validate_lines)
+    code, out, err = run_plan(capsys, *stale, "--vllm_enable_sleep_mode", "false")
+    assert code == 1 and "Verdict: DOES NOT FIT" in out, err
+    assert "vllm_enable_sleep_mode" not in out.split("Verdict")[1]
+
+
+def test_plan_says_dynamic_sampling_multiplies_generation(capsys):
+    """The plan timed one generation round per rollout batch whatever sampling.dynamic said."""
+    code, out, _ = run_plan(
+        capsys, "tiny/reversal", "--sampling.dynamic", "true", "--sampling.max_rounds", "4"
+    )
+    assert code == 0 and "each rollout batch runs up to 4 (sampling.max_rounds)" in out
+    assert "2.4-2.9x the generated tokens" in out

@@ -6,7 +6,11 @@ has zero spread, zero advantage) and an `open` prompt's completions a value from
 (spread: they teach something). `Recorder`, a probe placed after dynamic sampling, sees each
 generation round's prompt rows and every minibatch's loss inputs.
 
-    accelerate launch --multi_gpu --num_processes 2 tests/training/_dynamic_sampling_run.py OUT MODEL_DIR
+    accelerate launch --multi_gpu --num_processes 2 tests/training/_dynamic_sampling_run.py \
+        OUT MODEL_DIR [moe]
+
+With `moe` (MODEL_DIR a tiny MoE) the run replays pi_old's routing, handed over as int16 the way
+engine routing hands it (`EngineRoutingDtype`): dynamic sampling then gathers int16 rows.
 """
 
 from __future__ import annotations
@@ -66,6 +70,18 @@ class Recorder(Probe):
         )
 
 
+class EngineRoutingDtype(Probe):
+    """Recorded routing as engine routing delivers it: int16 (gspo_trl.model.routing.engine)."""
+
+    def on_rollout_end(self, trainer: Any, batch: dict[str, Any]) -> dict[str, Any]:
+        from gspo_trl.model.routing.engine import ROUTING_DTYPE
+        from gspo_trl.training.routing import ROUTED_EXPERTS
+
+        if ROUTED_EXPERTS in batch:
+            batch[ROUTED_EXPERTS] = batch[ROUTED_EXPERTS].to(ROUTING_DTYPE)
+        return batch
+
+
 def build(
     model_dir: Path,
     output_dir: Path,
@@ -117,11 +133,12 @@ def build(
     return trainer, recorder
 
 
-def main(out: str, model_dir: str) -> None:
+def main(out: str, model_dir: str, moe: str = "") -> None:
     """Two gloo ranks: each writes its rounds and minibatches to OUT/rank{i}.json."""
     import torch.distributed as dist
 
     out_dir = Path(out)
+    replay = {"probes": [EngineRoutingDtype()], "moe": {"routing_replay": "old"}} if moe else {}
     trainer, recorder = build(
         Path(model_dir),
         out_dir / "run",
@@ -129,6 +146,7 @@ def main(out: str, model_dir: str) -> None:
         {"dynamic": True, "max_rounds": 3},
         per_device_train_batch_size=4,
         max_steps=2,
+        **replay,
     )
     trainer.train()
     rank = trainer.accelerator.process_index
@@ -141,4 +159,4 @@ def main(out: str, model_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:4])

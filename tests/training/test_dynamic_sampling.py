@@ -164,15 +164,21 @@ def free_port() -> int:
 @pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_two_gloo_ranks_keep_the_same_groups(model_dir, tmp_path):
+def test_two_gloo_ranks_keep_the_same_groups(tmp_path):
     """Two processes (accelerate, gloo on CPU): both ranks log the same kept/rounds figures, train
-    minibatches of the same shape, and together hold whole open groups (4 rows of each prompt)."""
+    minibatches of the same shape, and together hold whole open groups (4 rows of each prompt).
+    On a tiny MoE whose replayed routing is int16, as engine routing hands it: gloo (like NCCL)
+    has no int16 all-gather, so moving those rows crashed the first refilled batch."""
+    from gspo_trl.model.tiny.moe import TinyMoeSpec, save_tiny_moe
+
+    spec = TinyMoeSpec(num_hidden_layers=2, hidden_size=64, moe_intermediate_size=64, num_attention_heads=2)
+    model_dir = save_tiny_moe(tmp_path / "moe", spec)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
         "--main_process_port", str(free_port()),
-        str(ROOT / "tests" / "training" / "_dynamic_sampling_run.py"), str(tmp_path), str(model_dir),
+        str(ROOT / "tests" / "training" / "_dynamic_sampling_run.py"), str(tmp_path), str(model_dir), "moe",
     ]  # fmt: skip
     result = subprocess.run(
         ["timeout", "-k", "10", "420", *command], env=env, capture_output=True, text=True, check=False

@@ -17,6 +17,11 @@ from gspo_trl.core.errors import RecipeError
 OLD_LOGPROBS_SOURCES = ("trainer", "engine")
 ON_MISMATCH_ACTIONS = ("warn", "recompute", "stop")
 
+MAX_STALENESS = 16
+"""The deepest `max_staleness` accepted: asynchronous pipelines run 1-4 rollout batches deep
+(docs/async.md measured d 0-4); a deeper schedule barely syncs (1e9: never), so the run would
+train on rollouts of a policy the clip range no longer reaches."""
+
 MAX_BIAS_FRACTION = 0.25
 """Engine mismatch verdict (the run's guard and `gspo-trl check-logprobs` alike): the largest
 |mean log s_i| on the on-policy minibatch, as a fraction of the narrower clip half-range; past a
@@ -106,10 +111,10 @@ class EngineConfig:
                 f"got {self.max_bias_fraction} and {self.max_outside_clip}"
             )
         d = self.max_staleness
-        if isinstance(d, bool) or not isinstance(d, int) or d < 0:
+        if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= MAX_STALENESS:
             raise RecipeError(
-                "engine.max_staleness must be a whole number of rollout batches >= 0 (0: the engine synced "
-                f"every rollout batch), got {self.max_staleness!r}"
+                f"engine.max_staleness must be a whole number of rollout batches from 0 (the engine synced "
+                f"every rollout batch) to {MAX_STALENESS}, got {self.max_staleness!r}"
             )
 
     @property

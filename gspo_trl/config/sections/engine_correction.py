@@ -24,10 +24,20 @@ CORRECTION_MODES = ("off", "truncate", "reject")
 """`engine.correction`: none, truncate w_i at weight_max, or reject outside [weight_min, weight_max]."""
 
 
+MAX_REPORT_BYTES = 1 << 20
+"""A check-logprobs report is a few KiB; more is not one (`/dev/zero` was read whole)."""
+
+
 def read_calibration(path: str | Path) -> dict[str, float]:
-    """The 99th percentiles saved by `check-logprobs --json` (RecipeError naming the file if absent)."""
+    """The 99th percentiles saved by `check-logprobs --json` (RecipeError naming the file if absent).
+    Only a regular file of at most MAX_REPORT_BYTES is opened: a FIFO would block the read
+    (validate hung) and a device like /dev/zero never ends."""
+    file = Path(path).expanduser()
     try:
-        report = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
+        if not file.is_file() or file.stat().st_size > MAX_REPORT_BYTES:
+            kind = "not a regular file" if not file.is_file() else f"larger than {MAX_REPORT_BYTES >> 20} MiB"
+            raise OSError(f"{kind}" if file.exists() else "no such file")
+        report = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise RecipeError(
             f"engine.thresholds_from: cannot read {path} as a check-logprobs report ({error}); write one "

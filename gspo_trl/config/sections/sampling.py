@@ -13,6 +13,12 @@ from typing import Any
 
 from gspo_trl.core.errors import RecipeError
 
+MAX_ROUNDS = 32
+"""The most generation rounds one rollout batch may take. Each round generates a whole generation
+batch; docs/dynamic-sampling.md measured 2.3-2.9x the generated tokens at the default 3, and a task
+the model always fails (or always solves) runs every round, so a larger cap only buys minutes of
+generation with no update and no console line (verl's own cap, `max_num_gen_batches`, stops the run)."""
+
 
 @dataclass
 class SamplingConfig:
@@ -33,13 +39,21 @@ class SamplingConfig:
     warn_capped_batches: int = 3
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_rounds, bool) or not isinstance(self.max_rounds, int) or self.max_rounds < 1:
+        if not _whole(self.max_rounds) or not 1 <= self.max_rounds <= MAX_ROUNDS:
             raise RecipeError(
-                f"sampling.max_rounds must be a whole number of generation rounds >= 1 (1: no refill), "
-                f"got {self.max_rounds!r}"
+                f"sampling.max_rounds must be a whole number of generation rounds from 1 (no refill) to "
+                f"{MAX_ROUNDS}, got {self.max_rounds!r}; data whose groups mostly tie needs filtering "
+                "(`gspo-trl filter`), not more rounds"
             )
-        if self.warn_capped_batches < 1:
-            raise RecipeError(f"sampling.warn_capped_batches must be >= 1, got {self.warn_capped_batches!r}")
+        if not _whole(self.warn_capped_batches) or self.warn_capped_batches < 1:
+            raise RecipeError(
+                f"sampling.warn_capped_batches must be >= 1 (a whole number of rollout batches), "
+                f"got {self.warn_capped_batches!r}"
+            )
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def check_sampling_settings(config: SamplingConfig, training: Mapping[str, Any]) -> None:

@@ -13,8 +13,9 @@ ceil(steps_done x accumulation / max(micro-batches, accumulation)) at the proces
 A resumed run keeps the sync points (r % (d + 1) == 0, as uninterrupted) and also syncs its first
 rollout batch: its engine holds the base model (or what another process pushed to a server), not
 the version the schedule wants, so that batch is sampled fresh and logged 0 stale, as it is.
-Eval rollouts keep the engine's weights and are not counted. A sync asked outside any rollout
-(held-out scoring, which must score the current policy) always runs; the rows sampled after it are
+Eval rollouts (TRL's `eval_strategy`) are not counted and, like a sync asked outside any rollout
+(held-out scoring), always sync: an evaluation must score the current policy, not one up to d
+rollout batches old; the rows sampled after it are
 tagged with the version it pushed (a sync inside rollout batch r's span counts as r's).
 
 Each row is tagged in TRL's rollout dict: ENGINE_VERSION, the optimizer step whose weights sampled
@@ -92,10 +93,10 @@ class StalenessSchedule:
         self.step = global_step
 
     def sync_due(self, in_rollout: bool = True) -> bool:
-        """Sync now? Outside a rollout (held-out scoring) always; else at the schedule's rollouts,
-        at this process's first training rollout, and whenever the engine holds none of this
-        process's versions."""
-        if self.engine is None or not in_rollout:
+        """Sync now? Outside a rollout (held-out scoring) and in an eval rollout always; else at
+        the schedule's rollouts, at this process's first training rollout, and whenever the
+        engine holds none of this process's versions."""
+        if self.engine is None or not in_rollout or not self.training:
             return True
         return self.training and (self._first or self.rollout % (self.max_staleness + 1) == 0)
 

@@ -7,7 +7,8 @@ shard under FSDP or ZeRO-3, any rank's failure stops all), and the loss and grad
 logging event (`on_log`, before that event's save). It raises `NonFiniteTrainingError` (a
 UserError: one line, exit 2) naming the step and the last complete checkpoint, which stays as it
 was: `--resume` with a lower learning rate continues from there. Why transformers alone does not
-stop: docs/probes.md ("NonFiniteProbe").
+stop: docs/probes.md ("NonFiniteProbe"). Under fp16 a loss-scaler-skipped step (inf grad norm,
+weights untouched) is not divergence; too many in a row is (`MAX_SKIPPED_STEPS`).
 """
 
 from __future__ import annotations
@@ -23,12 +24,43 @@ from gspo_trl.training.probes.base import Probe, ProbeCallbacks
 
 WATCHED_LOGS = ("loss", "grad_norm")
 """Logged values that must stay finite (both are what the optimizer step just used)."""
+MAX_SKIPPED_STEPS = 16
+"""Consecutive optimizer steps a loss scaler (fp16) may skip before the run is stopped. GradScaler
+skips a step whose gradients are not finite, leaving the weights as they were, and halves its
+scale (`scaler.step` then `scaler.update`, accelerate/optimizer.py:171-180); the Trainer still
+logs the step's inf grad norm. From the initial scale 2**16 (torch/amp/grad_scaler.py:126,
+`backoff_factor` 0.5) 16 halvings reach 1, so a 17th overflow is a gradient inf unscaled. A skip
+is read from the scale going down, not accelerate's `step_was_skipped`: with a fused AdamW
+(transformers' default `adamw_torch_fused`) the scaler hands the skip to the optimizer itself
+(`if getattr(optimizer, "_step_supports_amp_scaling", False)`, grad_scaler.py:418), so accelerate
+always reports a step. DeepSpeed's fp16 loss scale skips alike; there the grad norm is excused
+under `fp16`."""
 
 
 class StopOnNonFinite(TrainerCallback):
     """Raises NonFiniteTrainingError at the first step whose weights, loss or grad norm is inf/NaN."""
 
+    def __init__(self) -> None:
+        self.skipped_in_a_row = 0
+        """Optimizer steps the loss scaler skipped since the last applied one (fp16 only)."""
+        self._scale: float | None = None
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self.skipped_in_a_row, self._scale = 0, loss_scale(kwargs.get("optimizer"))
+        return control
+
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> Any:
+        scale = loss_scale(kwargs.get("optimizer"))
+        skipped = scale is not None and self._scale is not None and scale < self._scale
+        self._scale = scale
+        self.skipped_in_a_row = self.skipped_in_a_row + 1 if skipped else 0
+        if self.skipped_in_a_row > MAX_SKIPPED_STEPS:
+            raise _stopped(
+                args,
+                state.global_step,
+                f"the fp16 loss scaler skipped {self.skipped_in_a_row} optimizer steps in a row (the "
+                "gradients overflow even at a loss scale of 1)",
+            )
         if model is not None and _any_rank(not weights_finite(model), args):
             raise _stopped(args, state.global_step, "the weights hold inf or NaN")
         return control
@@ -37,11 +69,21 @@ class StopOnNonFinite(TrainerCallback):
         bad = [
             f"{key} {value}"
             for key, value in (logs or {}).items()
-            if key in WATCHED_LOGS and isinstance(value, int | float) and not math.isfinite(value)
+            if key in WATCHED_LOGS
+            and isinstance(value, int | float)
+            and not math.isfinite(value)
+            and not (key == "grad_norm" and (self.skipped_in_a_row or args.fp16))  # a skipped step
         ]
         if bad:  # logs are the same on every rank (the Trainer gathers them first)
             raise _stopped(args, state.global_step, ", ".join(bad))
         return control
+
+
+def loss_scale(optimizer: Any) -> float | None:
+    """The loss scaler's scale (GradScaler, on accelerate's optimizer wrapper); None without one.
+    Read before the first step it is the initial scale (`get_scale`, grad_scaler.py)."""
+    scaler = getattr(optimizer, "scaler", None)
+    return float(scaler.get_scale()) if scaler is not None and scaler.is_enabled() else None
 
 
 def weights_finite(model: Any) -> bool:

@@ -121,8 +121,6 @@ def test_the_schedule(d, micro, accumulation, first_step, rollouts, expected):
         if schedule.sync_due():
             schedule.synced(first_step + r * steps_per_rollout)
         schedule.current()
-        schedule.begin_rollout(first_step + r * steps_per_rollout, False)  # an eval keeps the weights
-        assert not schedule.sync_due()
     assert [v.staleness for v in schedule.history] == expected
     assert all(v.updates == v.staleness * steps_per_rollout for v in schedule.history)
 
@@ -145,3 +143,24 @@ def test_a_sync_outside_a_rollout_always_runs_and_tags_truthfully():
     assert not schedule.sync_due()
     schedule.current()
     assert [(v.staleness, v.updates) for v in schedule.history] == [(0, 0), (1, 2), (1, 1)]
+
+
+def test_an_eval_rollout_syncs_and_the_next_batch_is_tagged_truthfully():
+    """TRL evaluation x staleness: `eval_strategy` scored an engine up to d rollout batches stale
+    (only held-out scoring forced a sync). An eval rollout now syncs, and the training batch after
+    it counts its staleness from the weights the eval pushed (1, not 2)."""
+    schedule = StalenessSchedule(2, 2, 1)
+    schedule.begin_rollout(0, True)
+    assert schedule.sync_due()
+    schedule.synced(0)
+    schedule.current()
+    schedule.begin_rollout(2, True)
+    assert not schedule.sync_due()
+    schedule.current()
+    schedule.begin_rollout(2, False)  # an eval at step 2, its engine one rollout batch stale
+    assert schedule.sync_due()
+    schedule.synced(2)
+    schedule.begin_rollout(4, True)
+    assert not schedule.sync_due()
+    schedule.current()
+    assert [v.staleness for v in schedule.history] == [0, 1, 1]

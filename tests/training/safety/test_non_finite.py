@@ -8,6 +8,7 @@ and no later checkpoint, final model or trainer state is written.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -52,3 +53,46 @@ def test_a_diverging_run_stops_at_its_step_and_keeps_the_last_good_checkpoint(tm
         assert gspo_trl_main([*argv, "--resume"]) == 2  # the same settings diverge again
         assert "training diverged at step" in capsys.readouterr().err
         assert snapshot(kept) == before, "a resumed divergence wrote over the last good checkpoint"
+
+
+def _scaled_run(tmp_path: Path, overflow_steps: set[int], max_steps: int):
+    """A GSPOTrainer on the tiny model with a real loss scaler (torch's GradScaler, which accelerate
+    builds only for fp16 on a GPU, here on the CPU) and the gradients of `overflow_steps`' backward
+    passes made inf, as an fp16 overflow makes them: the scaler skips those steps and the Trainer
+    logs their grad norm as inf."""
+    import torch
+
+    from tests._gspo_helpers import make_trainer
+
+    trainer = make_trainer(
+        tiny_model_dir(tmp_path),
+        tmp_path / "run",
+        max_steps=max_steps,
+        per_device_train_batch_size=4,
+        max_completion_length=4,
+    )
+    trainer.accelerator.scaler = torch.amp.GradScaler("cpu")
+    weight = trainer.model.get_input_embeddings().weight
+    weight.register_hook(
+        lambda grad: grad * float("inf") if trainer.state.global_step in overflow_steps else grad
+    )
+    return trainer
+
+
+def test_an_fp16_scaler_skip_is_not_divergence_but_too_many_in_a_row_are(tmp_path, monkeypatch) -> None:
+    """fp16 x the non-finite stop: a GradScaler-skipped step logs grad_norm inf, which stopped a
+    healthy run as divergence at step 1. One skip trains on; more than MAX_SKIPPED_STEPS in a row
+    (2 here, to keep the run short; 16 in a run) stop it with one line."""
+    from gspo_trl.core.errors import NonFiniteTrainingError
+    from gspo_trl.training.safety import non_finite
+
+    trainer = _scaled_run(tmp_path / "once", {0}, max_steps=2)
+    trainer.train()
+    norms = [entry["grad_norm"] for entry in trainer.state.log_history if "grad_norm" in entry]
+    assert norms[0] == float("inf") and all(map(math.isfinite, norms[1:])), norms
+    assert trainer.state.global_step == 2
+    monkeypatch.setattr(non_finite, "MAX_SKIPPED_STEPS", 2)
+    trainer = _scaled_run(tmp_path / "always", set(range(4)), max_steps=4)
+    with pytest.raises(NonFiniteTrainingError, match="skipped 3 optimizer steps in a row"):
+        trainer.train()
+    assert trainer.state.global_step == 3

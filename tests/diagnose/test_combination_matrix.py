@@ -1,0 +1,52 @@
+"""The combination matrix (gspo_trl.diagnose.combinations, docs/combinations.md): the covering array
+covers every pair, every cell is accepted alike or refused alike by validate, plan and GSPOConfig
+(on main, plan planned 12 of the 13 refused cells), and scripts/combination_matrix.py --quick
+trains its one cell."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from gspo_trl.diagnose.combinations import FACTORS, covering_array, cpu_factors, refusals
+from tests._gspo_helpers import tiny_model_dir
+from tests._scripts import load_script
+
+CELLS = covering_array()
+script = load_script("combination_matrix")
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    from gspo_trl.model.tiny.moe import TinyMoeSpec, save_tiny_moe
+
+    root = tmp_path_factory.mktemp("models")
+    spec = TinyMoeSpec(num_hidden_layers=2, hidden_size=64, moe_intermediate_size=64, num_attention_heads=2)
+    return {"dense": str(tiny_model_dir(root)), "moe": str(save_tiny_moe(root / "moe", spec))}
+
+
+@pytest.mark.parametrize("factors", [FACTORS, cpu_factors()], ids=["all", "cpu"])
+def test_the_covering_array_covers_every_pair_in_fewer_cells_than_the_product(factors):
+    cells = covering_array(factors)
+    for a, b in itertools.combinations(factors, 2):
+        seen = {(c.levels[a.name], c.levels[b.name]) for c in cells}
+        assert seen == set(itertools.product(a.levels, b.levels)), (a.name, b.name)
+    assert len(cells) <= 4 * max(len(f.levels) for f in factors) ** 2
+
+
+def test_every_cell_is_refused_alike_by_validate_plan_and_gspo_config(model_dirs):
+    verdicts = {cell.name: refusals(cell, script.RECIPE, model_dirs, script.plan_errors) for cell in CELLS}
+    disagreements = {name: v.disagreement() for name, v in verdicts.items() if v.disagreement()}
+    assert not disagreements, disagreements
+    refused = [v for v in verdicts.values() if v.validate is not None]
+    assert refused and all(len(v.validate) >= 1 and v.plan == v.validate for v in refused)
+    assert any(v.validate is None for v in verdicts.values())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_matrix_script_quick_mode(tmp_path, capsys):
+    assert script.main(["--quick", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert " 0 failed, 1 trained" in out and "cell  0 ok   trained" in out, out
