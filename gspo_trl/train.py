@@ -55,10 +55,11 @@ def release_process_group() -> None:
 
     A colocated vLLM engine holds its own groups over the default one, and its engine core tears
     them down from a `weakref.finalize` at exit (`cleanup_dist_env_and_memory()`,
-    vllm/v1/engine/core.py:810): destroyed first by us, `_TP.destroy()` raises "Invalid process
-    group specified" (vllm/distributed/parallel_state.py:1387) and a finished run ended in that
-    traceback. vLLM's own cleanup runs first, so its finalizer later finds nothing left to destroy
-    (`destroy_model_parallel` skips groups already None)."""
+    vllm/v1/engine/core.py:810): destroyed first by us, `_TP.destroy()` calls
+    `torch.distributed.destroy_process_group(self.device_group)` (vllm/distributed/parallel_state.py:1387),
+    torch raises "Invalid process group specified" (torch/distributed/distributed_c10d.py:1639) and
+    a finished run ended in that traceback. vLLM's own cleanup runs first, so its finalizer later
+    finds nothing left to destroy (`destroy_model_parallel` skips groups already None)."""
     import torch.distributed as dist
 
     vllm_state = sys.modules.get("vllm.distributed.parallel_state")

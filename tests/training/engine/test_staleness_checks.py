@@ -40,7 +40,7 @@ REFUSALS = {
     "negative": (
         {"engine.max_staleness": "-1"},
         {"engine": {"max_staleness": -1}},
-        "engine.max_staleness must be a whole number of rollout batches >= 0",
+        "engine.max_staleness must be a whole number of rollout batches from 0",
     ),
     "not a number": (
         {"engine.max_staleness": "two"},

@@ -84,7 +84,7 @@ def test_an_fp16_scaler_skip_is_not_divergence_but_too_many_in_a_row_are(tmp_pat
     healthy run as divergence at step 1. One skip trains on; more than MAX_SKIPPED_STEPS in a row
     (2 here, to keep the run short; 16 in a run) stop it with one line."""
     from gspo_trl.core.errors import NonFiniteTrainingError
-    from gspo_trl.training.safety import non_finite
+    from gspo_trl.training.probes import non_finite
 
     trainer = _scaled_run(tmp_path / "once", {0}, max_steps=2)
     trainer.train()
