@@ -73,6 +73,12 @@ FACTORS: tuple[Factor, ...] = (
         {"off": {}, "on": {"eval_strategy": "steps", "eval_steps": 1, "per_device_eval_batch_size": 8}},
         ("off", "on"),
     ),
+    Factor("packing", {"off": {}, "on": {"packing": True}}, ("off", "on")),
+    Factor(
+        "sampling_masks",
+        {"off": {}, "replay": {"engine.sampling_masks": "replay", "top_p": 0.8, "top_k": 20}},
+        ("off",),
+    ),
     Factor(
         "precision",
         {"fp32": {"bf16": False}, "bf16": {"bf16": True}, "fp16": {"fp16": True, "bf16": False}},
