@@ -74,9 +74,8 @@ def load_split(config: DataConfig, split: str) -> Dataset:
             builder = LOCAL_BUILDERS.get(local.suffix.lower())
             if builder is None:
                 raise DataError(f"data.path: {local} is not one of {sorted(LOCAL_BUILDERS)}")
-            with local.open("rb") as file:
-                if not file.read(4096).strip():  # datasets fails obscurely on an empty file
-                    raise DataError(f"data.path: {local} is empty (no rows)")
+            if only_whitespace(local):  # datasets fails obscurely on an empty file
+                raise DataError(f"data.path: {local} is empty (no rows)")
             if builder in TEXT_BUILDERS:
                 check_utf8(local)
             try:
@@ -103,6 +102,15 @@ def load_split(config: DataConfig, split: str) -> Dataset:
         ) from error
     except (ValueError, KeyError) as error:
         raise DataError(f"data.path: could not load {config.path!r} split {split!r}: {error}") from error
+
+
+def only_whitespace(path: Path) -> bool:
+    """True when the file holds no row: nothing but blank lines, however many come before one."""
+    with path.open("rb") as file:
+        while chunk := file.read(CHUNK_BYTES):
+            if chunk.strip():
+                return False
+    return True
 
 
 @contextlib.contextmanager

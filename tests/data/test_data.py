@@ -135,6 +135,19 @@ def test_empty_dataset(tmp_path: Path) -> None:
         load_data(DataConfig(path=str(path)))
 
 
+def test_one_row_after_blank_lines_is_loaded_not_called_empty(tmp_path: Path) -> None:
+    """Issue 43: the empty-file check read 4 KiB, so 5,000 blank lines before the only row said
+    "is empty (no rows)"; the row is loaded (datasets skips blank lines), and a file of blank
+    lines alone is still refused as empty."""
+    path = tmp_path / "late.jsonl"
+    path.write_text("\n" * 5000 + json.dumps({"prompt": "say 1", "solution": "1"}) + "\n\n")
+    train, _ = load_data(DataConfig(path=str(path)))
+    assert train["solution"] == ["1"]
+    path.write_text("\n" * 5000)
+    with pytest.raises(DataError, match=r"late\.jsonl is empty \(no rows\)"):
+        load_data(DataConfig(path=str(path)))
+
+
 def test_hub_dataset_offline_is_a_clear_error_not_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:
     """Offline as `HF_HUB_OFFLINE=1 gspo-trl ...` is: huggingface_hub and datasets read that
     switch once, when imported (huggingface_hub/constants.py, datasets/config.py), so the
