@@ -89,6 +89,11 @@ def load_split(config: DataConfig, split: str) -> Dataset:
                 loaded = load_from_disk(str(local))
                 return loaded[split] if isinstance(loaded, DatasetDict) else loaded
             return load_dataset(str(local), name=config.name, split=split)
+        if local.exists():  # a stat: a FIFO or device is never opened, since reading one could block
+            raise DataError(
+                f"data.path: {local} is not a regular file or a directory (a FIFO, socket or device); "
+                "write the rows to a file and point data.path at it"
+            )
         if looks_like_local_path(config.path) or Path(config.path).suffix in LOCAL_BUILDERS:
             raise DataError(f"data.path: {config.path!r} does not exist")
         return load_dataset(config.path, name=config.name, revision=config.revision, split=split)

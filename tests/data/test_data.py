@@ -121,6 +121,23 @@ def test_bad_paths_are_named(path: str, message: str) -> None:
         load_data(DataConfig(path=path))
 
 
+def test_a_fifo_is_named_as_not_a_regular_file_without_being_opened(tmp_path: Path) -> None:
+    """Issue 43: main said a FIFO "does not exist". Nothing writes to this one, so opening it for
+    reading would block: the timeout turns such a hang into a failure."""
+    import os
+    import signal
+
+    fifo = tmp_path / "rows.jsonl"
+    os.mkfifo(fifo)
+    signal.signal(signal.SIGALRM, lambda *_: pytest.fail("data.path: the FIFO was opened and blocked"))
+    signal.alarm(10)
+    try:
+        with pytest.raises(DataError, match=r"rows\.jsonl is not a regular file or a directory \(a FIFO"):
+            load_data(DataConfig(path=str(fifo)))
+    finally:
+        signal.alarm(0)
+
+
 def test_unsupported_file_type(tmp_path: Path) -> None:
     path = tmp_path / "data.txt"
     path.write_text("hello\n")
