@@ -74,9 +74,8 @@ def load_split(config: DataConfig, split: str) -> Dataset:
             builder = LOCAL_BUILDERS.get(local.suffix.lower())
             if builder is None:
                 raise DataError(f"data.path: {local} is not one of {sorted(LOCAL_BUILDERS)}")
-            with local.open("rb") as file:
-                if not file.read(4096).strip():  # datasets fails obscurely on an empty file
-                    raise DataError(f"data.path: {local} is empty (no rows)")
+            if only_whitespace(local):  # datasets fails obscurely on an empty file
+                raise DataError(f"data.path: {local} is empty (no rows)")
             if builder in TEXT_BUILDERS:
                 check_utf8(local)
             try:
@@ -90,6 +89,11 @@ def load_split(config: DataConfig, split: str) -> Dataset:
                 loaded = load_from_disk(str(local))
                 return loaded[split] if isinstance(loaded, DatasetDict) else loaded
             return load_dataset(str(local), name=config.name, split=split)
+        if local.exists():  # a stat: a FIFO or device is never opened, since reading one could block
+            raise DataError(
+                f"data.path: {local} is not a regular file or a directory (a FIFO, socket or device); "
+                "write the rows to a file and point data.path at it"
+            )
         if looks_like_local_path(config.path) or Path(config.path).suffix in LOCAL_BUILDERS:
             raise DataError(f"data.path: {config.path!r} does not exist")
         return load_dataset(config.path, name=config.name, revision=config.revision, split=split)
@@ -103,6 +107,15 @@ def load_split(config: DataConfig, split: str) -> Dataset:
         ) from error
     except (ValueError, KeyError) as error:
         raise DataError(f"data.path: could not load {config.path!r} split {split!r}: {error}") from error
+
+
+def only_whitespace(path: Path) -> bool:
+    """True when the file holds no row: nothing but blank lines, however many come before one."""
+    with path.open("rb") as file:
+        while chunk := file.read(CHUNK_BYTES):
+            if chunk.strip():
+                return False
+    return True
 
 
 @contextlib.contextmanager

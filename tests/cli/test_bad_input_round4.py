@@ -94,6 +94,17 @@ CASES = [
         ],
     ),
     (
+        "43: 65536 x 65536 before the tiny model is built",
+        lambda t, m: [
+            str(_recipe(t)),
+            "--num_generations",
+            "65536",
+            "--per_device_train_batch_size",
+            "65536",
+        ],
+        ["num_generations x per_device_train_batch_size", "262,144 completions per process", "65,536"],
+    ),
+    (
         "2: output_dir is the model's folder",
         lambda t, m: [str(_recipe(t, output_dir=m)), "--model.name_or_path", str(m)],
         ["output_dir", "is the model's folder", "overwrite the base model"],

@@ -121,6 +121,23 @@ def test_bad_paths_are_named(path: str, message: str) -> None:
         load_data(DataConfig(path=path))
 
 
+def test_a_fifo_is_named_as_not_a_regular_file_without_being_opened(tmp_path: Path) -> None:
+    """Issue 43: main said a FIFO "does not exist". Nothing writes to this one, so opening it for
+    reading would block: the timeout turns such a hang into a failure."""
+    import os
+    import signal
+
+    fifo = tmp_path / "rows.jsonl"
+    os.mkfifo(fifo)
+    signal.signal(signal.SIGALRM, lambda *_: pytest.fail("data.path: the FIFO was opened and blocked"))
+    signal.alarm(10)
+    try:
+        with pytest.raises(DataError, match=r"rows\.jsonl is not a regular file or a directory \(a FIFO"):
+            load_data(DataConfig(path=str(fifo)))
+    finally:
+        signal.alarm(0)
+
+
 def test_unsupported_file_type(tmp_path: Path) -> None:
     path = tmp_path / "data.txt"
     path.write_text("hello\n")
@@ -132,6 +149,19 @@ def test_empty_dataset(tmp_path: Path) -> None:
     path = tmp_path / "empty.csv"
     path.write_text("prompt,solution\n")
     with pytest.raises(DataError, match="empty"):
+        load_data(DataConfig(path=str(path)))
+
+
+def test_one_row_after_blank_lines_is_loaded_not_called_empty(tmp_path: Path) -> None:
+    """Issue 43: the empty-file check read 4 KiB, so 5,000 blank lines before the only row said
+    "is empty (no rows)"; the row is loaded (datasets skips blank lines), and a file of blank
+    lines alone is still refused as empty."""
+    path = tmp_path / "late.jsonl"
+    path.write_text("\n" * 5000 + json.dumps({"prompt": "say 1", "solution": "1"}) + "\n\n")
+    train, _ = load_data(DataConfig(path=str(path)))
+    assert train["solution"] == ["1"]
+    path.write_text("\n" * 5000)
+    with pytest.raises(DataError, match=r"late\.jsonl is empty \(no rows\)"):
         load_data(DataConfig(path=str(path)))
 
 

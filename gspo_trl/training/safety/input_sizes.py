@@ -13,6 +13,11 @@ Each bound comes from something that exists, not a chosen constant:
   ...)`, transformers/generation/utils.py:3042): completions x vocabulary x 4 bytes, held at
   once. When that alone exceeds this machine's physical memory the run cannot start its first
   rollout here (on a GPU, whose memory is smaller still, even less so).
+- that bound needs the model's vocabulary, unknown before the built-in tiny model is first built,
+  and its 512 tokens fit anyway; so one `model.generate` call is also capped at
+  MAX_COMPLETIONS_PER_GENERATE completions per process, a stated sanity cap: 65,536 x 65,536 with
+  steps_per_generation 4 asked for 262,144 and died in the tiny model's prefill (a 608 MiB rotary
+  table under an 8 GB limit), while the largest recipe here generates 128.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from gspo_trl.data.synthetic import ReversalTask
 SYNTHETIC_PROBLEMS = {"synthetic:reversal": ReversalTask().distinct_problems}
 """Distinct problems each synthetic `data.path` can generate."""
 FLOAT32_BYTES = 4
+MAX_COMPLETIONS_PER_GENERATE = 65_536
+"""Completions one process may sample in one `model.generate` call (see the module docstring)."""
 
 
 def physical_memory_bytes() -> int:
@@ -66,8 +73,19 @@ def check_generation_fits(recipe: Recipe, completions_per_process: int, model_fo
     if recipe.training.get("use_vllm"):
         return  # vLLM schedules its own batches (max_num_seqs)
     vocabulary = vocabulary_size(model_folder)
-    if vocabulary is None:
-        return
+    if vocabulary is not None:
+        _check_logits_fit(completions_per_process, vocabulary)
+    if completions_per_process > MAX_COMPLETIONS_PER_GENERATE:
+        raise RecipeError(
+            f"num_generations x per_device_train_batch_size: a rollout batch generates "
+            f"{completions_per_process:,} completions per process in one model.generate call "
+            f"(per_device_train_batch_size x steps_per_generation), more than the "
+            f"{MAX_COMPLETIONS_PER_GENERATE:,} a call may sample (recipes here sample at most 128); lower "
+            "per_device_train_batch_size or num_generations (or generate with use_vllm: true)"
+        )
+
+
+def _check_logits_fit(completions_per_process: int, vocabulary: int) -> None:
     needed = completions_per_process * vocabulary * FLOAT32_BYTES
     memory = physical_memory_bytes()
     if needed > memory:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -97,8 +98,16 @@ class RunLock:
             )
         elif os.fstat(fd).st_size:
             logger.warning("output_dir: taking over an unreadable run lock %s", self.path)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(self.holder).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(self.holder).encode(), 0)
+        except OSError as error:  # a full disk (ENOSPC), a quota (EDQUOT), a file size limit (EFBIG)
+            os.close(fd)
+            code = errno.errorcode.get(error.errno or 0, "?")
+            raise RunDirError(
+                f"output_dir: cannot write the run lock {self.path}: {error.strerror} ({code}); "
+                "free space there or give another output_dir"
+            ) from None
         self._fd = fd
 
     def _still_running(self, recorded: dict[str, Any]) -> bool:

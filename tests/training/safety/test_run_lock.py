@@ -9,8 +9,11 @@ three through in some rounds: a racer unlinked the lock a faster racer had just 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
+import resource
+import signal
 import socket
 import subprocess
 from pathlib import Path
@@ -94,3 +97,53 @@ def test_a_lock_path_that_is_a_directory_is_one_line(tmp_path: Path) -> None:
     (tmp_path / LOCK_FILE).mkdir()
     with pytest.raises(RunDirError, match=r"cannot open the run lock .*Is a directory"):
         RunLock(tmp_path / LOCK_FILE).acquire()
+
+
+def _acquire_refused(path: Path) -> str:
+    with pytest.raises(RunDirError) as caught:
+        RunLock(path).acquire()
+    return str(caught.value)
+
+
+def test_a_full_disk_at_the_run_lock_is_one_line_naming_enospc(tmp_path: Path) -> None:
+    """Issue 43: a full disk failed in `os.pwrite` with a traceback. A real ENOSPC: a 16 KiB tmpfs
+    filled to the last page, where creating the lock file still works (an inode) but writing
+    its holder does not."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(disk)]
+    mounted = subprocess.run(mount, capture_output=True, text=True, check=False)
+    if mounted.returncode:  # not root, or no CAP_SYS_ADMIN: the RLIMIT_FSIZE test below still runs
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        with contextlib.suppress(OSError), (disk / "fill").open("wb") as fill:
+            fill.write(b"\0" * (1 << 20))
+        message = _acquire_refused(disk / LOCK_FILE)
+        (disk / "fill").unlink()
+        lock = RunLock(disk / LOCK_FILE)  # the refused run held nothing: with space, the next one runs
+        lock.acquire()
+        lock.release()
+    finally:
+        subprocess.run(["umount", "--lazy", str(disk)], check=True)  # lazy: even with a file left open
+    assert message == (
+        f"output_dir: cannot write the run lock {disk / LOCK_FILE}: No space left on device (ENOSPC); "
+        "free space there or give another output_dir"
+    )
+
+
+def test_a_file_size_limit_at_the_run_lock_is_one_line_naming_efbig(tmp_path: Path) -> None:
+    """The same path without root: RLIMIT_FSIZE 0 makes the holder's `os.pwrite` fail with EFBIG
+    (setrlimit(2); SIGXFSZ ignored, as a shell's `ulimit -f` run would have it or die)."""
+    path = tmp_path / LOCK_FILE
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, hard))
+    try:
+        message = _acquire_refused(path)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+    assert message == (
+        f"output_dir: cannot write the run lock {path}: File too large (EFBIG); "
+        "free space there or give another output_dir"
+    )
