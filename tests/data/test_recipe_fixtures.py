@@ -281,7 +281,7 @@ def test_recipe_trains_two_steps_on_its_fixture(
     model = _tiny_moe_dir(model_root) if is_moe else tiny_model_dir(model_root)
     assert required_columns(recipe) <= {"solution", "tests", "entry_point"}
 
-    with caplog.at_level(logging.WARNING, logger="gspo_trl"):
+    with caplog.at_level(logging.INFO, logger="gspo_trl"):  # the CPU upcast is an INFO line
         trainer = train_recipe(load_recipe(path, _cpu_overrides(path, model, tmp_path / "out")))
 
     assert trainer.state.global_step == 2
