@@ -90,9 +90,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise RecipeError(f"no recipe given: {USAGE}")
     accelerate_config = accelerate_config_of(args)
     from gspo_trl.config.recipe import load_recipe
+    from gspo_trl.plan.changes import (
+        BATCH_KEYS,
+        KeptBatch,
+        change_lines,
+        keep_rollout_batch,
+        launch_command,
+        named_keys,
+    )
     from gspo_trl.plan.launch import parse_gpu_memory
-    from gspo_trl.plan.changes import BATCH_KEYS, KeptBatch, change_lines, keep_rollout_batch
-    from gspo_trl.plan.changes import launch_command, named_keys
     from gspo_trl.plan.recipe_plan import header_topology, plan_recipe
     from gspo_trl.plan.recipe_report import format_recipe_plan
     from gspo_trl.plan.topology import resolve_topology
