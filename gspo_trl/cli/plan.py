@@ -134,7 +134,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if own_command and own is not None and own == topology and not extra:
         print(f"\nLaunch (the recipe's launch.command): {own_command}")
     else:
-        print(f"\nLaunch: {launch_command(recipe.source, topology, config, extra)}")
+        launch = recipe.launch
+        server = (
+            (launch.server_tensor_parallel_size, launch.server_data_parallel_size) if launch else (None, None)
+        )
+        print(f"\nLaunch: {launch_command(recipe.source, topology, config, extra, server)}")
     if result.plan.verdict.status == DOES_NOT_FIT and result.plan.verdict.fix_flags:
         print(
             f"  (it does not fit as planned: add the first fix's overrides, {result.plan.verdict.fix_flags})"

@@ -12,6 +12,7 @@ per GPU, and the same optimizer updates per rollout batch). The report ends with
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from gspo_trl.config.batch import rollout_batch
@@ -38,24 +39,28 @@ def keep_rollout_batch(training: dict[str, Any], own: Topology | None, here: Top
         return KeptBatch(training)
     recipe_batch = rollout_batch(training, own.world_size, allow_partial_groups=True)
     shrunk = rollout_batch(training, here.world_size, allow_partial_groups=True)
-    if own.world_size % here.world_size:
-        note = (
-            f"rollout batch {shrunk.generation_batch_size} completions, not the recipe's "
-            f"{recipe_batch.generation_batch_size} on its launch: hardware ({own.world_size} training "
-            f"processes is not a multiple of {here.world_size}, so accumulation cannot keep it)"
-        )
-        return KeptBatch(training, note=note)
-    factor = own.world_size // here.world_size
+    factor = Fraction(own.world_size, here.world_size)
     accumulation = int(training.get("gradient_accumulation_steps") or 1)
     steps = int(training.get("steps_per_generation") or accumulation)
-    raised = {"gradient_accumulation_steps": accumulation * factor, "steps_per_generation": steps * factor}
+    if (accumulation * factor).denominator != 1 or (steps * factor).denominator != 1:
+        note = (
+            f"rollout batch {shrunk.generation_batch_size} completions, not the recipe's "
+            f"{recipe_batch.generation_batch_size} on its launch: hardware (accumulation {accumulation} "
+            f"and steps_per_generation {steps} x {own.world_size}/{here.world_size} training processes "
+            "are not whole numbers, so accumulation cannot keep it)"
+        )
+        return KeptBatch(training, note=note)
+    raised = {
+        "gradient_accumulation_steps": int(accumulation * factor),
+        "steps_per_generation": int(steps * factor),
+    }
     note = (
         f"rollout batch kept at {recipe_batch.generation_batch_size} completions (the recipe's on its "
         f"launch: hardware), not shrunk to {shrunk.generation_batch_size}: gradient_accumulation_steps "
         f"{accumulation} -> {raised['gradient_accumulation_steps']}, steps_per_generation {steps} -> "
         f"{raised['steps_per_generation']} for {here.world_size} training process(es) instead of "
         f"{own.world_size}; same micro-batch (memory per GPU) and updates per rollout batch, "
-        f"{factor}x the time per update"
+        f"{float(factor):g}x the time per update"
     )
     return KeptBatch({**training, **raised}, raised, note)
 
@@ -87,11 +92,25 @@ def change_lines(topology: Topology, named_flags: set[str], kept_note: str | Non
     return [f"  changed   {line}" for line in lines]
 
 
+def server_layout(gpus: int, tensor_parallel: int | None, data_parallel: int | None) -> tuple[int, int]:
+    """The recipe's vLLM TP x DP when it fills the node's `gpus`, else the TP (or 1) that divides
+    them and as many replicas as fit: `trl vllm-serve` needs TP x DP GPUs on its node."""
+    tp = tensor_parallel or 1
+    if data_parallel and tp * data_parallel == gpus:
+        return tp, data_parallel
+    tp = tp if tp <= gpus and gpus % tp == 0 else 1
+    return tp, gpus // tp
+
+
 def launch_command(
-    recipe: str, topology: Topology, accelerate_config: str | None, overrides: list[str]
+    recipe: str,
+    topology: Topology,
+    accelerate_config: str | None,
+    overrides: list[str],
+    server: tuple[int | None, int | None] = (None, None),
 ) -> str:
-    """The command that starts the planned run: the slurm script in server mode, else
-    `accelerate launch` (one line per node: give --machine_rank and --main_process_ip)."""
+    """The command that starts the planned run: the slurm script in server mode (`server`: the
+    recipe's vLLM TP and DP), else `accelerate launch` (on each node: --machine_rank, --main_process_ip)."""
     extra = " ".join(overrides)
     config = accelerate_config
     if config is not None:
@@ -99,9 +118,11 @@ def launch_command(
         config = str(resolved) if resolved is not None else config
     if topology.server_mode:
         with_config = f" --config {config}" if config else ""
+        tp, dp = server_layout(topology.gpus_per_node, *server)
         return (
             f"sbatch --nodes={topology.nodes} scripts/slurm/train.slurm --recipe {recipe}{with_config} "
-            f"--gpus-per-node {topology.gpus_per_node}" + (f" -- {extra}" if extra else "")
+            f"--gpus-per-node {topology.gpus_per_node} --vllm-tp {tp} --vllm-dp {dp}"
+            + (f" -- {extra}" if extra else "")
         )
     if topology.world_size == 1 and not config:
         return f"gspo-trl train {recipe}" + (f" {extra}" if extra else "")
