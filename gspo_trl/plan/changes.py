@@ -115,7 +115,7 @@ def launch_command(
     config = accelerate_config
     if config is not None:
         resolved = find_accelerate_config(config)
-        config = str(resolved) if resolved is not None else config
+        config = str(resolved.resolve()) if resolved is not None else config
     if topology.server_mode:
         with_config = f" --config {config}" if config else ""
         tp, dp = server_layout(topology.gpus_per_node, *server)

@@ -49,7 +49,7 @@ CASES = {
             "  changed   rollout batch kept at 1024 completions (the recipe's on its launch: hardware), "
             "not shrunk to 64: gradient_accumulation_steps 2 -> 32, steps_per_generation 8 -> 128",
         ],
-        "Launch: accelerate launch --config_file configs/zero3.yaml --num_processes 1 -m gspo_trl.train",
+        "zero3.yaml --num_processes 1 -m gspo_trl.train --config ",
     ),
     "b: 2 A100 in server mode keep 512, not 128": (
         ON_TWO_A100,
