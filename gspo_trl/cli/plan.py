@@ -90,8 +90,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise RecipeError(f"no recipe given: {USAGE}")
     accelerate_config = accelerate_config_of(args)
     from gspo_trl.config.recipe import load_recipe
+    from gspo_trl.plan.changes import (
+        BATCH_KEYS,
+        KeptBatch,
+        change_lines,
+        keep_rollout_batch,
+        launch_command,
+        named_keys,
+    )
     from gspo_trl.plan.launch import parse_gpu_memory
-    from gspo_trl.plan.recipe_plan import plan_recipe
+    from gspo_trl.plan.recipe_plan import header_topology, plan_recipe
     from gspo_trl.plan.recipe_report import format_recipe_plan
     from gspo_trl.plan.topology import resolve_topology
     from gspo_trl.plan.verdict import DOES_NOT_FIT
@@ -110,10 +118,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         memory,
         args.gpu_type,
     )
-    result = plan_recipe(recipe, topology, args.gpu_price)
-    print(format_recipe_plan(result))
+    named = named_keys(list(argv or []))
+    own = header_topology(recipe)
+    kept = KeptBatch(recipe.training)
+    if own is not None and not named & set(BATCH_KEYS):
+        kept = keep_rollout_batch(recipe.training, own, topology)
+    result = plan_recipe(recipe, topology, args.gpu_price, training=kept.training)
+    report = format_recipe_plan(result).split("\n")
+    print("\n".join([report[0], *change_lines(topology, named, kept.note), *report[1:]]))
     if recipe.sampling.dynamic:
         print(dynamic_sampling_note(recipe.sampling.max_rounds))
+    config = accelerate_config or (recipe.launch.accelerate_config if recipe.launch else None)
+    extra = [*overrides, *(f"--{key} {value}" for key, value in kept.overrides.items())]
+    own_command = recipe.launch.command if recipe.launch is not None else None
+    if own_command and own is not None and own == topology and not extra:
+        print(f"\nLaunch (the recipe's launch.command): {own_command}")
+    else:
+        launch = recipe.launch
+        server = (
+            (launch.server_tensor_parallel_size, launch.server_data_parallel_size) if launch else (None, None)
+        )
+        print(f"\nLaunch: {launch_command(recipe.source, topology, config, extra, server)}")
+    if result.plan.verdict.status == DOES_NOT_FIT and result.plan.verdict.fix_flags:
+        print(
+            f"  (it does not fit as planned: add the first fix's overrides, {result.plan.verdict.fix_flags})"
+        )
     if result.batch_problem:
         raise RecipeError(f"{recipe.source}: {result.batch_problem}")
     return 1 if result.plan.verdict.status == DOES_NOT_FIT else 0

@@ -13,7 +13,8 @@ the other's floor.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from gspo_trl.config.batch import RolloutBatch, rollout_batch
 from gspo_trl.config.recipe import Recipe
@@ -107,11 +108,19 @@ def header_topology(recipe: Recipe) -> Topology | None:
 
 
 def plan_recipe(
-    recipe: Recipe, topology: Topology, gpu_price: float | None = None, with_header: bool = True
+    recipe: Recipe,
+    topology: Topology,
+    gpu_price: float | None = None,
+    with_header: bool = True,
+    training: dict[str, Any] | None = None,
 ) -> RecipePlan:
     """Plan `recipe` on `topology` (gspo_trl.plan.topology.resolve_topology); `gpu_price` (USD
     per GPU-hour) prices this topology's GPUs; `with_header` also plans the `launch:` hardware
-    when it differs (its price is `gpu_price` only for the same GPU type)."""
+    when it differs (its price is `gpu_price` only for the same GPU type); `training`, when
+    given, replaces the recipe's keys on this topology only (gspo_trl.plan.changes)."""
+    original = recipe
+    if training is not None:
+        recipe = replace(recipe, training=training)
     batch = rollout_batch(recipe.training, topology.world_size, allow_partial_groups=True)
     gpu = topology.gpu
     try:
@@ -139,7 +148,7 @@ def plan_recipe(
     own = header_topology(recipe) if with_header else None
     if own is not None and not _same_hardware(own, topology):
         own_price = gpu_price if own.gpu == topology.gpu else None
-        header = plan_recipe(recipe, own, own_price, with_header=False)
+        header = plan_recipe(original, own, own_price, with_header=False)
     price = price_of(topology, gpu_price)
     launch = recipe.launch
     step = step_time(

@@ -77,5 +77,11 @@ def test_eval_loads_an_adapter_directory_directly(lora_run, tmp_path, capsys, ca
             assert gspo_trl_main(["eval", str(lora_run["run"]), *common]) == 0, capsys.readouterr().err
         said = [r.getMessage() for r in caplog.records if r.name == "gspo_trl.model.loading.adapters"]
         assert len(said) == 1 and done in said[0] and f"{merged} (" in said[0] and " MB;" in said[0], said
+        out = capsys.readouterr().out
+        # stdout is the report alone (for `> out`); where the merged model went is the log line
+        # above, which the CLI's handler sends to stderr (in-process it bypasses capsys)
+        assert str(merged) not in out and "INFO" not in out, out
+        assert out.splitlines()[0].endswith("data.jsonl, graded by exact_match"), out
+        assert out.splitlines()[-1] == f"results: {lora_run['run'] / 'eval_results.json'}", out
     assert (merged / "config.json").is_file()
     assert (lora_run["run"] / "eval_results.json").is_file()

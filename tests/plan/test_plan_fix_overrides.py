@@ -40,10 +40,12 @@ def test_pasted_overrides_make_the_plan_fit(capsys, argv, lora):
 
 
 def test_hours_and_cost_in_one_labelled_line(capsys):
-    """The floor and the recipe's own estimate, side by side in the report's last line."""
+    """The floor and the recipe's own estimate, side by side in the report's last line (the
+    launch command follows it)."""
     out = run_plan(capsys, "qwen3-4b/math-lora")
     summary = [line for line in out.splitlines() if line.startswith("Run time and cost:")]
-    assert len(summary) == 1 and out.rstrip().endswith(summary[0])
+    report = out.split("\nLaunch")[0]
+    assert len(summary) == 1 and report.rstrip().endswith(summary[0])
     floor = re.search(r"^  total\s+([\d.]+) h$", out, re.MULTILINE).group(1)
     assert f"floor {floor} h ~$" in summary[0]
     assert "recipe's estimate (launch.seconds_per_step) 15-20 h ~$45-$60" in summary[0], summary[0]

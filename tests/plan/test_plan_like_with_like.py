@@ -24,12 +24,14 @@ def run_plan(capsys, *argv: str) -> str:
 def test_the_recipes_stated_time_is_compared_on_its_own_hardware(capsys):
     """launch.seconds_per_step is for the `launch:` hardware (8 x H100 here). Planned on 1 x 24 GB,
     the multiple of the floor must be the one the launch: hardware gives, that hardware named, and
-    the two rollout batches (512 completions there, 64 here) said."""
+    the rollout batch the same there and here (512 completions: the plan raises accumulation on the
+    one GPU rather than shrink it to 64, and says so first)."""
     own = run_plan(capsys, RECIPE)
     other = run_plan(capsys, RECIPE, "--gpus-per-node", "1", "--gpu-memory", "24GB")
     assert RATIO.findall(own) and RATIO.findall(other) == RATIO.findall(own)
     assert "The recipe's launch: hardware, for comparison (1 node(s) x 8 x H100 80 GB;" in other
-    assert "a step there trains on 512 completions, here 64" in other
+    assert "(1 node(s) x 8 x H100 80 GB; the same rollout batch)" in other
+    assert "  changed   rollout batch kept at 512 completions" in other
     header_floor = re.search(r"whole-run floor ([\d.]+) h", other)
     own_cost = COST.search(own)
     assert header_floor and own_cost and header_floor.group(1) == own_cost.group(1)
