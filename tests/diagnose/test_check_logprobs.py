@@ -139,7 +139,8 @@ def test_check_logprobs_on_a_recipe_with_vllm_on_cpu(tmp_path):
     command += ["--vllm_max_model_length", "128"]
     proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    assert "SAFE: engine log-probs as pi_old under eps_low=0.02, eps_high=0.027" in proc.stdout
+    assert "SAFE: engine log-probs as pi_old (sampler measured: plain softmax)" in proc.stdout
+    assert "under eps_low=0.02, eps_high=0.027" in proc.stdout
     report = json.loads(report_path.read_text())
     assert report["eps_low"] == 0.02 and report["sequence"]["n"] == 2 * 8
     assert report["token"]["abs_max"] < 1e-5
