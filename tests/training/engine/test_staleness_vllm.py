@@ -61,7 +61,9 @@ def run(out: Path, spec: dict) -> dict:
 @pytest.fixture(scope="module")
 def d1(tmp_path_factory) -> dict:
     engine = {"max_staleness": 1, "correction": "reject", "weight_min": 1 / BAND, "weight_max": BAND}
-    return run(tmp_path_factory.mktemp("d1"), {"engine": engine, "max_steps": 8, "eval_steps": 2})
+    # no TRL evaluation here: an eval rollout syncs the engine first (test_staleness_checks.py's
+    # test_an_eval_rollout_syncs_and_the_next_batch_is_tagged_truthfully), which would make every batch fresh
+    return run(tmp_path_factory.mktemp("d1"), {"engine": engine, "max_steps": 8})
 
 
 @pytest.fixture(scope="module")
@@ -80,10 +82,7 @@ def logged_staleness(facts: dict, after: int = 0) -> list[float]:
 
 def test_d1_the_engine_lags_exactly_one_rollout_batch(d1):
     first, second, third, fourth = d1["rollouts"]
-    # synced at rollout batches 0 and 2 only (steps 0 and 4); the evals after steps 2, 4 and 6 keep
-    # the engine's weights, and the eval at step 4 does not stop rollout batch 2's sync at step 4
-    assert d1["syncs"] == [0, 4]
-    assert sum("eval_loss" in log for log in d1["logs"]) == 4  # steps 2, 4, 6, 8
+    assert d1["syncs"] == [0, 4]  # synced at rollout batches 0 and 2 only (steps 0 and 4)
     for fresh in (first, third):
         assert fresh["synced_step"] == fresh["step"]
         assert fresh["engine_vs_current"] < SAME_WEIGHTS
