@@ -55,14 +55,16 @@ def test_bfloat16_weights_are_upcast_where_no_fp32_master_exists(
     recipe = load_recipe(None, {**overrides, "rewards": ["math"], "output_dir": str(tmp_path)})
     validate(recipe, processes=1)
     monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED", raising=False)  # TrainingArguments would set up DeepSpeed
-    with caplog.at_level(logging.WARNING, logger="gspo_trl"):
+    with caplog.at_level(logging.INFO, logger="gspo_trl"):
         if deepspeed == "true":
             from gspo_trl.training import build
 
             monkeypatch.setattr(build, "_deepspeed_launch", lambda recipe: True)
         config = gspo_config(recipe)
     assert config.model_init_kwargs.get("dtype") == expected
-    assert ("model.allow_pure_bf16" in caplog.text) == warns, caplog.text
+    # on a GPU a warning that names model.allow_pure_bf16; on CPU (no choice to make) one INFO line
+    said = "model.allow_pure_bf16" in caplog.text or "bfloat16 is loaded as float32" in caplog.text
+    assert said == warns, caplog.text
 
 
 def test_the_ddp_recipe_trains_fp32_weights_under_bf16_autocast(monkeypatch: pytest.MonkeyPatch) -> None:
