@@ -104,3 +104,8 @@ class FilterError(EvalError):
 class RunDirError(UserError):
     """An output_dir a run cannot use as asked: held by another run, holding a finished run
     (without --resume or --overwrite), or holding a different run than the one resumed."""
+
+
+class RunStoppedError(UserError):
+    """Something the run depends on went away mid-run (a vLLM server that stopped answering); the
+    message names it and says that the checkpoints saved so far are kept."""

@@ -94,3 +94,8 @@ def check_vllm_server(args: Any, timeout_s: float = CHECK_TIMEOUT_S, model: str 
         f"--host 0.0.0.0 --port {args.vllm_server_port}` (docs/vllm.md), then point "
         "vllm_server_host (or vllm_server_base_url) at it; or train with vllm_mode: colocate."
     )
+
+
+def health_problem(base_url: str, timeout_s: float = CHECK_TIMEOUT_S) -> str | None:
+    """None when the server at `base_url` answers its health check now, else why not (one phrase)."""
+    return _answers(f"{base_url.rstrip('/')}/health", timeout_s)
