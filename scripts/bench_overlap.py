@@ -41,7 +41,7 @@ HELDOUT = [f"add {i} and {i + 7}" for i in range(500, 516)]
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="one seed, 8 steps per run")
+    parser.add_argument("--quick", action="store_true", help="one seed, 6 steps per run")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=12, help="optimizer steps per run")
     parser.add_argument("--model", choices=("dense", "moe"), default="dense")
@@ -52,7 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--worker", type=str, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
-        args.seeds, args.steps = args.seeds[:1], min(args.steps, 8)
+        args.seeds, args.steps = args.seeds[:1], min(args.steps, 6)
     if args.steps < 2 * args.steps_per_generation or args.steps % args.steps_per_generation:
         parser.error(
             f"--steps {args.steps} must be a multiple of --steps-per-generation {args.steps_per_generation} "

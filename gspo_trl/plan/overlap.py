@@ -3,9 +3,9 @@
 Per rollout batch the trainer waits for generation G, then trains for T (the pi_old forward, the
 reference forward and the policy updates of gspo_trl.plan.throughput). Synchronously a step
 takes G + T. A pipeline that generates batch k+1 while the trainer trains on batch k (the
-engine one weight version behind: `engine.max_staleness: 1` in docs/async.md) takes
-max(G, T) per batch once full: which work the other hides, and no more. A deeper queue
-(staleness d > 1) absorbs jitter but the steady-state floor stays max(G, T).
+engine one weight version behind; `engine.overlap: one_step` runs it, docs/async.md has the
+measured ratio) takes max(G, T) per batch once full: which work the other hides, and no more. A
+deeper queue (staleness d > 1) absorbs jitter but the steady-state floor stays max(G, T).
 
 That overlap needs the engine on GPUs of its own (`vllm_mode: server`, where TRL's own trainer
 leaves the server idle through T and the trainer idle through G). A colocated engine shares the
@@ -32,6 +32,9 @@ from gspo_trl.plan.vllm_memory import vllm_plan
 
 VLLM_SERVE_GPU_MEMORY_UTILIZATION = 0.9
 """`trl vllm-serve`'s default `gpu_memory_utilization` (module docstring)."""
+MEASURED = "engine.overlap: one_step; measured ratio: docs/async.md, scripts/bench_overlap.py"
+"""Where the overlapped figure's measured counterpart is: the plan quotes a floor, the experiment
+the ratio a real server and trainer reached (on CPU, each on a core of its own)."""
 VLLM_SERVE_MAX_NUM_SEQS = 1024
 """vLLM's default max_num_seqs for `vllm serve` on a >= 70 GiB non-A100 GPU (module docstring)."""
 
@@ -188,7 +191,7 @@ def format_step_time(step: StepTime) -> list[str]:
         lines.append(
             f"  speedup        {step.speedup:.2f}x; per optimizer step ({updates:g} per batch): "
             f"{step.synchronous / updates:.1f} s -> {step.overlapped / updates:.1f} s "
-            "(docs/async.md: not a pipeline gspo-trl runs)"
+            f"({MEASURED})"
         )
     else:
         lines.append(

@@ -241,7 +241,8 @@ class GSPOTrainer(GRPOTrainer):
         the next rollout does not sync again; also when the engine's weights sleep
         (`self._llm_weights_sleeping = True`, trl/generation/vllm_generation.py:752)."""
         engine = self.vllm_generation
-        if self.state.global_step != self._last_loaded_step or engine._llm_weights_sleeping:
+        sleeping = getattr(engine, "_llm_weights_sleeping", False)  # colocate only; a server never sleeps
+        if self.state.global_step != self._last_loaded_step or sleeping:
             engine.sync_weights()
             self._last_loaded_step = self.state.global_step
 

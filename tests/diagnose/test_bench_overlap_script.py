@@ -13,7 +13,7 @@ bench = load_script("bench_overlap")
 
 def test_quick_is_one_seed_and_few_steps():
     args = bench.parse_args(["--quick", "--seeds", "3", "4", "5"])
-    assert args.seeds == [3] and args.steps == 8
+    assert args.seeds == [3] and args.steps == 6
 
 
 @pytest.mark.parametrize("argv", [["--steps", "2"], ["--steps", "7"], ["--prompts", "0"]])
