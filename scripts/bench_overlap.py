@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+PHASES = ("generation", "weight_sync", "rewards", "old_logprobs", "update", "heldout", "checkpoint", "other")
+"""The `perf/{phase}_s` keys summed per step (gspo_trl.core.metric_names.PHASES and `other`)."""
 HELDOUT = [f"add {i} and {i + 7}" for i in range(500, 516)]
 
 
@@ -131,7 +133,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     phases: dict[str, float] = {}
     for row in history[warm:]:
         for key, value in row.items():
-            if key.startswith("perf/") and key.endswith("_s") and "/total/" not in key:
+            if key.startswith("perf/") and key.endswith("_s") and key[5:-2] in PHASES:
                 phases[key[5:-2]] = phases.get(key[5:-2], 0.0) + float(value)
     timed = len(history[warm:]) or 1
     return {
@@ -318,6 +320,17 @@ def main(argv: list[str] | None = None) -> int:
             f"{'synchronous' if mode == 'off' else 'overlapped'}: median step {median[mode]:.3f} s, "
             f"wait for generation {gen:.3f} s/step, training {upd:.3f} s/step, held-out after "
             f"{statistics.fmean(after):.3f} (min {min(after):.3f}, max {max(after):.3f})"
+        )
+    sync_runs = by_mode["off"]
+    g = statistics.median(r["phases_per_step"].get("generation", 0.0) for r in sync_runs)
+    t = statistics.median(
+        sum(r["phases_per_step"].get(p, 0.0) for p in ("update", "old_logprobs", "rewards"))
+        for r in sync_runs
+    )
+    if g + t > 0:
+        print(
+            f"plan's formula for the synchronous run's G {g:.3f} s, T {t:.3f} s: max(G, T) / (G + T) = "
+            f"{max(g, t) / (g + t):.3f}"
         )
     print(f"overlapped / synchronous: {median['one_step'] / median['off']:.3f}")
     print(f"log-prob gap after sync: {max(r['logprob_gap'] for r in runs):.2e}")

@@ -134,28 +134,41 @@ def train(model_dir, server, out: Path, overlap: str | None, probes=(), resume=N
     return trainer
 
 
-def test_overlap_off_is_todays_server_mode_run_bit_for_bit(model_dir, server, tmp_path):
-    seeded = {"generation_kwargs": {"seed": 11}}  # the server's sampling as fixed as the trainer's
-    plain = train(model_dir, server, tmp_path / "plain", None, **seeded).state.log_history
-    off = train(model_dir, server, tmp_path / "off", "off", **seeded).state.log_history
+@pytest.fixture(scope="module")
+def synchronous(model_dir, server, tmp_path_factory):
+    """A plain server-mode run and one with `engine.overlap: off`, 3 rollout batches each, the
+    server's sampling seeded as fixed as the trainer's: (plain's history, off's history, off's record)."""
+    seeded = {"generation_kwargs": {"seed": 11}, "max_steps": 6}
+    out = tmp_path_factory.mktemp("synchronous")
+    plain = train(model_dir, server, out / "plain", None, **seeded).state.log_history
+    record = recorder()
+    off = train(model_dir, server, out / "off", "off", probes=[record], **seeded).state.log_history
+    return plain, off, record
+
+
+@pytest.fixture(scope="module")
+def overlapped(model_dir, server, tmp_path_factory):
+    """One overlapped run of 3 rollout batches: (its trainer, its record)."""
+    record = recorder()
+    out = tmp_path_factory.mktemp("overlapped") / "run"
+    return train(model_dir, server, out, "one_step", probes=[record], max_steps=6), record
+
+
+def test_overlap_off_is_todays_server_mode_run_bit_for_bit(synchronous):
+    plain, off, _ = synchronous
 
     def metrics(history):
         timing = ("perf/", "runtime", "per_second", "step_time")
         return [{k: v for k, v in row.items() if not any(t in k for t in timing)} for row in history]
 
-    assert len(plain) == 5 and metrics(off) == metrics(plain)
+    assert len(plain) == 7 and metrics(off) == metrics(plain)
 
 
-def test_every_row_after_the_first_batch_is_one_version_old_in_the_synchronous_order(
-    model_dir, server, tmp_path
-):
-    synchronous = recorder()
-    train(model_dir, server, tmp_path / "sync", "off", probes=[synchronous], max_steps=6)
-    overlapped = recorder()
-    trainer = train(model_dir, server, tmp_path / "overlap", "one_step", probes=[overlapped], max_steps=6)
+def test_every_row_after_the_first_batch_is_one_version_old_in_the_synchronous_order(synchronous, overlapped):
+    trainer, record = overlapped
 
-    assert overlapped.rollouts == synchronous.rollouts and len(overlapped.rollouts) == 3
-    by_step = {step: (set(versions), set(lags)) for step, versions, lags in overlapped.losses}
+    assert record.rollouts == synchronous[2].rollouts and len(record.rollouts) == 3
+    by_step = {step: (set(versions), set(lags)) for step, versions, lags in record.losses}
     assert sorted(by_step) == [0, 1, 2, 3, 4, 5]
     assert by_step[0] == by_step[1] == ({0}, {0})  # the first batch: generated fresh, at step 0
     assert by_step[2] == by_step[3] == ({0}, {1})  # batch 1: sampled by step 0's weights
@@ -164,9 +177,8 @@ def test_every_row_after_the_first_batch_is_one_version_old_in_the_synchronous_o
     assert logged == [0.0, 1.0, 1.0]
 
 
-def test_resume_redoes_the_generation_in_flight_once(model_dir, server, tmp_path):
-    whole = recorder()
-    train(model_dir, server, tmp_path / "whole", "one_step", probes=[whole], max_steps=6)
+def test_resume_redoes_the_generation_in_flight_once(model_dir, server, tmp_path, overlapped):
+    whole = overlapped[1]
     first = recorder()
     out = tmp_path / "run"
     train(
