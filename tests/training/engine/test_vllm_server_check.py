@@ -149,7 +149,8 @@ def test_a_server_lost_mid_run_is_one_line_naming_it_and_the_checkpoint_kept(tmp
     retries are spent) becomes one line; the real run: scripts/check_server_mode.py `death`."""
     import requests
 
-    from gspo_trl.training.engine.vllm_server import VLLMServerLost, server_loss_in_one_line
+    from gspo_trl.core.errors import VLLMServerLost
+    from gspo_trl.training.engine.vllm_server import server_loss_in_one_line
 
     url = f"http://127.0.0.1:{_closed_port()}"
     args = gspo_config(_server_recipe(tmp_path, vllm_server_base_url=url))
