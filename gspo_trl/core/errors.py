@@ -60,6 +60,11 @@ class ModelConfigError(UserError):
     """A `model:` section that cannot work; the message names the key."""
 
 
+class VLLMServerLost(UserError):
+    """A server-mode run's vLLM server stopped answering mid-run; the message names its URL and
+    the checkpoint kept to resume from once it is back."""
+
+
 class ModelNotFoundError(UserError):
     """A model or run argument that names nothing loadable; the message names it."""
 
@@ -104,8 +109,3 @@ class FilterError(EvalError):
 class RunDirError(UserError):
     """An output_dir a run cannot use as asked: held by another run, holding a finished run
     (without --resume or --overwrite), or holding a different run than the one resumed."""
-
-
-class RunStoppedError(UserError):
-    """Something the run depends on went away mid-run (a vLLM server that stopped answering); the
-    message names it and says that the checkpoints saved so far are kept."""

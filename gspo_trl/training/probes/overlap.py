@@ -11,7 +11,7 @@ staleness tags), pi_old recomputed by the trainer, `engine.correction` correctin
 
 Nothing in flight is ever trained unless its prompts are the batch's: a resumed run starts with
 nothing in flight (its first batch is generated fresh), Ctrl-C leaves the daemon thread behind,
-and a server that stops answering is one RunStoppedError line (checked while waiting, not after
+and a server that stops answering is one VLLMServerLost line (checked while waiting, not after
 TRL's HTTP retries). Events used:
 
     attach               refuses what it cannot overlap; wraps the engine's `generate`
@@ -34,7 +34,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 
 from gspo_trl.config.sections import EngineConfig, SamplingConfig
-from gspo_trl.core.errors import RecipeError, RunStoppedError
+from gspo_trl.core.errors import RecipeError, VLLMServerLost
 from gspo_trl.training.engine.staleness import (
     ENGINE_STALENESS,
     ENGINE_VERSION,
@@ -262,9 +262,9 @@ class OverlapProbe(Probe):
             error = request.error
             raise self._lost(f"{type(error).__name__}: {str(error)[:200]}", "during a generation")
 
-    def _lost(self, problem: str, when: str) -> RunStoppedError:
+    def _lost(self, problem: str, when: str) -> VLLMServerLost:
         problem = " ".join(problem.split())
-        return RunStoppedError(
+        return VLLMServerLost(
             f"the vLLM server at {self.server} stopped answering {when} (engine.overlap: one_step): "
             f"{problem}; "
             "the checkpoints saved so far are kept: restart the server, then rerun with --resume"
