@@ -6,7 +6,7 @@ Each bound comes from something that exists: a synthetic source's distinct probl
 call holds at once (completions x vocabulary x 4 bytes) against physical memory; and, before the
 built-in tiny model's vocabulary is known, MAX_COMPLETIONS_PER_GENERATE completions per process, a
 stated sanity cap. The TRL and transformers lines and the run that set the cap:
-docs/recipe-reference.md ("Rollout batch arithmetic").
+docs/plan.md ("Memory per GPU").
 """
 
 from __future__ import annotations
