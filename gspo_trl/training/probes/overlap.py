@@ -1,26 +1,15 @@
 """`engine.overlap: one_step` as a probe: the vLLM server generates rollout batch k+1 while the
-trainer trains on batch k (docs/async.md "Overlap").
+trainer trains on batch k (docs/async.md "Overlap in server mode").
 
-Right after rollout batch k's weight sync and generation, batch k+1's prompts (replayed ahead
-from a second copy of the run's sampler, `GSPOTrainer.generation_batches`, so the order and the
-seed are the synchronous run's) go to the server from a background thread. At batch k+1 the
-trainer takes that result if its prompts are exactly the batch's (else it drops it and generates
-as today), then syncs and sends batch k+2. Every row after the first batch is thus sampled by the
-weights of the rollout batch before it: tagged ENGINE_VERSION / ENGINE_STALENESS = 1 (the
-staleness tags), pi_old recomputed by the trainer, `engine.correction` correcting mu.
-
-Nothing in flight is ever trained unless its prompts are the batch's: a resumed run starts with
-nothing in flight (its first batch is generated fresh), Ctrl-C leaves the daemon thread behind,
-and a server that stops answering is one VLLMServerLost line (checked while waiting, not after
-TRL's HTTP retries). Events used:
-
-    attach               refuses what it cannot overlap; wraps the engine's `generate`
-    around_rollout       the rollout batch's rows: where the replayed sampler stands
-    around_generation    waits for the request in flight (timed as generation by PerfProbe)
-    around_weight_sync   waits too (held-out scoring's sync), then records the engine's version
-    on_rollout_end       each row's version and staleness (0: generated now, 1: in the background)
-    on_train_end         forgets the request in flight
-    on_log               gspo/staleness/* since the last log
+After batch k's weight sync and generation, batch k+1's prompts (read ahead from a second copy of
+the run's sampler, `GSPOTrainer.generation_batches`: same order, same seed) go to the server from a
+daemon thread. At batch k+1 the result is used only if its token prompts are exactly the batch's
+(else dropped and generated now); every row after the first batch is tagged ENGINE_VERSION /
+ENGINE_STALENESS = 1, pi_old is the trainer's. A resumed run starts with nothing in flight, Ctrl-C
+does not wait for the thread, and a server that stops answering is one VLLMServerLost line (its
+/health polled while waiting). Events: attach (refusals; wraps the engine's `generate`),
+around_rollout (the rows), around_generation and around_weight_sync (wait for the request in
+flight; the sync records the version), on_rollout_end (tags), on_train_end, on_log.
 """
 
 from __future__ import annotations
