@@ -33,9 +33,9 @@ from gspo_trl.training.probes.base import (
     Probe,
     ProbeCallbacks,
 )
-from gspo_trl.training.probes.behaviour import BehaviourProbe
 from gspo_trl.training.probes.chain import ProbeChain
 from gspo_trl.training.probes.console import ConsoleProbe
+from gspo_trl.training.probes.correction import CorrectionProbe
 from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
 from gspo_trl.training.probes.dynamic_sampling import DynamicSamplingProbe
 from gspo_trl.training.probes.engine import EngineLogprobsProbe
@@ -72,7 +72,7 @@ def builtin_probes(args: Any) -> list[Probe]:
         DiagnosticsProbe(diagnostics),
         EngineLogprobsProbe(engine),
         SamplingMaskProbe(engine),
-        BehaviourProbe(engine, diagnostics),
+        CorrectionProbe(engine, diagnostics),
         RoutingProbe(_section(args, "moe", MoeConfig), diagnostics),
         *stale,
         *packing,
@@ -148,12 +148,12 @@ class GSPOTrainer(GRPOTrainer):
         self.probes.find(RoutingProbe).routing = value
 
     @property
-    def behaviour(self) -> Any:
-        return self.probes.find(BehaviourProbe).correction
+    def correction(self) -> Any:
+        return self.probes.find(CorrectionProbe).correction
 
-    @behaviour.setter
-    def behaviour(self, value: Any) -> None:
-        self.probes.find(BehaviourProbe).correction = value
+    @correction.setter
+    def correction(self, value: Any) -> None:
+        self.probes.find(CorrectionProbe).correction = value
 
     @property
     def engine_logprobs(self) -> Any:

@@ -49,7 +49,7 @@ class EngineConfig:
     max_outside_clip: flag when more than this fraction (0-1) of the on-policy minibatch's
         responses fall outside the clip range from the mismatch alone.
 
-    The behaviour correction (off by default; gspo_trl.training.engine.correction, checked by
+    The correction (off by default; gspo_trl.training.engine.correction, checked by
     gspo_trl.config.sections.engine_correction, docs/engine-logprobs.md "Correcting the mismatch"):
     correction: `off`, `truncate` (weight each response's loss by min(w_i, weight_max), w_i =
         exp(mean_t(log pi_old - log mu)) over its tokens) or `reject` (weight w_i inside
@@ -77,7 +77,7 @@ class EngineConfig:
     sampling_masks: `off` or `replay`: re-apply the sampler's top_k/top_p/min_p filter to the
         trainer's logits and renormalise over the kept set, so that the engine's log-probs (of the
         filtered distribution) and the trainer's meet on one scale. Without it, engine log-probs as
-        pi_old and the behaviour correction are refused under a reshaping sampler.
+        pi_old and the correction are refused under a reshaping sampler.
     """
 
     old_logprobs: str = "trainer"
@@ -124,13 +124,13 @@ class EngineConfig:
 
     @property
     def corrects(self) -> bool:
-        """True when the behaviour correction reweights or rejects responses."""
+        """True when engine.correction reweights or rejects responses."""
         return self.correction != "off"
 
 
 def check_engine_settings(config: EngineConfig, training: Mapping[str, Any]) -> None:
     """Engine log-probs need vLLM and an unreshaped (or replayed) sampler (`training`: the GRPOConfig
-    fields); the behaviour correction's keys (gspo_trl.config.sections.engine_correction)."""
+    fields); the correction's keys (gspo_trl.config.sections.engine_correction)."""
     check_correction_settings(config, training)
     check_staleness_settings(config, training)
     if config.from_engine and not training.get("use_vllm"):

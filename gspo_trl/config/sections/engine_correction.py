@@ -1,4 +1,4 @@
-"""The `engine:` section's behaviour-correction keys: which combinations a run accepts.
+"""The `engine:` section's correction keys: which combinations a run accepts.
 
 Shared by recipes and `GSPOConfig` through `check_engine_settings`; the correction itself is
 gspo_trl.training.engine.correction, and docs/engine-logprobs.md says when to turn it on.

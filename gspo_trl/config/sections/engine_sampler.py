@@ -4,7 +4,7 @@ reshape what vLLM samples from, and what may consume the engine's log-probs unde
 With such a setting vLLM samples from, and reports log-probs of (`processed_logprobs`), the
 filtered, renormalised distribution: each sampled token's log mu is higher by -log S_t, S_t the
 probability mass the filter kept. The trainer scores the plain softmax of logits / temperature, so
-anything that compares the two (pi_old = mu, the behaviour correction's w_i) measures the filter,
+anything that compares the two (pi_old = mu, engine.correction's w_i) measures the filter,
 not the engine. `engine.sampling_masks: replay` renormalises over the kept set
 (gspo_trl.training.engine.sampling_masks); without it those combinations are refused here.
 Shared by recipes and `GSPOConfig` through `check_engine_settings`; docs/engine-logprobs.md.

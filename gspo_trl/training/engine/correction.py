@@ -1,4 +1,4 @@
-"""The behaviour correction GSPO needs: one length-normalised weight per response, pure functions.
+"""engine.correction's arithmetic: one length-normalised weight per response, pure functions.
 
 vLLM samples with other kernels (often another precision) than the trainer, so the behaviour
 policy mu that drew the tokens is not pi_old, the policy GSPO's ratio s_i is measured against.
@@ -12,10 +12,10 @@ trl/trainer/grpo_trainer.py:2668): under a systematic gap g nats/token that is e
 so a response's chance of being zeroed grows with its length (`trl_sequence_log_weight` keeps
 that rule for side-by-side figures). Here a constant gap gives every response the same weight.
 
-Modes (`behaviour_weights`): `truncate` (min(w_i, C)) and `reject` (w_i inside [C_min, C_max],
+Modes (`correction_weights`): `truncate` (min(w_i, C)) and `reject` (w_i inside [C_min, C_max],
 0 outside), plus two token rules verl and AReaL document: the largest |d_t| of a response, and
 its mean K3 = exp(d_t) - 1 - d_t. `auto_thresholds` sets bounds from a measured mismatch.
-gspo_trl.training.engine.behaviour applies the weight in the loss (as a per-response factor of
+gspo_trl.training.engine.correction_run applies the weight in the loss (as a per-response factor of
 TRL's `loss_type: grpo` average); this module has no trainer state.
 """
 
@@ -82,7 +82,7 @@ class Thresholds:
 
 
 @dataclass(frozen=True)
-class BehaviourWeights:
+class CorrectionWeights:
     """The correction of one batch of responses (shape (B,)): weight, and why it differs from w_i."""
 
     weight: torch.Tensor
@@ -140,7 +140,9 @@ def trl_sequence_weight(
     return ratio.masked_fill((ratio < low) | (ratio > clip_max), 0.0)
 
 
-def behaviour_weights(divergence: ResponseDivergence, mode: str, thresholds: Thresholds) -> BehaviourWeights:
+def correction_weights(
+    divergence: ResponseDivergence, mode: str, thresholds: Thresholds
+) -> CorrectionWeights:
     """Each response's loss weight under `mode` (truncate | reject) and `thresholds`.
 
     truncate: min(w_i, weight_max). reject: w_i inside [weight_min, weight_max], 0 outside. In both
@@ -178,7 +180,7 @@ def behaviour_weights(divergence: ResponseDivergence, mode: str, thresholds: Thr
     if thresholds.reject_k3 is not None:
         rejected |= divergence.k3 > thresholds.reject_k3
     truncated &= ~rejected
-    return BehaviourWeights(w.masked_fill(rejected, 0.0), truncated, rejected)
+    return CorrectionWeights(w.masked_fill(rejected, 0.0), truncated, rejected)
 
 
 def divergence_percentiles(divergence: ResponseDivergence) -> dict[str, float]:

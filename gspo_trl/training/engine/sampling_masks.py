@@ -7,7 +7,7 @@ over the batch's prompts and completions replays the filter on its logits and gi
 completion token; then, in TRL's rollout dict,
 
 - `sampling_per_token_logps` (mu) becomes mu + log S_t, and so does `old_per_token_logps` when it
-  is the engine's (`old_logprobs: engine`): the GSPO ratio s_i, the engine guard and the behaviour
+  is the engine's (`old_logprobs: engine`): the GSPO ratio s_i, the engine guard and the
   correction then compare log-probs over one vocabulary. This is renormalising pi_old over the
   kept set (log pi_old - log S_t against log mu) written on mu's side: w_i and pi_old's use of mu
   are exact; s_i = pi_theta / pi_old is the plain-softmax ratio both ways, which equals the

@@ -2,7 +2,7 @@
 renormalised by the kept mass of the sampler's filter (gspo_trl.training.engine.sampling_masks).
 
 It goes right after EngineLogprobsProbe (whose answer says whether pi_old is the engine's) and
-before BehaviourProbe, whose `auto` calibration reads the rollout batch at its end. Events used:
+before CorrectionProbe, whose `auto` calibration reads the rollout batch at its end. Events used:
 
     attach           the replay, active only under a reshaping sampler with the key set
     on_rollout_begin how many pi_old passes the engine had answered so far
@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from gspo_trl.config.sections import EngineConfig
 from gspo_trl.training.engine.sampling_masks import SAMPLING_LOG_KEPT_MASS, SamplingMaskReplay
 from gspo_trl.training.probes.base import Probe
-from gspo_trl.training.probes.behaviour import BehaviourProbe
+from gspo_trl.training.probes.correction import CorrectionProbe
 from gspo_trl.training.probes.engine import EngineLogprobsProbe
 from gspo_trl.training.rollout_rows import Layout
 
@@ -29,7 +29,7 @@ class SamplingMaskProbe(Probe):
 
     rollout_layouts: ClassVar[dict[str, Layout]] = {SAMPLING_LOG_KEPT_MASS: Layout(1, "completion")}
     runs_after = (EngineLogprobsProbe,)  # its answer says whether pi_old is the engine's
-    runs_before = (BehaviourProbe,)  # whose `auto` calibration reads the batch at its end
+    runs_before = (CorrectionProbe,)  # whose `auto` calibration reads the batch at its end
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config

@@ -1,6 +1,6 @@
 """`engine.max_staleness` as a probe: the engine samples with weights up to d rollout batches old.
 
-The schedule, row tags and metrics are gspo_trl.training.engine.staleness's; BehaviourProbe
+The schedule, row tags and metrics are gspo_trl.training.engine.staleness's; CorrectionProbe
 corrects the gap (docs/engine-logprobs.md "Stale engine weights"). Events used:
 
     attach               the schedule, from the rollout batch's micro-batches and accumulation

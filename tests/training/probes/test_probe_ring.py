@@ -13,7 +13,7 @@ import pytest
 
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig, MoeConfig, SamplingConfig
 from gspo_trl.training.diagnostics import ClipAlarm
-from gspo_trl.training.engine.behaviour import BehaviourCorrection
+from gspo_trl.training.engine.correction_run import CorrectionRun
 from gspo_trl.training.engine.logprobs import EngineOldLogprobs
 from gspo_trl.training.probes.base import Probe
 from gspo_trl.training.probes.chain import ProbeChain
@@ -30,7 +30,7 @@ ALARMS = {
     "the engine mismatch guard": EngineOldLogprobs,
     "the MoE routing alarm": RoutingAlarm,
     "dynamic sampling's capped batches": DynamicSamplingProbe,
-    "the correction's max_rejected": BehaviourCorrection,
+    "the correction's max_rejected": CorrectionRun,
 }
 """Each built-in alarm and the class that warns it (on its module's logger)."""
 

@@ -39,7 +39,7 @@ from gspo_trl.training.engine.correction import (
     ResponseDivergence,
     Thresholds,
     auto_thresholds,
-    behaviour_weights,
+    correction_weights,
     divergence_percentiles,
     response_divergence,
 )
@@ -54,8 +54,8 @@ def _identity(rows: torch.Tensor) -> torch.Tensor:
     return rows
 
 
-class BehaviourCorrection:
-    """One run's behaviour correction: `weigh` per update, `finish_rollout` per rollout batch."""
+class CorrectionRun:
+    """One run's engine.correction: `weigh` per update, `finish_rollout` per rollout batch."""
 
     def __init__(
         self, config: EngineConfig, length_buckets: tuple[int, ...], gather: Gather = _identity
@@ -137,7 +137,7 @@ class BehaviourCorrection:
         divergence = response_divergence(log_pi.detach(), log_mu, mask)
         if self.thresholds is None:
             self._calibrate(divergence, "auto from the first rollout batch")
-        result = behaviour_weights(divergence, self.config.correction, self.thresholds)
+        result = correction_weights(divergence, self.config.correction, self.thresholds)
         raw = torch.exp(divergence.log_weight)
         self._rows.append(
             torch.stack(
@@ -157,7 +157,7 @@ class BehaviourCorrection:
         rows = rows[~rows.isnan().any(dim=1)]
         metrics = summarize_weights(rows, self.length_buckets)
         self.summaries.append(metrics)
-        rejected = metrics[names.BEHAVIOUR_REJECTED]
+        rejected = metrics[names.CORRECTION_REJECTED]
         if rejected > self.config.max_rejected:
             self.rejection_alarms += 1
             if self.rejection_alarms == 1:
@@ -195,19 +195,19 @@ def summarize_weights(rows: torch.Tensor, length_buckets: tuple[int, ...]) -> di
     """`gspo/behaviour/*` from rows [weight, w_i, truncated, rejected, length], one per response."""
     weight, raw, truncated, rejected, lengths = rows.double().unbind(1)
     out = {
-        names.BEHAVIOUR_WEIGHT_MEAN: weight.mean().item(),
-        names.BEHAVIOUR_WEIGHT_P1: torch.quantile(raw, 0.01).item(),
-        names.BEHAVIOUR_WEIGHT_P99: torch.quantile(raw, 0.99).item(),
-        names.BEHAVIOUR_TRUNCATED: truncated.mean().item(),
-        names.BEHAVIOUR_REJECTED: rejected.mean().item(),
+        names.CORRECTION_WEIGHT_MEAN: weight.mean().item(),
+        names.CORRECTION_WEIGHT_P1: torch.quantile(raw, 0.01).item(),
+        names.CORRECTION_WEIGHT_P99: torch.quantile(raw, 0.99).item(),
+        names.CORRECTION_TRUNCATED: truncated.mean().item(),
+        names.CORRECTION_REJECTED: rejected.mean().item(),
     }
     edges = [0, *length_buckets, float("inf")]
     for label, low, high in zip(bucket_labels(length_buckets), edges[:-1], edges[1:], strict=True):
         in_bucket = (lengths >= low) & (lengths < high)
         if in_bucket.any():
             for share, flags in (
-                (names.BEHAVIOUR_TRUNCATED, truncated),
-                (names.BEHAVIOUR_REJECTED, rejected),
+                (names.CORRECTION_TRUNCATED, truncated),
+                (names.CORRECTION_REJECTED, rejected),
             ):
-                out[names.behaviour_by_length(share, label)] = flags[in_bucket].mean().item()
+                out[names.correction_by_length(share, label)] = flags[in_bucket].mean().item()
     return out

@@ -1,6 +1,6 @@
 """`engine.correction` as a probe: each response's loss weighed for the engine/trainer gap.
 
-The run's state and the logging are gspo_trl.training.engine.behaviour's, the arithmetic
+The run's state and the logging are gspo_trl.training.engine.correction_run's, the arithmetic
 gspo_trl.training.engine.correction's; docs/engine-logprobs.md says when to turn it on. It goes
 after EngineLogprobsProbe, whose answer decides what pi_old is. Events used:
 
@@ -21,22 +21,22 @@ from typing import Any
 import torch
 
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig
-from gspo_trl.training.engine.behaviour import BehaviourCorrection, trl_loss_weight
+from gspo_trl.training.engine.correction_run import CorrectionRun, trl_loss_weight
 from gspo_trl.training.probes.base import LossCall, PolicyForward, Probe
 from gspo_trl.training.probes.engine import EngineLogprobsProbe
 
 logger = logging.getLogger(__name__)
 
 
-class BehaviourProbe(Probe):
-    """The behaviour correction of a run (inert unless `engine.correction` is truncate or reject)."""
+class CorrectionProbe(Probe):
+    """engine.correction in a run (inert unless `engine.correction` is truncate or reject)."""
 
-    alarm_loggers = (BehaviourCorrection.__module__,)  # max_rejected
+    alarm_loggers = (CorrectionRun.__module__,)  # max_rejected
     runs_after = (EngineLogprobsProbe,)  # its answer decides what pi_old is
 
     def __init__(self, config: EngineConfig, diagnostics: DiagnosticsConfig | None = None) -> None:
         self.config = config
-        self.correction = BehaviourCorrection(config, (diagnostics or DiagnosticsConfig()).length_buckets)
+        self.correction = CorrectionRun(config, (diagnostics or DiagnosticsConfig()).length_buckets)
         self._updates_per_rollout = 1
         self._loss_weight = ExitStack()
         self._summaries: list[dict[str, float]] = []
