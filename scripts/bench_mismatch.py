@@ -206,7 +206,7 @@ import json, sys, time, statistics
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.sections import EngineConfig
 from gspo_trl.training.build import build_trainer
-from gspo_trl.training.engine.correction_run import CorrectionRun
+from gspo_trl.training.probes.correction import CorrectionRun
 from gspo_trl.training.probes.base import Probe
 
 recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]))
@@ -241,8 +241,8 @@ def loss_overhead(rounds: int, output_dir: Path) -> dict:
     import torch
 
     from gspo_trl.config.sections import EngineConfig
-    from gspo_trl.training.engine.correction_run import CorrectionRun
     from gspo_trl.training.probes.base import Probe
+    from gspo_trl.training.probes.correction import CorrectionRun
 
     sys.path.insert(0, str(ROOT))
     from tests._gspo_helpers import make_trainer, tiny_model_dir

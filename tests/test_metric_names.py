@@ -13,7 +13,7 @@ import torch
 
 import gspo_trl.core.metric_names as names
 from gspo_trl.training.diagnostics import ROW_COLUMNS, bucket_labels, summarize_rows
-from gspo_trl.training.engine.correction_run import summarize_weights
+from gspo_trl.training.engine.correction import summarize_weights
 from gspo_trl.training.engine.mismatch import judge_mismatch
 from gspo_trl.training.engine.sampling_masks import replay_metrics as sampling_mask_metrics
 from gspo_trl.training.engine.staleness import RolloutVersion, by_staleness, rollout_metrics

@@ -15,8 +15,8 @@ that rule for side-by-side figures). Here a constant gap gives every response th
 Modes (`correction_weights`): `truncate` (min(w_i, C)) and `reject` (w_i inside [C_min, C_max],
 0 outside), plus two token rules verl and AReaL document: the largest |d_t| of a response, and
 its mean K3 = exp(d_t) - 1 - d_t. `auto_thresholds` sets bounds from a measured mismatch.
-gspo_trl.training.engine.correction_run applies the weight in the loss (as a per-response factor of
-TRL's `loss_type: grpo` average); this module has no trainer state.
+gspo_trl.training.probes.correction applies the weight in the loss (as a per-response factor of
+TRL's `loss_type: grpo` average) and logs `summarize_weights`; this module has no trainer state.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ from dataclasses import dataclass
 
 import torch
 
+import gspo_trl.core.metric_names as names
 from gspo_trl.config.sections.engine_correction import CORRECTION_MODES
+from gspo_trl.training.diagnostics import bucket_labels
 
 AUTO_MARGIN = 2.0
 """`auto` thresholds: this many times the 99th percentile of each statistic on the calibrating
@@ -229,3 +231,25 @@ def divergence_from_sequences(
         mu[row, : e.numel()] = e.double()
         mask[row, : t.numel()] = 1.0
     return response_divergence(old, mu, mask)
+
+
+def summarize_weights(rows: torch.Tensor, length_buckets: tuple[int, ...]) -> dict[str, float]:
+    """`gspo/behaviour/*` from rows [weight, w_i, truncated, rejected, length], one per response."""
+    weight, raw, truncated, rejected, lengths = rows.double().unbind(1)
+    out = {
+        names.CORRECTION_WEIGHT_MEAN: weight.mean().item(),
+        names.CORRECTION_WEIGHT_P1: torch.quantile(raw, 0.01).item(),
+        names.CORRECTION_WEIGHT_P99: torch.quantile(raw, 0.99).item(),
+        names.CORRECTION_TRUNCATED: truncated.mean().item(),
+        names.CORRECTION_REJECTED: rejected.mean().item(),
+    }
+    edges = [0, *length_buckets, float("inf")]
+    for label, low, high in zip(bucket_labels(length_buckets), edges[:-1], edges[1:], strict=True):
+        in_bucket = (lengths >= low) & (lengths < high)
+        if in_bucket.any():
+            for share, flags in (
+                (names.CORRECTION_TRUNCATED, truncated),
+                (names.CORRECTION_REJECTED, rejected),
+            ):
+                out[names.correction_by_length(share, label)] = flags[in_bucket].mean().item()
+    return out

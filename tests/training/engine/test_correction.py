@@ -158,7 +158,7 @@ def test_thresholds_from_a_check_logprobs_report(tmp_path):
     from gspo_trl.config.sections import EngineConfig
     from gspo_trl.config.sections.engine_correction import CALIBRATION_KEY
     from gspo_trl.diagnose.check_logprobs import LogprobPairs, agreement_report
-    from gspo_trl.training.engine.correction_run import CorrectionRun
+    from gspo_trl.training.probes.correction import CorrectionRun
 
     torch.manual_seed(1)
     engine = [torch.randn(n, dtype=torch.float64) for n in (4, 9, 30) * 10]

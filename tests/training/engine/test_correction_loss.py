@@ -17,7 +17,7 @@ import torch
 
 import gspo_trl.core.metric_names as names
 from gspo_trl.config.sections import EngineConfig
-from gspo_trl.training.engine.correction_run import CorrectionRun
+from gspo_trl.training.probes.correction import CorrectionRun
 from tests._gspo_helpers import make_trainer, single_torch_thread, tiny_model_dir  # noqa: F401
 
 
