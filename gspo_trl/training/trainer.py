@@ -38,9 +38,9 @@ from gspo_trl.training.probes.console import ConsoleProbe
 from gspo_trl.training.probes.correction import CorrectionProbe
 from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
 from gspo_trl.training.probes.dynamic_sampling import DynamicSamplingProbe
-from gspo_trl.training.probes.engine import EngineLogprobsProbe
 from gspo_trl.training.probes.gspo_token import GspoTokenProbe
 from gspo_trl.training.probes.non_finite import NonFiniteProbe
+from gspo_trl.training.probes.old_logprobs import EngineLogprobsProbe
 from gspo_trl.training.probes.packing import PackingProbe
 from gspo_trl.training.probes.perf import PerfProbe
 from gspo_trl.training.probes.resume_warnings import ResumeIntervalsProbe

@@ -42,7 +42,7 @@ from gspo_trl.training.engine.correction import (
     summarize_weights,
 )
 from gspo_trl.training.probes.base import LossCall, PolicyForward, Probe
-from gspo_trl.training.probes.engine import EngineLogprobsProbe
+from gspo_trl.training.probes.old_logprobs import EngineLogprobsProbe
 
 logger = logging.getLogger(__name__)  # warnings become the console's `!` alarm lines
 

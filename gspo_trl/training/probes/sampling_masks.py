@@ -18,7 +18,7 @@ from gspo_trl.config.sections import EngineConfig
 from gspo_trl.training.engine.sampling_masks import SAMPLING_LOG_KEPT_MASS, SamplingMaskReplay
 from gspo_trl.training.probes.base import Probe
 from gspo_trl.training.probes.correction import CorrectionProbe
-from gspo_trl.training.probes.engine import EngineLogprobsProbe
+from gspo_trl.training.probes.old_logprobs import EngineLogprobsProbe
 from gspo_trl.training.rollout_rows import Layout
 
 logger = logging.getLogger(__name__)

@@ -47,7 +47,7 @@ from gspo_trl.core.errors import UserError
 from gspo_trl.model.tiny.dense import save_tiny_model
 from gspo_trl.model.vllm_cpu.shim import patch_trl_for_vllm_cpu
 from gspo_trl.training.config import GSPOConfig
-from gspo_trl.training.engine.logprobs import EngineOldLogprobs
+from gspo_trl.training.probes.old_logprobs import EngineOldLogprobs
 from gspo_trl.training.trainer import GSPOTrainer
 
 patch_trl_for_vllm_cpu()

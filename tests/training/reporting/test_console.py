@@ -142,8 +142,8 @@ def test_clip_alarm_prints_a_bang_line_instead_of_a_log_record(caplog: pytest.Lo
 @pytest.mark.usefixtures("logging_as_configured_by_nobody")
 def test_engine_mismatch_warning_is_a_bang_line(caplog: pytest.LogCaptureFixture) -> None:
     """The engine log-prob guard's warning (engine.on_mismatch: warn / recompute) stands out too."""
-    from gspo_trl.training.engine import logprobs as engine_logprobs
-    from gspo_trl.training.probes.engine import EngineLogprobsProbe
+    from gspo_trl.training.probes import old_logprobs as engine_logprobs
+    from gspo_trl.training.probes.old_logprobs import EngineLogprobsProbe
 
     printed: list[str] = []
     console = ConsoleCallback(
