@@ -6,7 +6,7 @@ filtered, renormalised distribution: each sampled token's log mu is higher by -l
 probability mass the filter kept. The trainer scores the plain softmax of logits / temperature, so
 anything that compares the two (pi_old = mu, engine.correction's w_i) measures the filter,
 not the engine. `engine.sampling_masks: replay` renormalises over the kept set
-(gspo_trl.training.engine.sampling_masks); without it those combinations are refused here.
+(gspo_trl.training.probes.sampling_masks); without it those combinations are refused here.
 Shared by recipes and `GSPOConfig` through `check_engine_settings`; docs/engine-logprobs.md.
 """
 
