@@ -66,7 +66,7 @@ class EngineConfig:
         null: the first rollout batch's measured mismatch.
     max_rejected: warn when a rollout batch rejects more than this share (0-1) of its responses.
 
-    Staleness (off by default; gspo_trl.training.engine.staleness, checked by
+    Staleness (off by default; gspo_trl.training.probes.staleness, checked by
     gspo_trl.config.sections.engine_staleness, docs/engine-logprobs.md "Stale engine weights"):
     max_staleness: d >= 0; the engine's weights are synced every d + 1 rollout batches instead of
         every one, so a rollout batch is sampled by a policy 0 to d rollout batches old, as an

@@ -1,7 +1,7 @@
 """The `engine:` section's `max_staleness`: which runs can sample from stale engine weights.
 
 Shared by recipes and `GSPOConfig` through `check_engine_settings`; the schedule itself is
-gspo_trl.training.engine.staleness, docs/engine-logprobs.md "Stale engine weights" the why.
+gspo_trl.training.probes.staleness, docs/engine-logprobs.md "Stale engine weights" the why.
 Each refusal is one line naming the keys that cannot go together.
 """
 
