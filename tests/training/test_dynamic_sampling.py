@@ -114,7 +114,7 @@ def test_moe_routing_replay_moves_with_the_rows(tmp_path):
     ((B, layers, P + C, k) padded over prompt and completion), so every update replays the routing
     of its own rows: the trainer's router agrees with it (flip rate 0 on the on-policy minibatch)."""
     from gspo_trl.model.tiny.moe import TinyMoeSpec, save_tiny_moe
-    from gspo_trl.training.routing import ROUTED_EXPERTS
+    from gspo_trl.training.probes.routing import ROUTED_EXPERTS
 
     spec = TinyMoeSpec(num_hidden_layers=2, hidden_size=64, moe_intermediate_size=64, num_attention_heads=2)
     moe_dir = save_tiny_moe(tmp_path / "moe", spec)

@@ -19,9 +19,8 @@ from gspo_trl.training.probes.correction import CorrectionRun
 from gspo_trl.training.probes.dynamic_sampling import DynamicSamplingProbe
 from gspo_trl.training.probes.old_logprobs import EngineOldLogprobs
 from gspo_trl.training.probes.perf import PerfProbe
-from gspo_trl.training.probes.routing import RoutingProbe
+from gspo_trl.training.probes.routing import RoutingAlarm, RoutingProbe
 from gspo_trl.training.probes.staleness import StalenessProbe
-from gspo_trl.training.routing import RoutingAlarm
 from tests._gspo_helpers import make_trainer, single_torch_thread, tiny_model_dir  # noqa: F401
 from tests._paths import ROOT
 
