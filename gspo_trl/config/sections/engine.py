@@ -49,7 +49,7 @@ class EngineConfig:
     max_outside_clip: flag when more than this fraction (0-1) of the on-policy minibatch's
         responses fall outside the clip range from the mismatch alone.
 
-    The correction (off by default; gspo_trl.training.engine.correction, checked by
+    The correction (off by default; gspo_trl.training.engine.response_weights, checked by
     gspo_trl.config.sections.engine_correction, docs/engine-logprobs.md "Correcting the mismatch"):
     correction: `off`, `truncate` (weight each response's loss by min(w_i, weight_max), w_i =
         exp(mean_t(log pi_old - log mu)) over its tokens) or `reject` (weight w_i inside

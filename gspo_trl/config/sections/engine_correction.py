@@ -1,7 +1,7 @@
 """The `engine:` section's correction keys: which combinations a run accepts.
 
 Shared by recipes and `GSPOConfig` through `check_engine_settings`; the correction itself is
-gspo_trl.training.engine.correction, and docs/engine-logprobs.md says when to turn it on.
+gspo_trl.training.engine.response_weights, and docs/engine-logprobs.md says when to turn it on.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`engine.correction` as a probe: each response's loss weighed for the engine/trainer gap, and logged.
 
-The arithmetic is gspo_trl.training.engine.correction's (pure, shared with `check-logprobs`); this
+The arithmetic is gspo_trl.training.engine.response_weights's (pure, shared with `check-logprobs`); this
 module holds a run's state: the thresholds (fixed, or `auto` and calibrated once), the rows of the
 current rollout batch, and the alarm (docs/engine-logprobs.md says when to turn it on). What it compares:
 
@@ -32,7 +32,7 @@ import torch
 import gspo_trl.core.metric_names as names
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig
 from gspo_trl.config.sections.engine_correction import THRESHOLD_KEYS, read_calibration
-from gspo_trl.training.engine.correction import (
+from gspo_trl.training.engine.response_weights import (
     ResponseDivergence,
     Thresholds,
     auto_thresholds,

@@ -35,11 +35,11 @@ import torch
 import gspo_trl.core.metric_names as names
 from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.config.sections import EngineConfig
-from gspo_trl.training.diagnostics import clip_masks
-from gspo_trl.training.engine.correction import response_divergence
+from gspo_trl.training.engine.response_weights import response_divergence
 from gspo_trl.training.probes.base import LossCall, PolicyForward, Probe
 from gspo_trl.training.probes.perf import PerfProbe
 from gspo_trl.training.probes.routing import RoutingProbe
+from gspo_trl.training.ratio_stats import clip_masks
 from gspo_trl.training.rollout_rows import ROW, Layout
 
 logger = logging.getLogger(__name__)

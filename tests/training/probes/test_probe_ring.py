@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig, MoeConfig, SamplingConfig
-from gspo_trl.training.diagnostics import ClipAlarm
 from gspo_trl.training.probes.base import Probe
 from gspo_trl.training.probes.chain import ProbeChain
 from gspo_trl.training.probes.correction import CorrectionRun
+from gspo_trl.training.probes.diagnostics import ClipAlarm
 from gspo_trl.training.probes.dynamic_sampling import DynamicSamplingProbe
 from gspo_trl.training.probes.old_logprobs import EngineOldLogprobs
 from gspo_trl.training.probes.perf import PerfProbe

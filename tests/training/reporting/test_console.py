@@ -13,7 +13,7 @@ from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.sections import DiagnosticsConfig
 from gspo_trl.diagnose import report
 from gspo_trl.training.build import build_trainer, train_recipe
-from gspo_trl.training.diagnostics import ClipAlarm
+from gspo_trl.training.probes.diagnostics import ClipAlarm
 from gspo_trl.training.reporting.console import (
     ZERO_VARIANCE_STEPS,
     ConsoleCallback,
@@ -241,7 +241,7 @@ def test_report_falls_back_to_trainer_state_without_metrics_file(tmp_path: Path)
 def test_an_earlier_logging_config_cannot_silence_the_clip_alarm() -> None:
     """dictConfig disables existing loggers by default; a library may raise a level: the alarm
     still reaches the console."""
-    alarm_logger = logging.getLogger("gspo_trl.training.diagnostics")
+    alarm_logger = logging.getLogger("gspo_trl.training.probes.diagnostics")
     was = alarm_logger.disabled, alarm_logger.level
     alarm_logger.disabled, _ = True, alarm_logger.setLevel(logging.ERROR)
     try:

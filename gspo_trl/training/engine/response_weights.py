@@ -28,7 +28,7 @@ import torch
 
 import gspo_trl.core.metric_names as names
 from gspo_trl.config.sections.engine_correction import CORRECTION_MODES
-from gspo_trl.training.diagnostics import bucket_labels
+from gspo_trl.training.ratio_stats import bucket_labels
 
 AUTO_MARGIN = 2.0
 """`auto` thresholds: this many times the 99th percentile of each statistic on the calibrating

@@ -1,4 +1,4 @@
-"""engine.correction's arithmetic (gspo_trl.training.engine.correction), on hand-made log-probs."""
+"""engine.correction's arithmetic (gspo_trl.training.engine.response_weights), on hand-made log-probs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from gspo_trl.training.engine.correction import (
+from gspo_trl.training.engine.response_weights import (
     AUTO_FLOOR,
     AUTO_MARGIN,
     Thresholds,
