@@ -1,9 +1,10 @@
 """`gspo-trl report RUN_DIR`: PNG plots of a finished or running GSPO run, no GUI needed.
 
 Reads `RUN_DIR/metrics.jsonl` (every log event, written as the run goes by
-gspo_trl.training.reporting.console), else the HF Trainer `log_history` from `RUN_DIR/trainer_state.json`
-(written at the end of a run) or the newest `RUN_DIR/checkpoint-*/trainer_state.json` (or the
-same one folder down: `gspo-trl report runs/demo` finds runs/demo/gspo).
+gspo_trl.training.reporting.console_lines), else the HF Trainer `log_history` from
+`RUN_DIR/trainer_state.json` (written at the end of a run) or the newest
+`RUN_DIR/checkpoint-*/trainer_state.json` (or the same one folder down: `gspo-trl report runs/demo`
+finds runs/demo/gspo).
 Writes, by default to `RUN_DIR/report/`, one 1000 x 560 px PNG per question:
 
     reward.png             training reward (+- its std) and held-out scores (`heldout/*`)

@@ -98,7 +98,7 @@ def test_a_known_gap_weighs_each_response_once(rollout_and_trainer):
 
 
 def test_the_banner_says_what_the_correction_compares_and_how_its_thresholds_are_chosen(rollout_and_trainer):
-    from gspo_trl.training.reporting.console import banner
+    from gspo_trl.training.reporting.console_lines import banner
 
     trainer, rollout = rollout_and_trainer
     config = EngineConfig(correction="reject", reject_k3="auto", weight_min=0.9)

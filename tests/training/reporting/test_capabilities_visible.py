@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import gspo_trl.core.metric_names as names
-from gspo_trl.training.reporting.console import step_line
+from gspo_trl.training.reporting.console_lines import step_line
 from tests._gspo_helpers import make_trainer, single_torch_thread, tiny_model_dir
 
 __all__ = ["single_torch_thread"]

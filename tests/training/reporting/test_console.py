@@ -14,7 +14,7 @@ from gspo_trl.config.sections import DiagnosticsConfig
 from gspo_trl.diagnose import report
 from gspo_trl.training.build import build_trainer, train_recipe
 from gspo_trl.training.probes.diagnostics import ClipAlarm
-from gspo_trl.training.reporting.console import (
+from gspo_trl.training.reporting.console_lines import (
     ZERO_VARIANCE_STEPS,
     ConsoleCallback,
     model_line,
