@@ -214,8 +214,8 @@ rollouts = int(sys.argv[3])
 trainer = build_trainer(recipe)
 buckets = trainer.diagnostics.length_buckets
 ours = EngineConfig(correction="reject", reject_max_token="auto", reject_k3="auto")
-on = CorrectionRun(ours, buckets)
-off = CorrectionRun(EngineConfig(), buckets)
+on = CorrectionRun(ours.correction_settings(), buckets)
+off = CorrectionRun(EngineConfig().correction_settings(), buckets)
 steps = trainer.args.steps_per_generation * trainer.num_iterations
 trainer.args.max_steps = steps * (2 + 2 * rollouts)
 marks = []
@@ -267,9 +267,12 @@ def loss_overhead(rounds: int, output_dir: Path) -> dict:
     buckets = trainer.diagnostics.length_buckets
     arms = {
         "on": CorrectionRun(
-            EngineConfig(correction="reject", reject_max_token="auto", reject_k3="auto"), buckets
+            EngineConfig(
+                correction="reject", reject_max_token="auto", reject_k3="auto"
+            ).correction_settings(),
+            buckets,
         ),
-        "off": CorrectionRun(EngineConfig(), buckets),
+        "off": CorrectionRun(EngineConfig().correction_settings(), buckets),
     }
     spent: dict[str, list[float]] = {"on": [], "off": []}
     for _ in range(rounds):

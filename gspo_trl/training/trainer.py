@@ -64,15 +64,15 @@ def builtin_probes(args: Any) -> list[Probe]:
     engine = _section(args, "engine", EngineConfig)
     probes: list[Probe] = [GspoTokenProbe()] if getattr(args, "gspo_token", False) else []
     # the order constraints are each probe's runs_after / runs_before, checked by ProbeChain
-    stale: list[Probe] = [StalenessProbe(engine)] if engine.max_staleness > 0 else []
+    stale: list[Probe] = [StalenessProbe(engine.staleness_settings())] if engine.max_staleness > 0 else []
     packing: list[Probe] = [PackingProbe()] if getattr(args, "packing", False) else []
     return [
         DynamicSamplingProbe(_section(args, "sampling", SamplingConfig)),
         *probes,
         DiagnosticsProbe(diagnostics),
-        EngineLogprobsProbe(engine),
-        SamplingMaskProbe(engine),
-        CorrectionProbe(engine, diagnostics),
+        EngineLogprobsProbe(engine.old_logprobs_settings()),
+        SamplingMaskProbe(engine.sampling_mask_settings()),
+        CorrectionProbe(engine.correction_settings(), diagnostics),
         RoutingProbe(_section(args, "moe", MoeConfig), diagnostics),
         *stale,
         *packing,

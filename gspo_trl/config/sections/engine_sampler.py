@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gspo_trl.core.errors import RecipeError
@@ -35,6 +36,14 @@ REPLAYABLE = ("top_p", "top_k", "min_p")
 """The filters replay reproduces; a repetition penalty changes the logits themselves, per history."""
 
 RESET = "top_p: 1.0, top_k: 0, min_p: null, repetition_penalty: 1.0"
+
+
+@dataclass(frozen=True)
+class SamplingMaskSettings:
+    """What SamplingMaskProbe reads (`EngineConfig.sampling_mask_settings()`)."""
+
+    sampling_masks: str
+    """`off` or `replay` (SAMPLING_MASK_MODES)."""
 
 
 def sampler_settings(training: Mapping[str, Any]) -> dict[str, Any]:

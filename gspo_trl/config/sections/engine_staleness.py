@@ -8,10 +8,19 @@ Each refusal is one line naming the keys that cannot go together.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gspo_trl.config.sections.engine_correction import THRESHOLD_KEYS
 from gspo_trl.core.errors import RecipeError
+
+
+@dataclass(frozen=True)
+class StalenessSettings:
+    """What StalenessProbe reads (`EngineConfig.staleness_settings()`)."""
+
+    max_staleness: int
+    """d: the engine's weights are synced every d + 1 rollout batches (0: every one)."""
 
 
 def check_staleness_settings(config: Any, training: Mapping[str, Any]) -> None:

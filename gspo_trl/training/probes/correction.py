@@ -30,8 +30,8 @@ from typing import Any
 import torch
 
 import gspo_trl.core.metric_names as names
-from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig
-from gspo_trl.config.sections.engine_correction import THRESHOLD_KEYS, read_calibration
+from gspo_trl.config.sections import DiagnosticsConfig
+from gspo_trl.config.sections.engine_correction import THRESHOLD_KEYS, CorrectionSettings, read_calibration
 from gspo_trl.training.engine.response_weights import (
     ResponseDivergence,
     Thresholds,
@@ -58,7 +58,7 @@ class CorrectionRun:
     """One run's engine.correction: `weigh` per update, `finish_rollout` per rollout batch."""
 
     def __init__(
-        self, config: EngineConfig, length_buckets: tuple[int, ...], gather: Gather = _identity
+        self, config: CorrectionSettings, length_buckets: tuple[int, ...], gather: Gather = _identity
     ) -> None:
         self.config = config
         self.active = config.corrects
@@ -197,7 +197,7 @@ class CorrectionProbe(Probe):
     alarm_loggers = (__name__,)  # max_rejected
     runs_after = (EngineLogprobsProbe,)  # its answer decides what pi_old is
 
-    def __init__(self, config: EngineConfig, diagnostics: DiagnosticsConfig | None = None) -> None:
+    def __init__(self, config: CorrectionSettings, diagnostics: DiagnosticsConfig | None = None) -> None:
         self.config = config
         self.correction = CorrectionRun(config, (diagnostics or DiagnosticsConfig()).length_buckets)
         self._updates_per_rollout = 1

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from gspo_trl.config.sections import EngineConfig
+from gspo_trl.config.sections.engine import OldLogprobsSettings
 from gspo_trl.core.errors import RecipeError, UserError
 from gspo_trl.training.engine.mismatch import EngineMismatchGuard, MismatchVerdict
 from gspo_trl.training.probes.base import (
@@ -50,7 +50,7 @@ logger = logging.getLogger(__name__)  # the console shows its warnings as `!` al
 class EngineOldLogprobs:
     """Per-trainer state of engine-sourced pi_old: on/off, this rollout batch's log-probs, guard."""
 
-    def __init__(self, trainer: Any, config: EngineConfig) -> None:
+    def __init__(self, trainer: Any, config: OldLogprobsSettings) -> None:
         self.config = config
         self.guard = EngineMismatchGuard(config)
         self.active = config.from_engine and bool(getattr(trainer, "use_vllm", False))
@@ -173,7 +173,7 @@ class EngineLogprobsProbe(Probe):
 
     alarm_loggers = (__name__,)  # the mismatch guard
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: OldLogprobsSettings) -> None:
         self.config = config
         self.engine: EngineOldLogprobs | None = None
         self._log_s: torch.Tensor | None = None

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import torch
 
 import gspo_trl.core.metric_names as names
-from gspo_trl.config.sections import EngineConfig
+from gspo_trl.config.sections.engine_sampler import SamplingMaskSettings
 from gspo_trl.training.engine.sampling_filter import SamplerFilter, log_kept_mass
 from gspo_trl.training.probes.base import Probe
 from gspo_trl.training.probes.correction import CorrectionProbe
@@ -51,7 +51,7 @@ at least one; the tiny model's rollout batch is one call, a 150k vocabulary at C
 class SamplingMaskReplay:
     """One run's replay: active with `engine.sampling_masks: replay` under a reshaping sampler."""
 
-    def __init__(self, trainer: Any, config: EngineConfig) -> None:
+    def __init__(self, trainer: Any, config: SamplingMaskSettings) -> None:
         self.sampler = SamplerFilter.from_settings(vars(trainer.args))
         use_vllm = bool(getattr(trainer, "use_vllm", False))
         self.active = config.sampling_masks == "replay" and self.sampler.active and use_vllm
@@ -128,7 +128,7 @@ class SamplingMaskProbe(Probe):
     runs_after = (EngineLogprobsProbe,)  # its answer says whether pi_old is the engine's
     runs_before = (CorrectionProbe,)  # whose `auto` calibration reads the batch at its end
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: SamplingMaskSettings) -> None:
         self.config = config
         self.replay: SamplingMaskReplay | None = None
         self._engine_answers = 0

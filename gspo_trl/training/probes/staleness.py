@@ -34,7 +34,7 @@ import torch
 
 import gspo_trl.core.metric_names as names
 from gspo_trl.config.batch import RolloutBatch
-from gspo_trl.config.sections import EngineConfig
+from gspo_trl.config.sections.engine_staleness import StalenessSettings
 from gspo_trl.training.engine.response_weights import response_divergence
 from gspo_trl.training.probes.base import LossCall, PolicyForward, Probe
 from gspo_trl.training.probes.perf import PerfProbe
@@ -197,7 +197,7 @@ class StalenessProbe(Probe):
     runs_after = (RoutingProbe,)  # an update's flip rates are in when on_loss reads them
     runs_before = (PerfProbe,)  # PerfProbe's weight_sync phase then times only the syncs that run
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: StalenessSettings) -> None:
         self.config = config
         self.schedule: StalenessSchedule | None = None
         self._logged = 0

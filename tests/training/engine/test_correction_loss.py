@@ -37,7 +37,7 @@ def rollout_and_trainer(tmp_path_factory):
 
 
 def loss_and_grad(trainer, rollout, config: EngineConfig) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    trainer.correction = CorrectionRun(config, trainer.diagnostics.length_buckets)
+    trainer.correction = CorrectionRun(config.correction_settings(), trainer.diagnostics.length_buckets)
     trainer.model.zero_grad()
     loss = trainer._compute_loss(trainer.model, rollout)
     loss.backward()
@@ -102,7 +102,7 @@ def test_the_banner_says_what_the_correction_compares_and_how_its_thresholds_are
 
     trainer, rollout = rollout_and_trainer
     config = EngineConfig(correction="reject", reject_k3="auto", weight_min=0.9)
-    trainer.correction = CorrectionRun(config, trainer.diagnostics.length_buckets)
+    trainer.correction = CorrectionRun(config.correction_settings(), trainer.diagnostics.length_buckets)
     (line,) = [x for x in banner(trainer, "tiny", ["r"], 0).splitlines() if x.startswith("  engine")]
     assert "correction reject, w_i = exp(mean_t(log pi_old - log mu))" in line
     assert "`auto` (reject_k3, weight_max) from the first rollout batch's measured mismatch" in line
@@ -111,5 +111,7 @@ def test_the_banner_says_what_the_correction_compares_and_how_its_thresholds_are
     )
     (line,) = [x for x in banner(trainer, "tiny", ["r"], 0).splitlines() if x.startswith("  engine")]
     assert "weight in [0.9, 1.001]" in line and "mean K3 0.0001 (auto from the first rollout batch)" in line
-    trainer.correction = CorrectionRun(EngineConfig(), trainer.diagnostics.length_buckets)
+    trainer.correction = CorrectionRun(
+        EngineConfig().correction_settings(), trainer.diagnostics.length_buckets
+    )
     assert "  engine" not in banner(trainer, "tiny", ["r"], 0)

@@ -117,7 +117,8 @@ facts["recompute"] = {"skipped": engine.forwards_skipped, "verdicts": verdicts()
                       "active": engine.active}
 facts["observed"] = observed
 
-trainer.engine_logprobs = EngineOldLogprobs(trainer, EngineConfig(old_logprobs="engine", on_mismatch="stop"))
+stop = EngineConfig(old_logprobs="engine", on_mismatch="stop").old_logprobs_settings()
+trainer.engine_logprobs = EngineOldLogprobs(trainer, stop)
 instrument(trainer.engine_logprobs)  # 3: biased, on_mismatch stop
 trainer._last_loaded_step = -1
 try:

@@ -168,6 +168,6 @@ def test_thresholds_from_a_check_logprobs_report(tmp_path):
     path = tmp_path / "check.json"
     path.write_text(json.dumps(report))
     config = EngineConfig(correction="reject", reject_k3="auto", thresholds_from=str(path))
-    correction = CorrectionRun(config, (64,))
+    correction = CorrectionRun(config.correction_settings(), (64,))
     chosen = auto_thresholds(report[CALIBRATION_KEY], {"weight_max", "weight_min", "reject_k3"})
     assert correction.thresholds == Thresholds(**chosen, how=f"auto from {path}")

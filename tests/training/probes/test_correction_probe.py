@@ -38,7 +38,9 @@ def test_probe_weighs_the_loss_and_reports_the_rollout_batch(trainer_and_rollout
     gaps = torch.linspace(-0.02, 0.03, old.shape[0])
     batch = dict(rollout, sampling_per_token_logps=old - gaps.unsqueeze(1))
     cap = math.exp(0.02)
-    probe = CorrectionProbe(EngineConfig(correction="truncate", weight_max=cap), trainer.diagnostics)
+    probe = CorrectionProbe(
+        EngineConfig(correction="truncate", weight_max=cap).correction_settings(), trainer.diagnostics
+    )
     probe.attach(trainer)
     assert probe.on_rollout_end(trainer, batch) is batch  # thresholds fixed: nothing to calibrate
 
@@ -70,7 +72,7 @@ def test_probe_weighs_the_loss_and_reports_the_rollout_batch(trainer_and_rollout
 
 def test_an_off_probe_does_nothing(trainer_and_rollout):
     trainer, rollout = trainer_and_rollout
-    probe = CorrectionProbe(EngineConfig(), trainer.diagnostics)
+    probe = CorrectionProbe(EngineConfig().correction_settings(), trainer.diagnostics)
     probe.attach(trainer)
     call = LossCall(inputs=dict(rollout), batch=rollout, training=True, minibatch=4, last_micro_batch=True)
     probe.on_loss_inputs(trainer, call)

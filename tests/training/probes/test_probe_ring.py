@@ -55,7 +55,7 @@ def test_every_builtin_alarm_reaches_the_console(tmp_path, capsys) -> None:
 def test_a_chain_in_the_wrong_order_raises_one_line() -> None:
     routing, stale = (
         RoutingProbe(MoeConfig(), DiagnosticsConfig()),
-        StalenessProbe(EngineConfig(max_staleness=1)),
+        StalenessProbe(EngineConfig(max_staleness=1).staleness_settings()),
     )
     ProbeChain([DynamicSamplingProbe(SamplingConfig()), routing, stale, PerfProbe()])  # the right order
     wrong_orders = [
