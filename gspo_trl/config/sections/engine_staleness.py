@@ -23,6 +23,15 @@ class StalenessSettings:
     """d: the engine's weights are synced every d + 1 rollout batches (0: every one)."""
 
 
+def describe_staleness(max_staleness: int) -> str:
+    """One line for the banner and the log: the schedule in words."""
+    d = max_staleness
+    return (
+        f"{d}: the engine's weights synced every {d + 1} rollout batches, so rollouts are sampled "
+        f"0 to {d} rollout batches stale; w_i = pi_old / mu corrects the gap under engine.correction"
+    )
+
+
 def check_staleness_settings(config: Any, training: Mapping[str, Any]) -> None:
     """Refuse a staleness the run cannot hold: one line naming the keys."""
     d = config.max_staleness

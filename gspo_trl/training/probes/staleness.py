@@ -181,15 +181,6 @@ def rollout_metrics(versions: list[RolloutVersion]) -> dict[str, float]:
     }
 
 
-def describe(max_staleness: int) -> str:
-    """One line for the banner and the log: the schedule in words."""
-    d = max_staleness
-    return (
-        f"{d}: the engine's weights synced every {d + 1} rollout batches, so rollouts are sampled "
-        f"0 to {d} rollout batches stale; w_i = pi_old / mu corrects the gap under engine.correction"
-    )
-
-
 class StalenessProbe(Probe):
     """Delays the engine's weight syncs to every max_staleness + 1 rollout batches, and logs the lag."""
 

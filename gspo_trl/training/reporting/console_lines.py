@@ -32,8 +32,8 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 import gspo_trl.core.metric_names as names
 from gspo_trl.config.batch import RolloutBatch
+from gspo_trl.config.sections.engine_staleness import describe_staleness
 from gspo_trl.core.progress import duration
-from gspo_trl.training.probes.staleness import describe as describe_staleness
 from gspo_trl.training.reporting.moe_lines import flips_part, moe_banner_line
 from gspo_trl.training.reporting.reward_watch import ConstantRewardWatch, reward_means_part
 from gspo_trl.training.reporting.run_summary import RunTotals, summary_lines
