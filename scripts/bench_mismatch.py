@@ -66,8 +66,8 @@ import json, sys, time
 import torch
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.training.build import build_trainer
-from gspo_trl.training.diagnostics import bucket_labels
-from gspo_trl.training.engine.correction import response_divergence
+from gspo_trl.training.ratio_stats import bucket_labels
+from gspo_trl.training.engine.response_weights import response_divergence
 from gspo_trl.training.heldout.scoring import HeldoutCallback
 from gspo_trl.training.probes.base import Probe
 import gspo_trl.core.metric_names as names
@@ -102,7 +102,7 @@ seconds = time.time() - start
 history = next(c for c in trainer.callback_handler.callbacks if isinstance(c, HeldoutCallback)).history
 logs = trainer.state.log_history
 clip = [h[k] for h in logs for k in [names.under(names.OFFPOLICY, names.CLIP_REGION)] if k in h]
-ours = trainer.behaviour.summaries
+ours = trainer.correction.summaries
 edges = [0, *buckets, float("inf")]
 by_length = {}
 for label, lo, hi in zip(bucket_labels(buckets), edges[:-1], edges[1:]):
@@ -114,8 +114,8 @@ for label, lo, hi in zip(bucket_labels(buckets), edges[:-1], edges[1:]):
     if trl:
         entry["trl_zeroed"] = sum(t["zeroed"] for t in trl) / len(trl)
         entry["trl_cut"] = sum(t["cut"] for t in trl) / len(trl)
-    for share in (names.BEHAVIOUR_REJECTED, names.BEHAVIOUR_TRUNCATED):
-        key = names.behaviour_by_length(share, label)
+    for share in (names.CORRECTION_REJECTED, names.CORRECTION_TRUNCATED):
+        key = names.correction_by_length(share, label)
         values = [s[key] for s in ours if key in s]
         if values:
             entry[share.rsplit("/", 1)[1]] = sum(values) / len(values)
@@ -127,7 +127,7 @@ print("RESULT=" + json.dumps({
     "log_w_mean": log_w.mean().item() if len(rows) else None,
     "log_w_std": log_w.std().item() if len(rows) > 1 else None,
     "by_length": by_length,
-    "thresholds": trainer.behaviour.thresholds.__dict__ if trainer.behaviour.thresholds else None,
+    "thresholds": trainer.correction.thresholds.__dict__ if trainer.correction.thresholds else None,
 }))
 """
 
@@ -206,7 +206,7 @@ import json, sys, time, statistics
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.sections import EngineConfig
 from gspo_trl.training.build import build_trainer
-from gspo_trl.training.engine.behaviour import BehaviourCorrection
+from gspo_trl.training.probes.correction import CorrectionRun
 from gspo_trl.training.probes.base import Probe
 
 recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]))
@@ -214,15 +214,15 @@ rollouts = int(sys.argv[3])
 trainer = build_trainer(recipe)
 buckets = trainer.diagnostics.length_buckets
 ours = EngineConfig(correction="reject", reject_max_token="auto", reject_k3="auto")
-on = BehaviourCorrection(ours, buckets)
-off = BehaviourCorrection(EngineConfig(), buckets)
+on = CorrectionRun(ours.correction_settings(), buckets)
+off = CorrectionRun(EngineConfig().correction_settings(), buckets)
 steps = trainer.args.steps_per_generation * trainer.num_iterations
 trainer.args.max_steps = steps * (2 + 2 * rollouts)
 marks = []
 class Alternate(Probe):  # each rollout batch (and the updates that follow) with one arm
     def around_rollout(self, trainer, prompts, proceed):
         arm = "on" if (len(marks) % 2 == 0) else "off"
-        trainer.behaviour = on if arm == "on" else off
+        trainer.correction = on if arm == "on" else off
         marks.append((arm, time.perf_counter()))
         return proceed(prompts)
 trainer.add_probe(Alternate())
@@ -241,8 +241,8 @@ def loss_overhead(rounds: int, output_dir: Path) -> dict:
     import torch
 
     from gspo_trl.config.sections import EngineConfig
-    from gspo_trl.training.engine.behaviour import BehaviourCorrection
     from gspo_trl.training.probes.base import Probe
+    from gspo_trl.training.probes.correction import CorrectionRun
 
     sys.path.insert(0, str(ROOT))
     from tests._gspo_helpers import make_trainer, tiny_model_dir
@@ -266,15 +266,18 @@ def loss_overhead(rounds: int, output_dir: Path) -> dict:
     trainer.use_vllm, trainer.current_gradient_accumulation_steps = True, 1
     buckets = trainer.diagnostics.length_buckets
     arms = {
-        "on": BehaviourCorrection(
-            EngineConfig(correction="reject", reject_max_token="auto", reject_k3="auto"), buckets
+        "on": CorrectionRun(
+            EngineConfig(
+                correction="reject", reject_max_token="auto", reject_k3="auto"
+            ).correction_settings(),
+            buckets,
         ),
-        "off": BehaviourCorrection(EngineConfig(), buckets),
+        "off": CorrectionRun(EngineConfig().correction_settings(), buckets),
     }
     spent: dict[str, list[float]] = {"on": [], "off": []}
     for _ in range(rounds):
         for arm in ("on", "off"):
-            trainer.behaviour = arms[arm]
+            trainer.correction = arms[arm]
             start = time.perf_counter()
             trainer.compute_loss(trainer.model, rollout).backward()
             spent[arm].append(time.perf_counter() - start)

@@ -48,7 +48,7 @@ from gspo_trl.model.tiny.moe import TinyMoeSpec, save_tiny_moe
 from gspo_trl.training.build import train_recipe
 from gspo_trl.training.heldout.scoring import HeldoutCallback
 from gspo_trl.training.probes.base import LossCall, PolicyForward, Probe
-from gspo_trl.training.routing import ROUTED_EXPERTS
+from gspo_trl.training.probes.routing import ROUTED_EXPERTS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the summary and the overhead clock live beside it
 import moe_replay_overhead as replay_overhead

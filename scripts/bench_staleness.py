@@ -87,7 +87,7 @@ import json, math, sys, time
 import torch
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.training.build import build_trainer
-from gspo_trl.training.engine.correction import response_divergence
+from gspo_trl.training.engine.response_weights import response_divergence
 from gspo_trl.training.heldout.scoring import HeldoutCallback
 from gspo_trl.training.probes.base import Probe
 import gspo_trl.core.metric_names as names

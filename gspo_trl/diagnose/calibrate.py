@@ -26,7 +26,7 @@ import torch
 
 import gspo_trl.core.metric_names as names
 from gspo_trl.core.errors import UserError
-from gspo_trl.training.diagnostics import (
+from gspo_trl.training.ratio_stats import (
     bucket_labels,
     clip_fraction_by_length,
     clip_fractions,

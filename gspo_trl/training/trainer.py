@@ -33,14 +33,14 @@ from gspo_trl.training.probes.base import (
     Probe,
     ProbeCallbacks,
 )
-from gspo_trl.training.probes.behaviour import BehaviourProbe
 from gspo_trl.training.probes.chain import ProbeChain
 from gspo_trl.training.probes.console import ConsoleProbe
+from gspo_trl.training.probes.correction import CorrectionProbe
 from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
 from gspo_trl.training.probes.dynamic_sampling import DynamicSamplingProbe
-from gspo_trl.training.probes.engine import EngineLogprobsProbe
 from gspo_trl.training.probes.gspo_token import GspoTokenProbe
 from gspo_trl.training.probes.non_finite import NonFiniteProbe
+from gspo_trl.training.probes.old_logprobs import EngineLogprobsProbe
 from gspo_trl.training.probes.packing import PackingProbe
 from gspo_trl.training.probes.perf import PerfProbe
 from gspo_trl.training.probes.resume_warnings import ResumeIntervalsProbe
@@ -64,15 +64,15 @@ def builtin_probes(args: Any) -> list[Probe]:
     engine = _section(args, "engine", EngineConfig)
     probes: list[Probe] = [GspoTokenProbe()] if getattr(args, "gspo_token", False) else []
     # the order constraints are each probe's runs_after / runs_before, checked by ProbeChain
-    stale: list[Probe] = [StalenessProbe(engine)] if engine.max_staleness > 0 else []
+    stale: list[Probe] = [StalenessProbe(engine.staleness_settings())] if engine.max_staleness > 0 else []
     packing: list[Probe] = [PackingProbe()] if getattr(args, "packing", False) else []
     return [
         DynamicSamplingProbe(_section(args, "sampling", SamplingConfig)),
         *probes,
         DiagnosticsProbe(diagnostics),
-        EngineLogprobsProbe(engine),
-        SamplingMaskProbe(engine),
-        BehaviourProbe(engine, diagnostics),
+        EngineLogprobsProbe(engine.old_logprobs_settings()),
+        SamplingMaskProbe(engine.sampling_mask_settings()),
+        CorrectionProbe(engine.correction_settings(), diagnostics),
         RoutingProbe(_section(args, "moe", MoeConfig), diagnostics),
         *stale,
         *packing,
@@ -148,12 +148,12 @@ class GSPOTrainer(GRPOTrainer):
         self.probes.find(RoutingProbe).routing = value
 
     @property
-    def behaviour(self) -> Any:
-        return self.probes.find(BehaviourProbe).correction
+    def correction(self) -> Any:
+        return self.probes.find(CorrectionProbe).correction
 
-    @behaviour.setter
-    def behaviour(self, value: Any) -> None:
-        self.probes.find(BehaviourProbe).correction = value
+    @correction.setter
+    def correction(self, value: Any) -> None:
+        self.probes.find(CorrectionProbe).correction = value
 
     @property
     def engine_logprobs(self) -> Any:

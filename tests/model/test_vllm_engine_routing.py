@@ -11,7 +11,7 @@ trainer only: the sets must now differ (the comparison can fail), and after TRL'
 `sync_weights` a fresh sample must agree again (the engine routes with the synced weights), as
 must n=3 samples of one request (vLLM's child requests; the held-out pass@k samples so).
 Last, the same trainer trains 4 GSPO steps with `moe.routing_replay: engine`: pi_old's forward
-and the updates replay the engine's routing (gspo_trl.training.routing).
+and the updates replay the engine's routing (gspo_trl.training.probes.routing).
 
 One subprocess, one engine.
 """
@@ -145,7 +145,7 @@ facts["n3"] = compare(*laid_out(
 ))
 # GSPO training with routing_replay: engine (R3): TRL's own steps, 2 rollout batches of 2 updates
 from gspo_trl.config.sections import MoeConfig
-from gspo_trl.training.routing import MoeRouting
+from gspo_trl.training.probes.routing import MoeRouting
 trainer.args.moe, trainer.args.max_steps = MoeConfig("engine"), 4
 trainer.routing = MoeRouting(trainer.model, MoeConfig("engine"), trainer.diagnostics, trainer.accelerator)
 trainer.train()

@@ -4,9 +4,9 @@ reshape what vLLM samples from, and what may consume the engine's log-probs unde
 With such a setting vLLM samples from, and reports log-probs of (`processed_logprobs`), the
 filtered, renormalised distribution: each sampled token's log mu is higher by -log S_t, S_t the
 probability mass the filter kept. The trainer scores the plain softmax of logits / temperature, so
-anything that compares the two (pi_old = mu, the behaviour correction's w_i) measures the filter,
+anything that compares the two (pi_old = mu, engine.correction's w_i) measures the filter,
 not the engine. `engine.sampling_masks: replay` renormalises over the kept set
-(gspo_trl.training.engine.sampling_masks); without it those combinations are refused here.
+(gspo_trl.training.probes.sampling_masks); without it those combinations are refused here.
 Shared by recipes and `GSPOConfig` through `check_engine_settings`; docs/engine-logprobs.md.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gspo_trl.core.errors import RecipeError
@@ -35,6 +36,14 @@ REPLAYABLE = ("top_p", "top_k", "min_p")
 """The filters replay reproduces; a repetition penalty changes the logits themselves, per history."""
 
 RESET = "top_p: 1.0, top_k: 0, min_p: null, repetition_penalty: 1.0"
+
+
+@dataclass(frozen=True)
+class SamplingMaskSettings:
+    """What SamplingMaskProbe reads (`EngineConfig.sampling_mask_settings()`)."""
+
+    sampling_masks: str
+    """`off` or `replay` (SAMPLING_MASK_MODES)."""
 
 
 def sampler_settings(training: Mapping[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from gspo_trl.config.sections import MoeConfig
+from gspo_trl.core.errors import RecipeError
+
 ROUTING_DTYPE = torch.int16
 """Expert ids as the trainer holds them: vLLM returns uint8 (<= 256 experts) or uint16."""
 
@@ -224,3 +227,15 @@ def routing_batch(
         start = prompt_width - prompt_length
         batch[row, :, start : start + routing.shape[1]] = routing
     return batch
+
+
+def engine_routing_returned(config: MoeConfig) -> contextlib.AbstractContextManager[None]:
+    """Around GRPOTrainer's construction: with `moe.routing_replay: engine`, TRL's colocated vLLM
+    is built to return the experts it routes to (gspo_trl.model.routing.engine), or a one-line
+    refusal says why it cannot; otherwise nothing."""
+    if config.routing_replay != "engine":
+        return contextlib.nullcontext()
+    reason = engine_routing_unavailable_reason()
+    if reason is not None:
+        raise RecipeError(reason)
+    return returning_engine_routing()

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from transformers import TrainerCallback
 
-from gspo_trl.training.diagnostics import sequence_log_ratio
+from gspo_trl.training.ratio_stats import sequence_log_ratio
 from gspo_trl.training.rollout_rows import Layout
 
 T = TypeVar("T")

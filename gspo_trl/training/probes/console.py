@@ -1,4 +1,4 @@
-"""The console and OUTPUT_DIR/metrics.jsonl as a probe (gspo_trl.training.reporting.console says
+"""The console and OUTPUT_DIR/metrics.jsonl as a probe (gspo_trl.training.reporting.console_lines says
 what is printed). Their callbacks run ahead of transformers' and the trackers': the banner and a
 fresh metrics.jsonl come before the held-out score logged at step 0. The console lets go of the
 alarm loggers at train end, after every callback's on_train_end (the final held-out score
@@ -12,7 +12,7 @@ from trl.trainer.utils import get_config_model_id
 
 from gspo_trl.training.probes.base import Probe, ProbeCallbacks
 from gspo_trl.training.probes.perf import PerfProbe
-from gspo_trl.training.reporting.console import ConsoleCallback, banner, remove_trl_printing
+from gspo_trl.training.reporting.console_lines import ConsoleCallback, banner, remove_trl_printing
 from gspo_trl.training.reporting.metrics_file import MetricsFileCallback
 
 

@@ -47,7 +47,7 @@ from gspo_trl.core.errors import UserError
 from gspo_trl.model.tiny.dense import save_tiny_model
 from gspo_trl.model.vllm_cpu.shim import patch_trl_for_vllm_cpu
 from gspo_trl.training.config import GSPOConfig
-from gspo_trl.training.engine.logprobs import EngineOldLogprobs
+from gspo_trl.training.probes.old_logprobs import EngineOldLogprobs
 from gspo_trl.training.trainer import GSPOTrainer
 
 patch_trl_for_vllm_cpu()
@@ -117,7 +117,8 @@ facts["recompute"] = {"skipped": engine.forwards_skipped, "verdicts": verdicts()
                       "active": engine.active}
 facts["observed"] = observed
 
-trainer.engine_logprobs = EngineOldLogprobs(trainer, EngineConfig(old_logprobs="engine", on_mismatch="stop"))
+stop = EngineConfig(old_logprobs="engine", on_mismatch="stop").old_logprobs_settings()
+trainer.engine_logprobs = EngineOldLogprobs(trainer, stop)
 instrument(trainer.engine_logprobs)  # 3: biased, on_mismatch stop
 trainer._last_loaded_step = -1
 try:

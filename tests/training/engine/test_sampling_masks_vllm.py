@@ -48,7 +48,7 @@ from gspo_trl.model.tiny.dense import save_tiny_model
 from gspo_trl.model.vllm_cpu.shim import patch_trl_for_vllm_cpu
 from gspo_trl.training.config import GSPOConfig
 from gspo_trl.training.engine.sampling_filter import SamplerFilter, kept_mask
-from gspo_trl.training.engine.sampling_masks import SAMPLING_LOG_KEPT_MASS
+from gspo_trl.training.probes.sampling_masks import SAMPLING_LOG_KEPT_MASS
 from gspo_trl.training.trainer import GSPOTrainer
 
 patch_trl_for_vllm_cpu()

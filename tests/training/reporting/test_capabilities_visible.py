@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import gspo_trl.core.metric_names as names
-from gspo_trl.training.reporting.console import step_line
+from gspo_trl.training.reporting.console_lines import step_line
 from tests._gspo_helpers import make_trainer, single_torch_thread, tiny_model_dir
 
 __all__ = ["single_torch_thread"]
@@ -21,13 +21,13 @@ __all__ = ["single_torch_thread"]
         ({names.STALENESS_MEAN: 0.5, names.STALENESS_MAX: 1.0}, "stale 0.5 (max 1)"),
         (
             {
-                names.BEHAVIOUR_WEIGHT_MEAN: 1.0021,
-                names.BEHAVIOUR_WEIGHT_P1: 0.97,
-                names.BEHAVIOUR_WEIGHT_P99: 1.05,
+                names.CORRECTION_WEIGHT_MEAN: 1.0021,
+                names.CORRECTION_WEIGHT_P1: 0.97,
+                names.CORRECTION_WEIGHT_P99: 1.05,
             },
             "w_i 1.002 [0.97, 1.05]",
         ),
-        ({names.BEHAVIOUR_WEIGHT_MEAN: 0.999}, "w_i 0.999"),
+        ({names.CORRECTION_WEIGHT_MEAN: 0.999}, "w_i 0.999"),
     ],
     ids=["staleness", "w_i with its spread", "w_i alone"],
 )

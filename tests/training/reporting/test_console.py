@@ -13,8 +13,8 @@ from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.sections import DiagnosticsConfig
 from gspo_trl.diagnose import report
 from gspo_trl.training.build import build_trainer, train_recipe
-from gspo_trl.training.diagnostics import ClipAlarm
-from gspo_trl.training.reporting.console import (
+from gspo_trl.training.probes.diagnostics import ClipAlarm
+from gspo_trl.training.reporting.console_lines import (
     ZERO_VARIANCE_STEPS,
     ConsoleCallback,
     model_line,
@@ -142,8 +142,8 @@ def test_clip_alarm_prints_a_bang_line_instead_of_a_log_record(caplog: pytest.Lo
 @pytest.mark.usefixtures("logging_as_configured_by_nobody")
 def test_engine_mismatch_warning_is_a_bang_line(caplog: pytest.LogCaptureFixture) -> None:
     """The engine log-prob guard's warning (engine.on_mismatch: warn / recompute) stands out too."""
-    from gspo_trl.training.engine import logprobs as engine_logprobs
-    from gspo_trl.training.probes.engine import EngineLogprobsProbe
+    from gspo_trl.training.probes import old_logprobs as engine_logprobs
+    from gspo_trl.training.probes.old_logprobs import EngineLogprobsProbe
 
     printed: list[str] = []
     console = ConsoleCallback(
@@ -241,7 +241,7 @@ def test_report_falls_back_to_trainer_state_without_metrics_file(tmp_path: Path)
 def test_an_earlier_logging_config_cannot_silence_the_clip_alarm() -> None:
     """dictConfig disables existing loggers by default; a library may raise a level: the alarm
     still reaches the console."""
-    alarm_logger = logging.getLogger("gspo_trl.training.diagnostics")
+    alarm_logger = logging.getLogger("gspo_trl.training.probes.diagnostics")
     was = alarm_logger.disabled, alarm_logger.level
     alarm_logger.disabled, _ = True, alarm_logger.setLevel(logging.ERROR)
     try:

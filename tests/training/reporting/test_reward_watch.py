@@ -12,7 +12,7 @@ from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.training.build import train_recipe
-from gspo_trl.training.reporting.console import ConsoleCallback, step_line
+from gspo_trl.training.reporting.console_lines import ConsoleCallback, step_line
 from gspo_trl.training.reporting.reward_watch import CONSTANT_REWARD_ROLLOUTS, reward_means_part
 from tests._gspo_helpers import single_torch_thread  # noqa: F401  (fixture: one torch thread)
 from tests._paths import ROOT

@@ -25,8 +25,8 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 import gspo_trl.core.metric_names as names
 from gspo_trl.config.batch import RolloutBatch
+from gspo_trl.config.sections.engine_staleness import describe_staleness
 from gspo_trl.core.progress import duration
-from gspo_trl.training.engine.staleness import describe as describe_staleness
 from gspo_trl.training.reporting.moe_lines import flips_part, moe_banner_line
 from gspo_trl.training.reporting.reward_watch import ConstantRewardWatch, reward_means_part
 from gspo_trl.training.reporting.run_summary import RunTotals, summary_lines
@@ -95,11 +95,11 @@ def step_line(
     if stale is not None:
         most = _number(logs.get(names.STALENESS_MAX))
         parts.append(f"stale {stale:.1f}" + (f" (max {most:.0f})" if most is not None else ""))
-    weight = _number(logs.get(names.BEHAVIOUR_WEIGHT_MEAN))  # engine.correction: w_i = pi_old / mu
+    weight = _number(logs.get(names.CORRECTION_WEIGHT_MEAN))  # engine.correction: w_i = pi_old / mu
     if weight is not None:
         low, high = (
-            _number(logs.get(names.BEHAVIOUR_WEIGHT_P1)),
-            _number(logs.get(names.BEHAVIOUR_WEIGHT_P99)),
+            _number(logs.get(names.CORRECTION_WEIGHT_P1)),
+            _number(logs.get(names.CORRECTION_WEIGHT_P99)),
         )
         spread = f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
         parts.append(f"w_i {weight:.3f}{spread}")
@@ -148,7 +148,7 @@ def banner(trainer: Any, model_name: str, reward_names: list[str], eval_rows: in
     algorithm = "GSPO-token" if getattr(trainer, "gspo_token", False) else f"{level}-level ratio"
     length = f"{args.max_steps} steps" if args.max_steps > 0 else f"{args.num_train_epochs:g} epoch(s)"
     moe = moe_banner_line(trainer)
-    correction = getattr(trainer, "behaviour", None)
+    correction = getattr(trainer, "correction", None)
     engine = [f"  engine   correction {correction.describe()}"] if correction and correction.active else []
     staleness = getattr(getattr(args, "engine", None), "max_staleness", 0)
     if staleness:

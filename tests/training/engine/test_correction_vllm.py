@@ -63,8 +63,8 @@ def shifted(prompts):  # TRL's _generate result; [4] is vLLM's per-token samplin
 trainer._generate = shifted
 trainer.train()
 rows = [{k: v for k, v in h.items() if k.startswith("gspo/behaviour/")} for h in trainer.state.log_history]
-facts = {"logged": [r for r in rows if r], "thresholds": trainer.behaviour.thresholds.__dict__,
-         "summaries": trainer.behaviour.summaries}
+facts = {"logged": [r for r in rows if r], "thresholds": trainer.correction.thresholds.__dict__,
+         "summaries": trainer.correction.summaries}
 print("FACTS=" + json.dumps(facts))
 """
 
