@@ -19,6 +19,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from gspo_trl.core.errors import NonFiniteTrainingError
+from gspo_trl.core.ranks import any_rank
 from gspo_trl.model.loading.checkpoints import latest_checkpoint
 from gspo_trl.training.probes.base import Probe, ProbeCallbacks
 
@@ -61,7 +62,7 @@ class StopOnNonFinite(TrainerCallback):
                 f"the fp16 loss scaler skipped {self.skipped_in_a_row} optimizer steps in a row (the "
                 "gradients overflow even at a loss scale of 1)",
             )
-        if model is not None and _any_rank(not weights_finite(model), args):
+        if model is not None and any_rank(not weights_finite(model), args.device):
             raise _stopped(args, state.global_step, "the weights hold inf or NaN")
         return control
 
@@ -106,18 +107,6 @@ def weights_finite(model: Any) -> bool:
     device = tensors[0].device
     peaks = torch.stack([peak.float().to(device) for t in tensors for peak in torch.aminmax(t)])
     return bool(torch.isfinite(peaks).all())
-
-
-def _any_rank(flag: bool, args: Any) -> bool:
-    """True when any process of the launch has the flag set."""
-    import torch
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return flag
-    value = torch.tensor([1.0 if flag else 0.0], device=args.device)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return bool(value.item())
 
 
 def _stopped(args: Any, step: int, what: str) -> NonFiniteTrainingError:
