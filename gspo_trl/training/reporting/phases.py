@@ -20,7 +20,8 @@ over (window wall seconds x processes), with tokens counted over every process:
 `generated_tokens` are the completion tokens sampled for training; `trained_tokens` the prompt
 and completion tokens (padding excluded) of every minibatch a gradient was taken on (counted
 again on each of `num_iterations` passes). MFU is this process's update FLOPs (gspo_trl.model.sizing.flops,
-the count `gspo-trl plan` uses, over the padded minibatches as the forward runs them) over
+the count `gspo-trl plan` uses, over the padded minibatches as the forward runs them; with
+`packing: true` over each row's own tokens) over
 (update seconds x the device's peak, gspo_trl.model.sizing.flops.peak_tflops), 0-1.
 """
 
@@ -30,6 +31,7 @@ import contextlib
 import dataclasses
 import logging
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -158,13 +160,20 @@ class PerfMeter:
     def count_generated(self, completion_ids: list) -> None:
         self.generated_tokens += sum(len(ids) for ids in completion_ids)
 
-    def count_update(self, inputs: dict[str, Any]) -> None:
-        """One minibatch a gradient is taken on: TRL's prepared inputs (prompt/completion ids, masks)."""
+    def count_update(self, inputs: dict[str, Any], packed: bool = False) -> None:
+        """One minibatch a gradient is taken on: TRL's prepared inputs (prompt/completion ids, masks).
+        `packed` (`packing: true`): its FLOPs over each row's own tokens, not the padded rectangle."""
         self.trained_tokens += inputs["prompt_mask"].sum() + inputs["completion_mask"].sum()
-        if self.shape is not None:
-            rows, prompt = inputs["prompt_ids"].shape
-            length = prompt + inputs["completion_ids"].shape[1]
-            self.update_flops += update_flops(self.shape, rows, length, self.gradient_checkpointing)
+        if self.shape is None:
+            return
+        if packed:  # the packing probe reads the row lengths on the host for its forward anyway
+            lengths = (inputs["prompt_mask"].sum(dim=1) + inputs["completion_mask"].sum(dim=1)).tolist()
+            for length, rows in sorted(Counter(lengths).items()):
+                self.update_flops += update_flops(self.shape, rows, length, self.gradient_checkpointing)
+            return
+        rows, prompt = inputs["prompt_ids"].shape
+        length = prompt + inputs["completion_ids"].shape[1]
+        self.update_flops += update_flops(self.shape, rows, length, self.gradient_checkpointing)
 
     def logs(self, accelerator: Any) -> dict[str, float]:
         """The window's `perf/*` entries (a collective when there are several processes)."""
