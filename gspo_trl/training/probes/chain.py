@@ -36,11 +36,23 @@ class ProbeChain(Sequence[Probe]):
     def __init__(self, probes: Sequence[Probe]) -> None:
         self.probes = list(probes)
         check_order(self.probes)
+        self._handlers: dict[str, list[Probe]] = {}
 
     def append(self, probe: Probe) -> None:
         """Add a probe last (its order constraints checked)."""
         check_order([*self.probes, probe])
         self.probes.append(probe)
+        self._handlers.clear()
+
+    def handlers(self, event: str) -> list[Probe]:
+        """The probes that handle `event` (a `Probe` method), in chain order: those whose class or
+        instance overrides it; the base class's no-ops are not called (a step's events would
+        otherwise make ~200 calls that do nothing). Listed at the event's first dispatch."""
+        found = self._handlers.get(event)
+        if found is None:
+            found = [p for p in self.probes if _overrides(p, event)]
+            self._handlers[event] = found
+        return found
 
     def alarm_loggers(self) -> tuple[str, ...]:
         """Every probe's alarm loggers, each once, in chain order."""
@@ -65,7 +77,7 @@ class ProbeChain(Sequence[Probe]):
 
     def _around(self, method: str, trainer: Any, args: tuple, innermost: Callable[[], Any]) -> Any:
         call = innermost
-        for probe in reversed(self.probes):
+        for probe in reversed(self.handlers(method)):
             call = partial(getattr(probe, method), trainer, *args, call)
         return call()
 
@@ -89,11 +101,11 @@ class ProbeChain(Sequence[Probe]):
             probe.attach(trainer)
 
     def train_begin(self, trainer: Any) -> None:
-        for probe in self.probes:
+        for probe in self.handlers("on_train_begin"):
             probe.on_train_begin(trainer)
 
     def train_end(self, trainer: Any) -> None:
-        for probe in self.probes:
+        for probe in self.handlers("on_train_end"):
             probe.on_train_end(trainer)
 
     # --- rollout --------------------------------------------------------------------------
@@ -102,15 +114,15 @@ class ProbeChain(Sequence[Probe]):
     ) -> dict[str, Any]:
         def scored(rows: list[Any]) -> dict[str, Any]:
             training = trainer.model.training
-            for probe in self.probes:
+            for probe in self.handlers("on_rollout_begin"):
                 probe.on_rollout_begin(trainer, training)
             batch = generate_and_score(rows)
-            for probe in self.probes:
+            for probe in self.handlers("on_rollout_end"):
                 batch = probe.on_rollout_end(trainer, batch)
             return batch
 
         call = scored
-        for probe in reversed(self.probes):
+        for probe in reversed(self.handlers("around_rollout")):
             call = partial(_rollout_step, probe, trainer, call)
         return call(prompts)
 
@@ -118,7 +130,7 @@ class ProbeChain(Sequence[Probe]):
         return self._around("around_generation", trainer, (), generate)
 
     def generated(self, trainer: Any, generation: Generation) -> None:
-        for probe in self.probes:
+        for probe in self.handlers("on_generation"):
             probe.on_generation(trainer, generation)
 
     def weight_sync(self, trainer: Any, sync: Callable[[], Any]) -> Any:
@@ -127,7 +139,7 @@ class ProbeChain(Sequence[Probe]):
     def no_grad_pass(
         self, trainer: Any, call: NoGradPass, forward: Callable[[], LogprobOutput]
     ) -> LogprobOutput:
-        for probe in self.probes:
+        for probe in self.handlers("answer_no_grad_pass"):
             call.answer = probe.answer_no_grad_pass(trainer, call)
             if call.answer is not None:
                 break
@@ -141,19 +153,19 @@ class ProbeChain(Sequence[Probe]):
 
     # --- updates ----------------------------------------------------------------------------
     def loss_inputs(self, trainer: Any, loss: LossCall) -> None:
-        for probe in self.probes:
+        for probe in self.handlers("on_loss_inputs"):
             probe.on_loss_inputs(trainer, loss)
 
     def policy_forward(self, trainer: Any, policy: PolicyForward) -> None:
-        for probe in self.probes:
+        for probe in self.handlers("on_policy_forward"):
             probe.on_policy_forward(trainer, policy)
 
     def loss(self, trainer: Any, loss: LossCall, value: torch.Tensor) -> None:
-        for probe in self.probes:
+        for probe in self.handlers("on_loss"):
             probe.on_loss(trainer, loss, value)
 
     def training_step_end(self, trainer: Any) -> None:
-        for probe in self.probes:
+        for probe in self.handlers("on_training_step_end"):
             probe.on_training_step_end(trainer)
 
     # --- evaluation, checkpoints, logs ---------------------------------------------------------
@@ -165,9 +177,14 @@ class ProbeChain(Sequence[Probe]):
 
     def log(self, trainer: Any, logs: Mapping[str, Any]) -> dict[str, float]:
         added: dict[str, float] = {}
-        for probe in self.probes:
+        for probe in self.handlers("on_log"):
             added.update(probe.on_log(trainer, {**logs, **added}))
         return added
+
+
+def _overrides(probe: Probe, event: str) -> bool:
+    """The probe's class, or the probe itself, replaces `Probe`'s no-op for `event`."""
+    return getattr(type(probe), event) is not getattr(Probe, event) or event in getattr(probe, "__dict__", ())
 
 
 def check_order(probes: Sequence[Probe]) -> None:

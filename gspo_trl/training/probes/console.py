@@ -56,6 +56,7 @@ class ConsoleProbe(Probe):
 
     def on_train_end(self, trainer: Any) -> None:
         self.console.close()
+        self.metrics_file.close()
 
 
 def install_console(

@@ -18,6 +18,7 @@ from gspo_trl.training.probes.base import (
     Probe,
     ProbeCallbacks,
 )
+from gspo_trl.training.probes.packing import PackingProbe
 from gspo_trl.training.reporting.phases import PerfMeter, UpdatePhaseCallback, trainer_model_shape
 
 T = TypeVar("T")
@@ -28,6 +29,8 @@ class PerfProbe(Probe):
 
     def __init__(self) -> None:
         self.meter: PerfMeter | None = None
+        self.packed = False
+        """`packing: true`: the updates' FLOPs count each row's own tokens, as its forwards run."""
 
     def attach(self, trainer: Any) -> None:
         self.meter = PerfMeter(
@@ -35,6 +38,7 @@ class PerfProbe(Probe):
             trainer_model_shape(trainer.model),
             bool(trainer.args.gradient_checkpointing),
         )
+        self.packed = trainer.probes.find(PackingProbe) is not None
 
     def callbacks(self) -> ProbeCallbacks:
         return ProbeCallbacks(after_reporting=[UpdatePhaseCallback(self.meter.timer)])
@@ -68,7 +72,7 @@ class PerfProbe(Probe):
 
     def on_loss_inputs(self, trainer: Any, loss: LossCall) -> None:
         if loss.training:
-            self.meter.count_update(loss.batch)
+            self.meter.count_update(loss.batch, self.packed)
 
     def around_evaluate(self, trainer: Any, proceed: Callable[[], T]) -> T:
         """The Trainer's eval pass (the held-out callback times its own)."""

@@ -228,6 +228,7 @@ class ConsoleCallback(TrainerCallback):
         self._last_reward: dict[str, Any] | None = None
         self._constant_rewards = ConstantRewardWatch()
         self._run_totals = RunTotals()
+        self._ending: list[str] = []
         self._filters: dict[str, logging.Filter] = {name: _AlarmFilter(self) for name in alarm_loggers}
         self._filters[HELDOUT_LOGGER] = _QuietInfo()
 
@@ -263,6 +264,12 @@ class ConsoleCallback(TrainerCallback):
             self._last_time, self._last_step = self._start
 
     def close(self) -> None:
+        """The run is over, every callback's on_train_end included: print its end lines (the
+        Trainer logs `train_runtime` before on_train_end, where the final held-out score is
+        measured) and let go of the alarm loggers."""
+        ending, self._ending = self._ending, []
+        for line in ending:
+            self._print(line)
         for name, log_filter in self._filters.items():
             logging.getLogger(name).removeFilter(log_filter)
 
@@ -276,10 +283,9 @@ class ConsoleCallback(TrainerCallback):
             else:
                 self._pending_heldout = {**logs, "step": step}
             return
-        if "train_runtime" in logs:
-            self._print(f"done: {step} steps in {duration(logs['train_runtime'])}")
-            for line in summary_lines(logs, self._run_totals, args.world_size):  # where the time went
-                self._print(line)
+        if "train_runtime" in logs:  # printed by close(): the final held-out score comes first
+            self._ending = [f"done: {step} steps in {duration(logs['train_runtime'])}"]
+            self._ending += summary_lines(logs, self._run_totals, args.world_size)  # where the time went
             return
         if "loss" not in logs:  # an evaluation or a custom log: metrics.jsonl and trackers have it
             return

@@ -178,6 +178,8 @@ def test_four_step_run_prints_short_lines_and_writes_every_key(
     assert "reward " in step_lines[0] and "rollout of" not in step_lines[0]  # one rollout, 4 updates
     assert all("(rollout of step 1)" in line for line in step_lines[1:]), step_lines
     assert "held-out 0.000" in out and "ETA" in step_lines[-1]
+    last_heldout = max(i for i, line in enumerate(lines) if line.startswith("step 4/4 | held-out"))
+    assert last_heldout < lines.index(next(line for line in lines if line.startswith("done: "))), out
     assert all(len(line) < MAX_LINE for line in lines), max(lines, key=len)
     assert "{'loss'" not in out and "'gspo/" not in out  # TRL's dict printing is gone
 
