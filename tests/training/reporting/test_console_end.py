@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
-from gspo_trl.training.reporting.console import ConsoleCallback
+from gspo_trl.training.reporting.console_lines import ConsoleCallback
 
 
 def test_the_final_heldout_line_comes_before_done(tmp_path) -> None:
