@@ -14,14 +14,17 @@ trl/trainer/grpo_trainer.py:140), tests/test_upstream_pins.py checks each quote.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 from trl import GRPOTrainer
+from trl.generation.vllm_generation import VLLMGeneration
 
 from gspo_trl.config.invariants import algorithm_of, check_ratio_level
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig, MoeConfig, SamplingConfig
+from gspo_trl.model.engine_build import build_engine
 from gspo_trl.model.loading.checkpoints import latest_checkpoint
 from gspo_trl.training.api_defaults import gspo_trainer_arguments
 from gspo_trl.training.probes.base import (
@@ -83,6 +86,25 @@ def builtin_probes(args: Any) -> list[Probe]:
     ]
 
 
+@contextmanager
+def _engine_build_wrapped() -> Iterator[None]:
+    """TRL's engine build, `self._init_vllm()` at the end of `VLLMGeneration.__init__`
+    (trl/generation/vllm_generation.py:287; `def _init_vllm(self):`, :289), run inside the wrappers
+    registered in gspo_trl.model.engine_build (the CPU shim's dtype, engine routing's `LLM`
+    arguments), for the trainer's construction only (`self.vllm_generation = VLLMGeneration(`,
+    grpo_trainer.py:1107; TRL's trainer module imports the class, grpo_trainer.py:71)."""
+    original = VLLMGeneration._init_vllm
+
+    def init_vllm(generation: Any) -> None:
+        build_engine(generation, lambda: original(generation))
+
+    VLLMGeneration._init_vllm = init_vllm
+    try:
+        yield
+    finally:
+        VLLMGeneration._init_vllm = original
+
+
 class GSPOTrainer(GRPOTrainer):
     """GRPOTrainer plus GSPO diagnostics and GSPO-token; every argument is TRL's, and `probes`.
 
@@ -100,7 +122,7 @@ class GSPOTrainer(GRPOTrainer):
         console = [] if any(isinstance(p, ConsoleProbe) for p in probes) else [ConsoleProbe()]
         self.probes = ProbeChain([*builtin_probes(kwargs["args"]), *console, *probes])
         self._weight_sync_skipped = False
-        with self.probes.trainer_init():  # routing_replay: engine builds TRL's vLLM for it
+        with self.probes.trainer_init(), _engine_build_wrapped():  # routing_replay binds TRL's LLM
             super().__init__(**kwargs)
         self.gspo_token = bool(getattr(self.args, "gspo_token", False))
         self.probes.attach(self)
