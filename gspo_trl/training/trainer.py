@@ -384,6 +384,7 @@ class GSPOTrainer(GRPOTrainer):
         from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
         run_dir = self._get_output_dir(trial=trial)
+        self.probes.save_state(self)  # into self.state, which the Trainer writes to trainer_state.json
         save = CheckpointSave(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}", run_dir)
         parent = super()._save_checkpoint
 
@@ -398,6 +399,14 @@ class GSPOTrainer(GRPOTrainer):
                     del self._get_output_dir
 
         self.probes.checkpoint_save(self, save, write)
+
+    def _load_callback_state(self) -> None:
+        """On resume, after the checkpoint's state is read (`self.state = TrainerState.load_from_json(`,
+        transformers/trainer.py:1639), transformers restores its `ExportableState` callbacks:
+        `self._load_callback_state()` (:1647; `def _load_callback_state(self) -> None:`, :3873);
+        the probes' saved states (`Probe.state_key`) go back into them at the same point."""
+        super()._load_callback_state()
+        self.probes.load_state(self)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Each probe adds its metrics, then TRL's `log` (grpo_trainer.py:3302) averages its own."""

@@ -253,10 +253,11 @@ def test_sampling_section_is_off_by_default_and_checked_against_the_aggregation(
 
 def test_console_step_line_shows_the_keep_rate():
     from gspo_trl.training.reporting.console import step_line
+    from tests.training.reporting._line_probes import line_probes
 
     logs = {"loss": 0.1, names.DYNAMIC_KEEP_RATE: 0.4, names.DYNAMIC_ROUNDS: 2.0}
-    assert "kept 40% in 2.0 rounds" in step_line(logs, 5, 10, None)
-    assert "kept" not in step_line({"loss": 0.1}, 5, 10, None)
+    assert "kept 40% in 2.0 rounds" in step_line(logs, 5, 10, None, probes=line_probes())
+    assert "kept" not in step_line({"loss": 0.1}, 5, 10, None, probes=line_probes())
 
 
 def test_docs_table_lists_every_metric():

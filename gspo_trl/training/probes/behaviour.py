@@ -15,15 +15,18 @@ after EngineLogprobsProbe, whose answer decides what pi_old is. Events used:
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from contextlib import ExitStack
 from typing import Any
 
 import torch
 
+import gspo_trl.core.metric_names as names
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig
 from gspo_trl.training.engine.behaviour import BehaviourCorrection, trl_loss_weight
 from gspo_trl.training.probes.base import LossCall, PolicyForward, Probe
 from gspo_trl.training.probes.engine import EngineLogprobsProbe
+from gspo_trl.training.reporting.line_parts import BANNER_GSPO, LinePart, logged_number
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +62,21 @@ class BehaviourProbe(Probe):
         args = trainer.args
         generate_every = args.steps_per_generation * trainer.num_iterations
         self._updates_per_rollout = generate_every // args.gradient_accumulation_steps
-        # the console banner names it (one line, printed once)
+
+    def banner_lines(self, trainer: Any) -> list[LinePart]:
+        if not self.correction.active:
+            return []
+        return [LinePart(BANNER_GSPO + 11, f"  engine   correction {self.correction.describe()}")]
+
+    def step_line_parts(self, logs: Mapping[str, Any]) -> list[LinePart]:
+        """`w_i 0.998 [0.95, 1.02]`: the correction's weight w_i = pi_old / mu, mean [p1, p99]."""
+        weight = logged_number(logs, names.BEHAVIOUR_WEIGHT_MEAN)
+        if weight is None:
+            return []
+        low = logged_number(logs, names.BEHAVIOUR_WEIGHT_P1)
+        high = logged_number(logs, names.BEHAVIOUR_WEIGHT_P99)
+        spread = f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
+        return [LinePart(70, f"w_i {weight:.3f}{spread}")]
 
     def on_rollout_end(self, trainer: Any, batch: dict[str, Any]) -> dict[str, Any]:
         if self.active and trainer.model.training:

@@ -18,6 +18,7 @@ from gspo_trl.training.probes.base import (
     Probe,
     ProbeCallbacks,
 )
+from gspo_trl.training.reporting.line_parts import BANNER_RUN, LinePart, logged_number
 from gspo_trl.training.reporting.phases import PerfMeter, UpdatePhaseCallback, trainer_model_shape
 
 T = TypeVar("T")
@@ -35,6 +36,18 @@ class PerfProbe(Probe):
             trainer_model_shape(trainer.model),
             bool(trainer.args.gradient_checkpointing),
         )
+
+    def banner_lines(self, trainer: Any) -> list[LinePart]:
+        """The plan's FLOP floor beside what the step line will show (last in the banner)."""
+        return [LinePart(BANNER_RUN + 20, self.meter.ceiling_line(trainer.args.max_completion_length))]
+
+    def step_line_parts(self, logs: Mapping[str, Any]) -> list[LinePart]:
+        """`1,234 tok/s MFU 1.2%`: trained tokens per second per process, and the MFU."""
+        tokens_per_s = logged_number(logs, names.PERF_TRAINED_TOKENS_PER_S)
+        if tokens_per_s is None:
+            return []
+        mfu = logged_number(logs, names.PERF_MFU)
+        return [LinePart(100, f"{tokens_per_s:,.0f} tok/s" + (f" MFU {mfu:.1%}" if mfu is not None else ""))]
 
     def callbacks(self) -> ProbeCallbacks:
         return ProbeCallbacks(after_reporting=[UpdatePhaseCallback(self.meter.timer)])

@@ -13,6 +13,8 @@ import torch
 from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.config.sections import DiagnosticsConfig, MoeConfig
 from gspo_trl.training.probes.base import Generation, LogprobOutput, LossCall, NoGradPass, Probe
+from gspo_trl.training.reporting.line_parts import BANNER_RUN, LinePart
+from gspo_trl.training.reporting.moe_lines import flips_part, moe_banner_line
 from gspo_trl.training.rollout_rows import Layout
 from gspo_trl.training.routing import ROUTED_EXPERTS, MoeRouting, RoutingAlarm, engine_routing_returned
 
@@ -55,6 +57,14 @@ class RoutingProbe(Probe):
         self.routing = MoeRouting(
             trainer.model, self.config, self.diagnostics, trainer.accelerator, on_policy
         )
+
+    def banner_lines(self, trainer: Any) -> list[LinePart]:
+        line = moe_banner_line(self.routing)
+        return [LinePart(BANNER_RUN + 10, line)] if line else []
+
+    def step_line_parts(self, logs: Mapping[str, Any]) -> list[LinePart]:
+        flips = flips_part(logs)  # under replay: what the router would choose vs the replayed experts
+        return [LinePart(50, flips)] if flips else []
 
     def on_rollout_begin(self, trainer: Any, training: bool) -> None:
         self.routing.begin_rollout(training)

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, TypeVar
 
 import torch
 
+import gspo_trl.core.metric_names as names
 from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.config.sections import EngineConfig
 from gspo_trl.training.diagnostics import clip_masks
@@ -31,11 +32,13 @@ from gspo_trl.training.engine.staleness import (
     RolloutVersion,
     StalenessSchedule,
     by_staleness,
+    describe,
     rollout_metrics,
 )
 from gspo_trl.training.probes.base import LossCall, PolicyForward, Probe
 from gspo_trl.training.probes.perf import PerfProbe
 from gspo_trl.training.probes.routing import RoutingProbe
+from gspo_trl.training.reporting.line_parts import BANNER_GSPO, LinePart, logged_number
 from gspo_trl.training.rollout_rows import ROW, Layout
 
 logger = logging.getLogger(__name__)
@@ -64,7 +67,19 @@ class StalenessProbe(Probe):
         self.schedule = StalenessSchedule(
             self.config.max_staleness, batch.micro_batches, batch.gradient_accumulation_steps
         )
-        # the console banner names it (one line, printed once)
+
+    def banner_lines(self, trainer: Any) -> list[LinePart]:
+        if not self.config.max_staleness:
+            return []
+        return [LinePart(BANNER_GSPO + 12, f"  engine   max_staleness {describe(self.config.max_staleness)}")]
+
+    def step_line_parts(self, logs: Mapping[str, Any]) -> list[LinePart]:
+        """`stale 0.5 (max 1)`: the rollouts' lag in rollout batches."""
+        stale = logged_number(logs, names.STALENESS_MEAN)
+        if stale is None:
+            return []
+        most = logged_number(logs, names.STALENESS_MAX)
+        return [LinePart(60, f"stale {stale:.1f}" + (f" (max {most:.0f})" if most is not None else ""))]
 
     def on_rollout_begin(self, trainer: Any, training: bool) -> None:
         self._in_rollout = True
