@@ -152,52 +152,6 @@ class GSPOTrainer(GRPOTrainer):
         for callback in callbacks.after_reporting:
             self.add_callback(callback)
 
-    # --- the built-in probes' state, as before the probes existed ---------------------------------
-    @property
-    def diagnostics(self) -> DiagnosticsConfig:
-        return self.probes.find(DiagnosticsProbe).config
-
-    @property
-    def perf(self) -> Any:
-        return self.probes.find(PerfProbe).meter
-
-    @property
-    def routing(self) -> Any:
-        return self.probes.find(RoutingProbe).routing
-
-    @routing.setter
-    def routing(self, value: Any) -> None:
-        self.probes.find(RoutingProbe).routing = value
-
-    @property
-    def behaviour(self) -> Any:
-        return self.probes.find(BehaviourProbe).correction
-
-    @behaviour.setter
-    def behaviour(self, value: Any) -> None:
-        self.probes.find(BehaviourProbe).correction = value
-
-    @property
-    def engine_logprobs(self) -> Any:
-        return self.probes.find(EngineLogprobsProbe).engine
-
-    @engine_logprobs.setter
-    def engine_logprobs(self, value: Any) -> None:
-        self.probes.find(EngineLogprobsProbe).engine = value
-
-    @property
-    def gspo_row_sink(self) -> list[tuple[int, torch.Tensor]] | None:
-        """Set to a list to also keep every gathered (minibatch index, rows) pair (calibrate)."""
-        return self.probes.find(DiagnosticsProbe).row_sink
-
-    @gspo_row_sink.setter
-    def gspo_row_sink(self, value: list[tuple[int, torch.Tensor]] | None) -> None:
-        self.probes.find(DiagnosticsProbe).row_sink = value
-
-    def gspo_statistics(self) -> dict[str, float]:
-        """Turn the rows recorded since the last log into `gspo/*` metrics and clear them."""
-        return self.probes.find(DiagnosticsProbe).statistics(self)
-
     # --- TRL's metric buffer, for probes ----------------------------------------------------------
     def logged_values(self, key: str) -> list[float]:
         """The training values TRL buffered under `key` since the last log (`self._metrics[mode]

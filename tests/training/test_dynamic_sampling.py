@@ -20,6 +20,7 @@ import torch
 
 import gspo_trl.core.metric_names as names
 from gspo_trl.training.probes.dynamic_sampling import RefillStream, informative_groups, refill_size
+from gspo_trl.training.probes.routing import RoutingProbe
 from gspo_trl.training.reporting.console import ConsoleCallback
 from tests._gspo_helpers import single_torch_thread, tiny_model_dir  # noqa: F401 (fixture)
 from tests._paths import ROOT
@@ -121,7 +122,7 @@ def test_moe_routing_replay_moves_with_the_rows(tmp_path):
     sampling = {"dynamic": True, "max_rounds": 8}
     trainer, recorder = build(moe_dir, tmp_path / "run", "tto", sampling, moe={"routing_replay": "old"})
     seen = []
-    original = trainer.routing.begin_update
+    original = trainer.probes.find(RoutingProbe).routing.begin_update
 
     def begin_update(inputs):
         seen.append(
@@ -129,7 +130,7 @@ def test_moe_routing_replay_moves_with_the_rows(tmp_path):
         )
         return original(inputs)
 
-    trainer.routing.begin_update = begin_update
+    trainer.probes.find(RoutingProbe).routing.begin_update = begin_update
     trainer.train()
     assert seen and all(r[0] == p[0] and r[2] == p[1] + c[1] for r, p, c in seen)
     assert all(p.startswith("open") for m in recorder.minibatches for p in m["prompts"])

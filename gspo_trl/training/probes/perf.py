@@ -4,6 +4,7 @@ each phase is timed around the TRL call its event comes from (probes.base lists 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
 
 import torch
@@ -22,6 +23,13 @@ from gspo_trl.training.reporting.line_parts import BANNER_RUN, LinePart, logged_
 from gspo_trl.training.reporting.phases import PerfMeter, UpdatePhaseCallback, trainer_model_shape
 
 T = TypeVar("T")
+
+
+def timed(trainer: Any, phase: str) -> AbstractContextManager:
+    """`trainer`'s phase, or nothing for a trainer without a PerfProbe (a plain GRPOTrainer)."""
+    probes = getattr(trainer, "probes", None)
+    perf = probes.find(PerfProbe) if probes is not None else None
+    return perf.meter.timer.phase(phase) if perf is not None and perf.meter is not None else nullcontext()
 
 
 class PerfProbe(Probe):

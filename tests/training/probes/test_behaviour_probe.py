@@ -17,6 +17,7 @@ import gspo_trl.core.metric_names as names
 from gspo_trl.config.sections import EngineConfig
 from gspo_trl.training.probes.base import LossCall, PolicyForward
 from gspo_trl.training.probes.behaviour import BehaviourProbe
+from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
 from tests._gspo_helpers import make_trainer, single_torch_thread, tiny_model_dir  # noqa: F401
 
 
@@ -38,7 +39,9 @@ def test_probe_weighs_the_loss_and_reports_the_rollout_batch(trainer_and_rollout
     gaps = torch.linspace(-0.02, 0.03, old.shape[0])
     batch = dict(rollout, sampling_per_token_logps=old - gaps.unsqueeze(1))
     cap = math.exp(0.02)
-    probe = BehaviourProbe(EngineConfig(correction="truncate", weight_max=cap), trainer.diagnostics)
+    probe = BehaviourProbe(
+        EngineConfig(correction="truncate", weight_max=cap), trainer.probes.find(DiagnosticsProbe).config
+    )
     probe.attach(trainer)
     assert probe.on_rollout_end(trainer, batch) is batch  # thresholds fixed: nothing to calibrate
 
@@ -70,7 +73,7 @@ def test_probe_weighs_the_loss_and_reports_the_rollout_batch(trainer_and_rollout
 
 def test_an_off_probe_does_nothing(trainer_and_rollout):
     trainer, rollout = trainer_and_rollout
-    probe = BehaviourProbe(EngineConfig(), trainer.diagnostics)
+    probe = BehaviourProbe(EngineConfig(), trainer.probes.find(DiagnosticsProbe).config)
     probe.attach(trainer)
     call = LossCall(inputs=dict(rollout), batch=rollout, training=True, minibatch=4, last_micro_batch=True)
     probe.on_loss_inputs(trainer, call)
