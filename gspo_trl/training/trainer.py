@@ -88,11 +88,11 @@ def builtin_probes(args: Any) -> list[Probe]:
 
 @contextmanager
 def _engine_build_wrapped() -> Iterator[None]:
-    """TRL's engine build, `self._init_vllm()` at the end of `VLLMGeneration.__init__`
-    (trl/generation/vllm_generation.py:287; `def _init_vllm(self):`, :289), run inside the wrappers
+    """TRL's engine build, the last line of VLLMGeneration's constructor (`self._init_vllm()`,
+    trl/generation/vllm_generation.py:287; `def _init_vllm(self):`, :289), run inside the wrappers
     registered in gspo_trl.model.engine_build (the CPU shim's dtype, engine routing's `LLM`
     arguments), for the trainer's construction only (`self.vllm_generation = VLLMGeneration(`,
-    grpo_trainer.py:1107; TRL's trainer module imports the class, grpo_trainer.py:71)."""
+    grpo_trainer.py:1107; `from ..generation.vllm_generation import VLLMGeneration`, :71)."""
     original = VLLMGeneration._init_vllm
 
     def init_vllm(generation: Any) -> None:
