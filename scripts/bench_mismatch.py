@@ -64,6 +64,8 @@ ARMS: dict[str, dict[str, str]] = {
 DRIVER = """
 import json, sys, time
 import torch
+from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
+from gspo_trl.training.probes.correction import CorrectionProbe
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.training.build import build_trainer
 from gspo_trl.training.ratio_stats import bucket_labels
@@ -76,7 +78,7 @@ recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]))
 strength = float(sys.argv[3])
 trainer = build_trainer(recipe)
 trainer.vllm_generation.temperature *= 1 + strength  # the engine samples (and scores) hotter
-buckets = trainer.diagnostics.length_buckets
+buckets = trainer.probes.find(DiagnosticsProbe).config.length_buckets
 rows = []  # per response: length, log w_i, TRL's weight (0 = zeroed, None without TRL's correction)
 class Observed(Probe):  # last in the chain: the rollout batch as the loss will read it
     def on_rollout_end(self, trainer, out):
@@ -102,7 +104,8 @@ seconds = time.time() - start
 history = next(c for c in trainer.callback_handler.callbacks if isinstance(c, HeldoutCallback)).history
 logs = trainer.state.log_history
 clip = [h[k] for h in logs for k in [names.under(names.OFFPOLICY, names.CLIP_REGION)] if k in h]
-ours = trainer.correction.summaries
+ours = trainer.probes.find(CorrectionProbe).correction.summaries
+thresholds = trainer.probes.find(CorrectionProbe).correction.thresholds
 edges = [0, *buckets, float("inf")]
 by_length = {}
 for label, lo, hi in zip(bucket_labels(buckets), edges[:-1], edges[1:]):
@@ -127,7 +130,7 @@ print("RESULT=" + json.dumps({
     "log_w_mean": log_w.mean().item() if len(rows) else None,
     "log_w_std": log_w.std().item() if len(rows) > 1 else None,
     "by_length": by_length,
-    "thresholds": trainer.correction.thresholds.__dict__ if trainer.correction.thresholds else None,
+    "thresholds": thresholds.__dict__ if thresholds else None,
 }))
 """
 
@@ -206,13 +209,14 @@ import json, sys, time, statistics
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.sections import EngineConfig
 from gspo_trl.training.build import build_trainer
-from gspo_trl.training.probes.correction import CorrectionRun
+from gspo_trl.training.probes.correction import CorrectionProbe, CorrectionRun
+from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
 from gspo_trl.training.probes.base import Probe
 
 recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]))
 rollouts = int(sys.argv[3])
 trainer = build_trainer(recipe)
-buckets = trainer.diagnostics.length_buckets
+buckets = trainer.probes.find(DiagnosticsProbe).config.length_buckets
 ours = EngineConfig(correction="reject", reject_max_token="auto", reject_k3="auto")
 on = CorrectionRun(ours.correction_settings(), buckets)
 off = CorrectionRun(EngineConfig().correction_settings(), buckets)
@@ -222,7 +226,7 @@ marks = []
 class Alternate(Probe):  # each rollout batch (and the updates that follow) with one arm
     def around_rollout(self, trainer, prompts, proceed):
         arm = "on" if (len(marks) % 2 == 0) else "off"
-        trainer.correction = on if arm == "on" else off
+        trainer.probes.find(CorrectionProbe).correction = on if arm == "on" else off
         marks.append((arm, time.perf_counter()))
         return proceed(prompts)
 trainer.add_probe(Alternate())
@@ -242,7 +246,8 @@ def loss_overhead(rounds: int, output_dir: Path) -> dict:
 
     from gspo_trl.config.sections import EngineConfig
     from gspo_trl.training.probes.base import Probe
-    from gspo_trl.training.probes.correction import CorrectionRun
+    from gspo_trl.training.probes.correction import CorrectionProbe, CorrectionRun
+    from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
 
     sys.path.insert(0, str(ROOT))
     from tests._gspo_helpers import make_trainer, tiny_model_dir
@@ -264,7 +269,7 @@ def loss_overhead(rounds: int, output_dir: Path) -> dict:
     old = rollout["old_per_token_logps"]
     rollout["sampling_per_token_logps"] = old - 0.01 * torch.randn_like(old)
     trainer.use_vllm, trainer.current_gradient_accumulation_steps = True, 1
-    buckets = trainer.diagnostics.length_buckets
+    buckets = trainer.probes.find(DiagnosticsProbe).config.length_buckets
     arms = {
         "on": CorrectionRun(
             EngineConfig(
@@ -277,7 +282,7 @@ def loss_overhead(rounds: int, output_dir: Path) -> dict:
     spent: dict[str, list[float]] = {"on": [], "off": []}
     for _ in range(rounds):
         for arm in ("on", "off"):
-            trainer.correction = arms[arm]
+            trainer.probes.find(CorrectionProbe).correction = arms[arm]
             start = time.perf_counter()
             trainer.compute_loss(trainer.model, rollout).backward()
             spent[arm].append(time.perf_counter() - start)

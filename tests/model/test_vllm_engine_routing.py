@@ -50,6 +50,8 @@ import torch
 from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeTopKRouter
 from trl.trainer.utils import pad
 from gspo_trl.diagnose import check_logprobs as cl
+from gspo_trl.training.probes.routing import RoutingProbe
+from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
 from gspo_trl.model.vllm_cpu.shim import patch_trl_for_vllm_cpu
 from gspo_trl.model.routing.engine import (
     completion_routing, returning_engine_routing, routing_batch, take_sampled_routing,
@@ -147,7 +149,9 @@ facts["n3"] = compare(*laid_out(
 from gspo_trl.config.sections import MoeConfig
 from gspo_trl.training.probes.routing import MoeRouting
 trainer.args.moe, trainer.args.max_steps = MoeConfig("engine"), 4
-trainer.routing = MoeRouting(trainer.model, MoeConfig("engine"), trainer.diagnostics, trainer.accelerator)
+diagnostics = trainer.probes.find(DiagnosticsProbe).config
+routing = MoeRouting(trainer.model, MoeConfig("engine"), diagnostics, trainer.accelerator)
+trainer.probes.find(RoutingProbe).routing = routing
 trainer.train()
 facts["trained"] = [
     {k: v for k, v in e.items() if k.startswith("gspo/") and ("routing" in k or "log_ratio/m" in k)}

@@ -93,7 +93,7 @@ def token_log_ratio(log_pi_old: torch.Tensor, log_mu: torch.Tensor, mask: torch.
     """d_t = log pi_old - log mu on scored tokens, 0 elsewhere (B, T), float64.
 
     A token the engine could not score (NaN) counts as d_t = 0, as TRL does
-    (`torch.nan_to_num(per_token_logps_diff, nan=0.0)`, grpo_trainer.py:2665)."""
+    (`torch.nan_to_num(per_token_logps_diff, nan=0.0)`, trl/trainer/grpo_trainer.py:2665)."""
     d = (log_pi_old.double() - log_mu.double()) * mask.double()
     return torch.nan_to_num(d, nan=0.0)
 
@@ -118,15 +118,16 @@ def response_divergence(
 def trl_sequence_log_weight(
     log_pi_old: torch.Tensor, log_mu: torch.Tensor, mask: torch.Tensor
 ) -> torch.Tensor:
-    """TRL's sequence-mode log weight, SUM_t d_t (grpo_trainer.py:2668), for comparison only."""
+    """TRL's sequence-mode log weight, SUM_t d_t (trl/trainer/grpo_trainer.py:2668), for comparison only."""
     return token_log_ratio(log_pi_old, log_mu, mask).sum(-1)
 
 
 def trl_sequence_weight(
     log_weight_sum: torch.Tensor, mode: str, clip_max: float, clip_min: float | None
 ) -> torch.Tensor:
-    """TRL's `sequence_truncate` / `sequence_mask` weight from SUM_t d_t (grpo_trainer.py:2674-2703):
-    truncate clamps exp(sum) to [clip_min, clip_max]; mask sets it to 0 outside that range."""
+    """TRL's `sequence_truncate` / `sequence_mask` weight from SUM_t d_t
+    (trl/trainer/grpo_trainer.py:2674-2703): truncate clamps exp(sum) to [clip_min, clip_max]; mask
+    sets it to 0 outside that range."""
     ratio = torch.exp(log_weight_sum.double())
     if mode == "sequence_truncate":
         return ratio.clamp(min=clip_min, max=clip_max)

@@ -31,7 +31,7 @@ from gspo_trl.training.heldout.generation import (
     shard_rows,
 )
 from gspo_trl.training.heldout.layout import HF, heldout_passes
-from gspo_trl.training.reporting.phases import timed
+from gspo_trl.training.probes.perf import timed
 
 logger = logging.getLogger(__name__)
 

@@ -24,6 +24,7 @@ from gspo_trl.training.probes.base import (
     Probe,
     ProbeCallbacks,
 )
+from gspo_trl.training.reporting.line_parts import LinePart
 from gspo_trl.training.rollout_rows import Layout
 
 T = TypeVar("T")
@@ -61,6 +62,10 @@ class ProbeChain(Sequence[Probe]):
     def rollout_layouts(self) -> dict[str, Layout]:
         """The rollout keys the probes add, with their layouts."""
         return {key: layout for probe in self.probes for key, layout in probe.rollout_layouts.items()}
+
+    def banner_lines(self, trainer: Any) -> list[LinePart]:
+        """Every probe's banner lines, in chain order (the console sorts them by place)."""
+        return [part for probe in self.probes for part in probe.banner_lines(trainer)]
 
     def __getitem__(self, index: int) -> Probe:  # type: ignore[override]
         return self.probes[index]
@@ -167,6 +172,23 @@ class ProbeChain(Sequence[Probe]):
     def training_step_end(self, trainer: Any) -> None:
         for probe in self.handlers("on_training_step_end"):
             probe.on_training_step_end(trainer)
+
+    # --- state kept across a resume ----------------------------------------------------------
+    def save_state(self, trainer: Any) -> None:
+        """Each stateful probe's `state()` into `trainer.state.stateful_callbacks`, in the shape
+        transformers writes an `ExportableState`'s (`{"args": ..., "attributes": ...}`, saved to
+        trainer_state.json with the checkpoint)."""
+        for probe in self.probes:
+            saved = probe.state() if probe.state_key else None
+            if saved is not None:
+                trainer.state.stateful_callbacks[probe.state_key] = {"args": {}, "attributes": saved}
+
+    def load_state(self, trainer: Any) -> None:
+        """The resumed checkpoint's saved states back into their probes (none on a fresh run)."""
+        saved = trainer.state.stateful_callbacks or {}
+        for probe in self.probes:
+            if probe.state_key and saved.get(probe.state_key):
+                probe.load_state(saved[probe.state_key]["attributes"])
 
     # --- evaluation, checkpoints, logs ---------------------------------------------------------
     def evaluate(self, trainer: Any, evaluate: Callable[[], T]) -> T:

@@ -17,7 +17,7 @@ mismatch").
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
@@ -37,6 +37,7 @@ from gspo_trl.training.engine.response_weights import (
 )
 from gspo_trl.training.probes.base import LossCall, PolicyForward, Probe
 from gspo_trl.training.probes.old_logprobs import EngineLogprobsProbe
+from gspo_trl.training.reporting.line_parts import BANNER_GSPO, LinePart, logged_number
 
 logger = logging.getLogger(__name__)  # warnings become the console's `!` alarm lines
 
@@ -171,7 +172,7 @@ class CorrectionRun:
 def trl_loss_weight(trainer: Any, on: bool) -> Iterator[None]:
     """Let TRL's loss apply `inputs["importance_sampling_ratio"]` for this call: it multiplies
     `per_token_loss` by it only `if self.use_vllm and self.vllm_importance_sampling_correction and
-    self.loss_type != "vespo"` (grpo_trainer.py:3146-3147), the one read of that flag inside
+    self.loss_type != "vespo"` (trl/trainer/grpo_trainer.py:3146-3147), the one read of that flag inside
     `_compute_loss`. TRL's own correction is off whenever ours is on
     (gspo_trl.config.sections.engine_correction), so its rollout code never sees the flag set."""
     if not on:
@@ -216,7 +217,21 @@ class CorrectionProbe(Probe):
         args = trainer.args
         generate_every = args.steps_per_generation * trainer.num_iterations
         self._updates_per_rollout = generate_every // args.gradient_accumulation_steps
-        # the console banner names it (one line, printed once)
+
+    def banner_lines(self, trainer: Any) -> list[LinePart]:
+        if not self.correction.active:
+            return []
+        return [LinePart(BANNER_GSPO + 11, f"  engine   correction {self.correction.describe()}")]
+
+    def step_line_parts(self, logs: Mapping[str, Any]) -> list[LinePart]:
+        """`w_i 0.998 [0.95, 1.02]`: the correction's weight w_i = pi_old / mu, mean [p1, p99]."""
+        weight = logged_number(logs, names.CORRECTION_WEIGHT_MEAN)
+        if weight is None:
+            return []
+        low = logged_number(logs, names.CORRECTION_WEIGHT_P1)
+        high = logged_number(logs, names.CORRECTION_WEIGHT_P99)
+        spread = f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
+        return [LinePart(70, f"w_i {weight:.3f}{spread}")]
 
     def on_rollout_end(self, trainer: Any, batch: dict[str, Any]) -> dict[str, Any]:
         if self.active and trainer.model.training:

@@ -17,8 +17,12 @@ import gspo_trl.core.metric_names as names
 from gspo_trl.config.sections import DiagnosticsConfig
 from gspo_trl.training.probes.base import LossCall, PolicyForward, Probe
 from gspo_trl.training.ratio_stats import PolicyPass, response_rows, summarize_rows
+from gspo_trl.training.reporting.line_parts import LinePart, logged_number
 
 logger = logging.getLogger(__name__)
+
+CLIP_KEY = names.under(names.OFFPOLICY, names.CLIP_REGION)
+SPREAD_KEY = names.under(names.OFFPOLICY, names.log_ratio("std"))
 
 
 class ClipAlarm:
@@ -84,6 +88,21 @@ class DiagnosticsProbe(Probe):
         self.row_sink: list[tuple[int, torch.Tensor]] | None = None
         """Set to a list to also keep every gathered (minibatch index, rows) pair (calibrate)."""
         self._forward: PolicyForward | None = None
+
+    def step_line_parts(self, logs: Mapping[str, Any]) -> list[LinePart]:
+        """`clip 1.2%`, `log s std 3.0e-04`, `zero-var 25%`: the off-policy clip rate, the spread of
+        log s_i, and the share of groups whose rewards tie."""
+        parts = []
+        clip = logged_number(logs, CLIP_KEY)
+        if clip is not None:
+            parts.append(LinePart(30, f"clip {clip:.1%}"))
+        spread = logged_number(logs, SPREAD_KEY)
+        if spread is not None:
+            parts.append(LinePart(40, f"log s std {spread:.1e}"))
+        zero = logged_number(logs, names.ZERO_VARIANCE_GROUPS)
+        if zero is not None:
+            parts.append(LinePart(80, f"zero-var {zero:.0%}"))
+        return parts
 
     def on_policy_forward(self, trainer: Any, policy: PolicyForward) -> None:
         self._forward = policy

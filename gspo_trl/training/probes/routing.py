@@ -31,6 +31,8 @@ from gspo_trl.model.routing.families import find_routers, stop_router_logits_in_
 from gspo_trl.model.routing.flips import FlipCounts, engine_routing_metrics, flip_counts, replay_metrics
 from gspo_trl.model.routing.hooks import RoutingHooks
 from gspo_trl.training.probes.base import Generation, LogprobOutput, LossCall, NoGradPass, Probe
+from gspo_trl.training.reporting.line_parts import BANNER_RUN, LinePart
+from gspo_trl.training.reporting.moe_lines import flips_part, moe_banner_line
 from gspo_trl.training.rollout_rows import Layout
 
 logger = logging.getLogger(__name__)
@@ -261,6 +263,14 @@ class RoutingProbe(Probe):
         self.routing = MoeRouting(
             trainer.model, self.config, self.diagnostics, trainer.accelerator, on_policy
         )
+
+    def banner_lines(self, trainer: Any) -> list[LinePart]:
+        line = moe_banner_line(self.routing)
+        return [LinePart(BANNER_RUN + 10, line)] if line else []
+
+    def step_line_parts(self, logs: Mapping[str, Any]) -> list[LinePart]:
+        flips = flips_part(logs)  # under replay: what the router would choose vs the replayed experts
+        return [LinePart(50, flips)] if flips else []
 
     def on_rollout_begin(self, trainer: Any, training: bool) -> None:
         self.routing.begin_rollout(training)

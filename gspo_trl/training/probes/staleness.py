@@ -23,12 +23,13 @@ import torch
 
 import gspo_trl.core.metric_names as names
 from gspo_trl.config.batch import RolloutBatch
-from gspo_trl.config.sections.engine_staleness import StalenessSettings
+from gspo_trl.config.sections.engine_staleness import StalenessSettings, describe_staleness
 from gspo_trl.training.engine.response_weights import response_divergence
 from gspo_trl.training.probes.base import LossCall, PolicyForward, Probe
 from gspo_trl.training.probes.perf import PerfProbe
 from gspo_trl.training.probes.routing import RoutingProbe
 from gspo_trl.training.ratio_stats import clip_masks
+from gspo_trl.training.reporting.line_parts import BANNER_GSPO, LinePart, logged_number
 from gspo_trl.training.rollout_rows import ROW, Layout
 
 logger = logging.getLogger(__name__)
@@ -192,7 +193,20 @@ class StalenessProbe(Probe):
         self.schedule = StalenessSchedule(
             self.config.max_staleness, batch.micro_batches, batch.gradient_accumulation_steps
         )
-        # the console banner names it (one line, printed once)
+
+    def banner_lines(self, trainer: Any) -> list[LinePart]:
+        if not self.config.max_staleness:
+            return []
+        line = f"  engine   max_staleness {describe_staleness(self.config.max_staleness)}"
+        return [LinePart(BANNER_GSPO + 12, line)]
+
+    def step_line_parts(self, logs: Mapping[str, Any]) -> list[LinePart]:
+        """`stale 0.5 (max 1)`: the rollouts' lag in rollout batches."""
+        stale = logged_number(logs, names.STALENESS_MEAN)
+        if stale is None:
+            return []
+        most = logged_number(logs, names.STALENESS_MAX)
+        return [LinePart(60, f"stale {stale:.1f}" + (f" (max {most:.0f})" if most is not None else ""))]
 
     def on_rollout_begin(self, trainer: Any, training: bool) -> None:
         self._in_rollout = True

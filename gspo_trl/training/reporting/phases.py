@@ -105,12 +105,6 @@ class PhaseTimer:
         return {**out, "wall": wall}
 
 
-def timed(trainer: Any, phase: str) -> contextlib.AbstractContextManager:
-    """`trainer`'s phase, or nothing for a trainer without a `perf` meter (a plain GRPOTrainer)."""
-    meter = getattr(trainer, "perf", None)
-    return meter.timer.phase(phase) if isinstance(meter, PerfMeter) else contextlib.nullcontext()
-
-
 def trainer_model_shape(model: Any) -> ModelShape | None:
     """The FLOP model's shape of a live model (its config), or None when the config lacks a field."""
     config = getattr(model, "config", None)

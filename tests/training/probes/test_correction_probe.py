@@ -17,6 +17,7 @@ import gspo_trl.core.metric_names as names
 from gspo_trl.config.sections import EngineConfig
 from gspo_trl.training.probes.base import LossCall, PolicyForward
 from gspo_trl.training.probes.correction import CorrectionProbe
+from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
 from tests._gspo_helpers import make_trainer, single_torch_thread, tiny_model_dir  # noqa: F401
 
 
@@ -39,7 +40,8 @@ def test_probe_weighs_the_loss_and_reports_the_rollout_batch(trainer_and_rollout
     batch = dict(rollout, sampling_per_token_logps=old - gaps.unsqueeze(1))
     cap = math.exp(0.02)
     probe = CorrectionProbe(
-        EngineConfig(correction="truncate", weight_max=cap).correction_settings(), trainer.diagnostics
+        EngineConfig(correction="truncate", weight_max=cap).correction_settings(),
+        trainer.probes.find(DiagnosticsProbe).config,
     )
     probe.attach(trainer)
     assert probe.on_rollout_end(trainer, batch) is batch  # thresholds fixed: nothing to calibrate
@@ -72,7 +74,9 @@ def test_probe_weighs_the_loss_and_reports_the_rollout_batch(trainer_and_rollout
 
 def test_an_off_probe_does_nothing(trainer_and_rollout):
     trainer, rollout = trainer_and_rollout
-    probe = CorrectionProbe(EngineConfig().correction_settings(), trainer.diagnostics)
+    probe = CorrectionProbe(
+        EngineConfig().correction_settings(), trainer.probes.find(DiagnosticsProbe).config
+    )
     probe.attach(trainer)
     call = LossCall(inputs=dict(rollout), batch=rollout, training=True, minibatch=4, last_micro_batch=True)
     probe.on_loss_inputs(trainer, call)

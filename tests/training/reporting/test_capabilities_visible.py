@@ -11,6 +11,7 @@ import pytest
 import gspo_trl.core.metric_names as names
 from gspo_trl.training.reporting.console_lines import step_line
 from tests._gspo_helpers import make_trainer, single_torch_thread, tiny_model_dir
+from tests.training.reporting._line_probes import line_probes
 
 __all__ = ["single_torch_thread"]
 
@@ -32,12 +33,12 @@ __all__ = ["single_torch_thread"]
     ids=["staleness", "w_i with its spread", "w_i alone"],
 )
 def test_the_step_line_shows_staleness_and_w_i(logs: dict, part: str) -> None:
-    line = step_line({"loss": 0.1, "reward": 0.5, **logs}, 10, 20, 1.0)
+    line = step_line({"loss": 0.1, "reward": 0.5, **logs}, 10, 20, 1.0, probes=line_probes())
     assert f" | {part} | " in line, line
 
 
 def test_off_they_are_not_shown() -> None:
-    line = step_line({"loss": 0.1, "reward": 0.5}, 10, 20, 1.0)
+    line = step_line({"loss": 0.1, "reward": 0.5}, 10, 20, 1.0, probes=line_probes())
     assert "stale" not in line and "w_i" not in line
 
 

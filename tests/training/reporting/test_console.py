@@ -23,6 +23,7 @@ from gspo_trl.training.reporting.console_lines import (
 from gspo_trl.training.reporting.metrics_file import METRICS_FILE
 from tests._gspo_helpers import single_torch_thread  # noqa: F401  (fixture: one torch thread)
 from tests._paths import ROOT
+from tests.training.reporting._line_probes import line_probes
 
 TINY_RECIPE = ROOT / "recipes" / "tiny" / "reversal.yaml"
 MAX_LINE = 200
@@ -59,7 +60,7 @@ FULL_LOGS = {
 def test_step_line_is_short_and_shows_what_was_logged(
     logs, step, max_steps, seconds, heldout, expected, absent
 ) -> None:
-    line = step_line(logs, step, max_steps, seconds, heldout)
+    line = step_line(logs, step, max_steps, seconds, heldout, probes=line_probes())
     assert len(line) < MAX_LINE and "\n" not in line, line
     for text in expected:
         assert text in line, (text, line)
@@ -91,7 +92,9 @@ def _callback_run(console: ConsoleCallback, log_events: list[dict]) -> None:
 )
 def test_zero_variance_for_several_steps_raises_an_alarm(zero_variance, alarms) -> None:
     printed: list[str] = []
-    console = ConsoleCallback("banner", printer=lambda text, flush: printed.append(text))
+    console = ConsoleCallback(
+        "banner", printer=lambda text, flush: printed.append(text), probes=line_probes()
+    )
     _callback_run(console, [{"loss": 0.0, "gspo/zero_variance_groups": z} for z in zero_variance])
     assert len(console.alarms) == alarms
     assert sum(line.startswith("! ") and "zero reward variance" in line for line in printed) == alarms
@@ -101,7 +104,9 @@ def test_steps_between_rollouts_show_the_last_reward_marked_as_such() -> None:
     """TRL logs `reward` once per rollout batch: with logging_steps 1 and 4 updates per rollout
     batch, three step lines in four had no reward at all."""
     printed: list[str] = []
-    console = ConsoleCallback("banner", printer=lambda text, flush: printed.append(text))
+    console = ConsoleCallback(
+        "banner", printer=lambda text, flush: printed.append(text), probes=line_probes()
+    )
     update_only = {"loss": 0.0, "gspo/offpolicy/clip/region": 0.125}  # its own clip, no reward
     rollout = [{"loss": 0.0, "reward": 0.5, "reward_std": 0.25}] + [update_only] * 3
     _callback_run(console, [*rollout, {"loss": 0.0, "reward": 0.75, "reward_std": 0.1}, {"loss": 0.0}])
@@ -123,7 +128,9 @@ def logging_as_configured_by_nobody():
 @pytest.mark.usefixtures("logging_as_configured_by_nobody")
 def test_clip_alarm_prints_a_bang_line_instead_of_a_log_record(caplog: pytest.LogCaptureFixture) -> None:
     printed: list[str] = []
-    console = ConsoleCallback("banner", printer=lambda text, flush: printed.append(text), alarm_loggers=CLIP)
+    console = ConsoleCallback(
+        "banner", printer=lambda text, flush: printed.append(text), probes=line_probes(), alarm_loggers=CLIP
+    )
     config = DiagnosticsConfig(warn_after_steps=2)
     alarm = ClipAlarm(config)
     args = TrainingArguments(output_dir="unused", report_to="none")
@@ -249,7 +256,10 @@ def test_an_earlier_logging_config_cannot_silence_the_clip_alarm() -> None:
     try:
         printed: list[str] = []
         console = ConsoleCallback(
-            "banner", printer=lambda text, flush: printed.append(text), alarm_loggers=CLIP
+            "banner",
+            printer=lambda text, flush: printed.append(text),
+            probes=line_probes(),
+            alarm_loggers=CLIP,
         )
         args = TrainingArguments(output_dir="unused", report_to="none")
         state, control = TrainerState(max_steps=4), TrainerControl()
@@ -270,10 +280,12 @@ def test_a_console_whose_run_raised_does_not_take_the_next_runs_alarms() -> None
     state, control = TrainerState(max_steps=4), TrainerControl()
     crashed: list[str] = []
     ConsoleCallback(
-        "old", printer=lambda text, flush: crashed.append(text), alarm_loggers=CLIP
+        "old", printer=lambda text, flush: crashed.append(text), probes=line_probes(), alarm_loggers=CLIP
     ).on_train_begin(args, state, control)
     printed: list[str] = []
-    console = ConsoleCallback("new", printer=lambda text, flush: printed.append(text), alarm_loggers=CLIP)
+    console = ConsoleCallback(
+        "new", printer=lambda text, flush: printed.append(text), probes=line_probes(), alarm_loggers=CLIP
+    )
     console.on_train_begin(args, state, control)
     ClipAlarm(DiagnosticsConfig(warn_after_steps=1)).update(
         {"clip/pos_adv": 0.9, "clip/region": 0.8}, 3e-4, 4e-4
