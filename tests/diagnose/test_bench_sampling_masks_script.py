@@ -18,15 +18,23 @@ bench = load_script("bench_sampling_masks")
 SAMPLER = bench.SAMPLERS[bench.TRAIN_SAMPLER]
 
 
-@pytest.mark.parametrize("arm", [a for a in bench.ARMS if a != "engine_off"])
+@pytest.mark.parametrize("arm", [a for a in bench.ARMS if a not in bench.GUARD_BYPASS_ARMS])
 def test_every_arm_is_a_valid_recipe(arm):
     validate(load_recipe(bench.RECIPE, {**bench.VLLM_OVERRIDES, **bench.ARMS[arm], **SAMPLER}))
 
 
-def test_the_unreplayed_engine_arm_is_what_the_guard_refuses():
-    validate(load_recipe(bench.RECIPE, {**bench.VLLM_OVERRIDES, **bench.ARMS["engine_off"]}))
-    with pytest.raises(RecipeError, match=r"old_logprobs: engine with top_p=0\.8"):
-        validate(load_recipe(bench.RECIPE, {**bench.VLLM_OVERRIDES, **bench.ARMS["engine_off"], **SAMPLER}))
+@pytest.mark.parametrize(
+    ("arm", "refusal"),
+    [
+        ("engine_off", r"old_logprobs: engine with top_p=0\.8"),
+        ("trainer_off", r"correction: truncate with top_p=0\.8"),
+    ],
+)
+def test_the_unreplayed_arms_are_what_the_guard_refuses(arm, refusal):
+    assert arm in bench.GUARD_BYPASS_ARMS
+    validate(load_recipe(bench.RECIPE, {**bench.VLLM_OVERRIDES, **bench.ARMS[arm]}))
+    with pytest.raises(RecipeError, match=refusal):
+        validate(load_recipe(bench.RECIPE, {**bench.VLLM_OVERRIDES, **bench.ARMS[arm], **SAMPLER}))
 
 
 def test_ratio_summary_reads_off_as_replayed_gap_plus_log_kept_mass():
