@@ -2,7 +2,8 @@
 
     python scripts/bench_sampling_masks.py --quick                  # top_p 0.8 ratios, a few minutes
     python scripts/bench_sampling_masks.py ratios [--samplers top_p=0.8 top_p=0.95 top_k=20]
-    python scripts/bench_sampling_masks.py train [--seeds 0 1 2] [--max-steps 40]
+    python scripts/bench_sampling_masks.py --heldout                # = train with its defaults
+    python scripts/bench_sampling_masks.py train [--seeds 0 1 2] [--max-steps 40] [--sampler top_p=0.8]
     python scripts/bench_sampling_masks.py overhead [--rollouts 6]
 
 All on the demo's task (the tiny model warm-started on digit reversal, recipes/tiny/reversal.yaml),
@@ -15,10 +16,12 @@ replayed kept set. Printed: the share of ratios outside [0.9, 1.1] (TRL PR #7269
 mean log w_i = mean_t log(pi / mu) per response, the mean kept mass S_t, and the share of tokens
 whose replayed gap exceeds 1e-3 nats (a kept set unlike the engine's).
 
-train: GSPO at top_p 0.8, greedy held-out exact match after `--max-steps`; arms: pi_old from the
-engine without replay (the sampler set on TRL's vLLM after the build: a recipe is refused), from the
-engine with replay, from the trainer (replay changes no loss there: a control), and the trainer
-with replay. overhead: one trainer, rollout batches alternating replay on and off: median seconds.
+train (--heldout): GSPO at top_p 0.8, greedy held-out exact match after `--max-steps`; arms, each
+seed running all four in turn: pi_old from the engine (`engine_*`) or from the trainer with
+`engine.correction: truncate` (`trainer_*`), replay off or on. The `_off` arms are what the guard
+refuses: they are built with a plain sampler and the driver's `bypass_sampler_guard` then sets it on
+TRL's vLLM, a path no recipe or GSPOConfig reaches. overhead: one trainer, rollout batches
+alternating replay on and off: median seconds.
 Finished train runs are kept in OUTPUT_DIR/runs.jsonl (a rerun skips them).
 """
 
@@ -35,7 +38,12 @@ import bench_runs as shared  # what the training benchmarks share
 from bench_mismatch import warm_model
 from bench_runs import RECIPE, VLLM_OVERRIDES  # noqa: F401  (the tests build recipes from them)
 
-SAMPLERS = {"top_p=0.8": {"top_p": "0.8"}, "top_p=0.95": {"top_p": "0.95"}, "top_k=20": {"top_k": "20"}}
+SAMPLERS = {
+    "top_p=0.8": {"top_p": "0.8"},
+    "top_p=0.95": {"top_p": "0.95"},
+    "top_k=20": {"top_k": "20"},
+    "top_p=0.95,top_k=20": {"top_p": "0.95", "top_k": "20"},  # Qwen3's recommended sampler
+}
 REPLAY = {"engine.sampling_masks": "replay"}
 CORRECTION = {"engine.correction": "truncate"}
 ARMS: dict[str, dict[str, str]] = {
@@ -140,13 +148,21 @@ print("RESULT=" + json.dumps({
 )
 
 
-def train_arm(model: Path, arm: str, seed: int, max_steps: int, heldout_rows: int, out: Path) -> dict:
-    sampler = {k: float(v) for k, v in SAMPLERS[TRAIN_SAMPLER].items()}
-    late = sampler if arm in GUARD_BYPASS_ARMS else {}
+def train_arm(
+    model: Path,
+    arm: str,
+    seed: int,
+    max_steps: int,
+    heldout_rows: int,
+    out: Path,
+    sampler: str = TRAIN_SAMPLER,
+) -> dict:
+    settings = {k: int(v) if k == "top_k" else float(v) for k, v in SAMPLERS[sampler].items()}
+    late = settings if arm in GUARD_BYPASS_ARMS else {}
     overrides = {
         **VLLM_OVERRIDES,
         **ARMS[arm],
-        **({} if late else SAMPLERS[TRAIN_SAMPLER]),
+        **({} if late else SAMPLERS[sampler]),
         **shared.heldout_overrides(model, seed, max_steps, heldout_rows, out),
     }
     return {"arm": arm, "seed": seed} | shared.run_driver(
@@ -155,17 +171,27 @@ def train_arm(model: Path, arm: str, seed: int, max_steps: int, heldout_rows: in
 
 
 def train_table(results: list[dict]) -> str:
+    """Markdown: per arm, held-out before -> after (mean over seeds and each seed), the mean loss
+    weight of engine.correction and the off-policy clip fraction."""
     lines = [
-        "| arm | seeds | held-out before -> after (mean) | after per seed |",
-        "| --- | --- | --- | --- |",
+        "| arm | seeds | held-out before -> after (mean) | after per seed | mean w_i | clip fraction |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for arm in ARMS:
         rows = [r for r in results if r["arm"] == arm]
         if rows:
             before, after = (statistics.mean(r[k] for r in rows) for k in ("before", "after"))
             seeds = ", ".join(f"{r['after']:.3f}" for r in rows)
-            lines.append(f"| {arm} | {len(rows)} | {before:.3f} -> {after:.3f} | {seeds} |")
+            extra = [_mean_of(rows, k) for k in ("weight_mean", "clip")]
+            lines.append(
+                f"| {arm} | {len(rows)} | {before:.3f} -> {after:.3f} | {seeds} | {' | '.join(extra)} |"
+            )
     return "\n".join(lines)
+
+
+def _mean_of(rows: list[dict], key: str) -> str:
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return f"{statistics.mean(values):.3f}" if values else "-"
 
 
 OVERHEAD_DRIVER = (
@@ -217,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sft-steps", type=int, default=800)
     parser.add_argument("--output-dir", type=Path, default=Path("runs/bench-sampling-masks"))
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--heldout", action="store_true", help="the held-out experiment: `train` with its defaults"
+    )
     sub = parser.add_subparsers(dest="command")
     r = sub.add_parser("ratios")
     r.add_argument("--samplers", nargs="+", choices=list(SAMPLERS), default=list(SAMPLERS))
@@ -225,9 +254,12 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
     t.add_argument("--max-steps", type=int, default=40)
     t.add_argument("--heldout-rows", type=int, default=100)
+    t.add_argument("--sampler", choices=list(SAMPLERS), default=TRAIN_SAMPLER)
     o = sub.add_parser("overhead")
     o.add_argument("--rollouts", type=int, default=6, help="measured rollout batches per arm")
     args = parser.parse_args(argv)
+    if args.heldout:
+        args = argparse.Namespace(**{**vars(t.parse_args([])), **vars(args), "command": "train"})
     model = warm_model(args.output_dir, args.sft_steps)
     result: object
     if args.quick or args.command in (None, "ratios"):
@@ -246,11 +278,19 @@ def main(argv: list[str] | None = None) -> int:
             f"{result['median_on_s']:.2f} s, none {result['median_off_s']:.2f} s, ratio {result['ratio']:.3f}"
         )
     else:
+        sampler = args.sampler
+        tag = {} if sampler == TRAIN_SAMPLER else {"sampler": sampler}
         cells = [
             (
-                {"arm": arm, "seed": seed, "max_steps": args.max_steps},
+                {"arm": arm, "seed": seed, "max_steps": args.max_steps, **tag},
                 lambda arm=arm, seed=seed: train_arm(
-                    model, arm, seed, args.max_steps, args.heldout_rows, args.output_dir / f"{arm}-{seed}"
+                    model,
+                    arm,
+                    seed,
+                    args.max_steps,
+                    args.heldout_rows,
+                    args.output_dir / f"{arm}-{seed}{'-' + sampler if tag else ''}",
+                    sampler,
                 ),
             )
             for seed in args.seeds

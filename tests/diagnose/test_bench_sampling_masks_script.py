@@ -60,3 +60,14 @@ def test_quick_prints_its_line(tmp_path, capsys):
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(prefix))
     off, on = (float(part.split()[-1].rstrip("%")) for part in line.removeprefix(prefix).split(", "))
     assert off > on
+
+
+def test_train_table_means_each_arm_over_its_seeds():
+    rows = [
+        {"arm": "engine_off", "seed": 0, "before": 0.1, "after": 0.5, "weight_mean": None, "clip": 1.0},
+        {"arm": "engine_off", "seed": 1, "before": 0.1, "after": 0.7, "weight_mean": None, "clip": 0.8},
+        {"arm": "trainer_on", "seed": 0, "before": 0.1, "after": 0.9, "weight_mean": 0.99, "clip": 0.0},
+    ]
+    table = bench.train_table(rows).splitlines()
+    assert table[2] == "| engine_off | 2 | 0.100 -> 0.600 | 0.500, 0.700 | - | 0.900 |"
+    assert table[3] == "| trainer_on | 1 | 0.100 -> 0.900 | 0.900 | 0.990 | 0.000 |"
