@@ -73,8 +73,8 @@ def check_sampler_settings(config: Any, training: Mapping[str, Any]) -> None:
         )
     changed = reshaping_settings(training)
     named = ", ".join(f"{k}={v!r}" for k, v in changed.items())
-    # TRL's ratio exp(pi_old - mu) (`per_token_logps_diff = (old_per_token_logps - sampling_per_token_logps)
-    # * mask`, trl/trainer/grpo_trainer.py:2662) is taken in its rollout, before any probe sees the batch.
+    # TRL's own ratio exp(pi_old - mu) is taken in its rollout, before any probe sees the batch:
+    # `(old_per_token_logps - sampling_per_token_logps) * mask` (trl/trainer/grpo_trainer.py:2662)
     if changed and training.get("use_vllm") and training.get(TRL_CORRECTION_KEY):
         raise RecipeError(
             f"{TRL_CORRECTION_KEY}: true with {named}: TRL weighs the loss by exp(pi_old - mu), mu "
