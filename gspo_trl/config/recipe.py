@@ -5,20 +5,13 @@
     data: {path: open-r1/DAPO-Math-17k-Processed, name: en, solution_column: solution}
     rewards: [math, {name: format, weight: 0.2}]
     learning_rate: 1.0e-6            # any GRPOConfig field, at the top level
-    diagnostics: {length_buckets: [256, 1024, 4096]}
-    engine: {old_logprobs: engine}   # pi_old from vLLM's log-probs (docs/engine-logprobs.md)
-    moe: {routing_replay: old}       # MoE: replay pi_old's experts in the updates (docs/moe.md)
-    sampling: {dynamic: true}        # drop tied groups, refill the batch (docs/dynamic-sampling.md)
-    launch: {nodes: 1, gpus_per_node: 8, gpu_memory_gb: 80, accelerate_config: configs/zero2.yaml}
 
-Command-line overrides use the same keys, TRL-style: `--learning_rate 5e-7`, and dotted keys
-for sections: `--model.name_or_path Qwen/Qwen3-4B`, `--rewards "[math, format]"`, and one
-reward's field by its 0-based index: `--rewards.1.weight 0.5`. Values
-are read as YAML, then converted to the type each field declares.
-
-Precedence, lowest first: the algorithm's defaults (gspo_trl.config.defaults), the recipe file,
-the overrides. `load_recipe` parses and type-checks; `gspo_trl.config.validation` then refuses
-settings that break GSPO.
+Command-line overrides use the same keys, TRL-style: `--learning_rate 5e-7`, dotted keys for
+sections (`--model.name_or_path Qwen/Qwen3-4B`) and one reward's field by its 0-based index
+(`--rewards.1.weight 0.5`). Values are read as YAML, then converted to the type each field
+declares. Precedence, lowest first: the algorithm's defaults (gspo_trl.config.defaults), the
+recipe file, the overrides. `load_recipe` parses and type-checks; `gspo_trl.config.validation`
+then refuses settings that break GSPO. Every section and key: docs/recipe-reference.md.
 """
 
 from __future__ import annotations

@@ -60,6 +60,11 @@ class ModelConfigError(UserError):
     """A `model:` section that cannot work; the message names the key."""
 
 
+class VLLMServerLost(UserError):
+    """A server-mode run's vLLM server stopped answering mid-run; the message names its URL and
+    the checkpoint kept to resume from once it is back."""
+
+
 class ModelNotFoundError(UserError):
     """A model or run argument that names nothing loadable; the message names it."""
 

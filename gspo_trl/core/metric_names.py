@@ -1,27 +1,18 @@
 """The names of the metrics a GSPO run logs: written once here, used by every writer and reader.
 
 Probes write these keys; the console, `gspo-trl report`, `calibrate --from-run` and the demo read
-them from metrics.jsonl; docs/gspo.md ("Diagnostics"), docs/performance.md say what each means.
-
-    gspo/mb{k}/STAT               one update of a rollout batch (k = 1 is on-policy)
-    gspo/offpolicy/STAT           the same statistics pooled over updates 2..K
-    gspo/zero_variance_groups     share of groups whose rewards all tie
-    gspo/engine_mismatch/{mean,std,outside_clip}   engine log-probs as pi_old: the guard
-    gspo/engine_routing/{flip_rate,flip_rate_layer_max}   MoE: the engine's experts vs the trainer's
-    gspo/routing_replay/replayed_updates   MoE with replay: share of updates run on recorded experts
-    gspo/behaviour/{weight_mean,weight_p1,weight_p99,truncated,rejected}[/len_{a}-{b}]   engine.correction
-    gspo/staleness/{mean,max,updates,engine_step}   engine.max_staleness, rollout batches since the log
-    gspo/staleness/d{k}/{weight_mean,weight_std,clip,flip_rate,responses}   the rows k batches stale
+them from metrics.jsonl. Families, each described where its capability is:
+    gspo/mb{k}/STAT, gspo/offpolicy/STAT, gspo/zero_variance_groups   docs/gspo.md ("The diagnostics")
+    gspo/engine_mismatch/*, gspo/behaviour/*, gspo/staleness/*, gspo/sampling_masks/*
+                                                                      docs/engine-logprobs.md
+    gspo/engine_routing/*, gspo/routing_replay/*, routing/* in STAT   docs/moe.md
     gspo/dynamic/{groups_kept,keep_rate,rounds,prompts_per_kept_group,dropped_tokens,padded_groups}
-                                  dynamic sampling, per rollout batch (docs/dynamic-sampling.md)
-    heldout/{score,judged,pass@k} the held-out evaluation
-    perf/{PHASE}_s, perf/total/{PHASE}_s   seconds per phase in a logging window, and over the run
-    perf/{wall_s,generated_tokens,trained_tokens,tokens_per_s,trained_tokens_per_s,update_flops,mfu,packed_fraction}
+                                                                      docs/dynamic-sampling.md
+    heldout/{score,judged,pass@k}                                     docs/data.md
+    perf/{PHASE}_s, perf/total/{PHASE}_s, perf/*                      docs/performance.md
 
-PHASE is one of PHASES or `other` (gspo_trl.training.reporting.phases says what each covers).
-STAT is `log_ratio/{mean,std,p5,p50,p95,min,max}`, `clip/{low,high,region,pos_adv,neg_adv}`,
-`outside/{low,high}`, `clip/len_{a}-{b}`, `entropy`, `responses`, or for a MoE model
-`routing/{flip_rate,flip_rate_layer_max,flip_rate_response_max}` (docs/moe.md); TRL's own keys are not here.
+PHASE is one of PHASES or `other`. STAT is `log_ratio/*`, `clip/*`, `outside/{low,high}`,
+`clip/len_{a}-{b}`, `entropy`, `responses`, or for a MoE model `routing/*`; TRL's own keys are not here.
 """
 
 from __future__ import annotations

@@ -1,21 +1,15 @@
 """`gspo-trl calibrate`: measure log s_i on off-policy minibatches, recommend eps_low / eps_high.
 
-Two inputs:
-
     gspo-trl calibrate RECIPE.yaml [--batches 3] [--target-range 0.15 0.25] [--key value ...]
-        builds the recipe's trainer (model, data, rewards, learning rate, eps), trains for
-        `--batches` rollout batches in a throw-away output dir (nothing saved: no optimizer
-        state, no checkpoint), and keeps log s_i of every response on minibatches 2..k.
+        trains the recipe's trainer for `--batches` rollout batches in a throw-away output dir
+        (nothing saved) and keeps log s_i of every response on minibatches 2..k.
     gspo-trl calibrate --from-run RUN_DIR
         reads an existing run's logged gspo/offpolicy/* statistics (trainer_state.json).
 
-Rule (docs/gspo.md, "Choosing epsilon"): a clip only acts on one side per advantage sign, so
-eps_high is set from the positive-advantage responses and eps_low from the negative ones:
-eps_high = exp(q_{1-t}(log s_i | A > 0)) - 1 clips a share t of them, eps_low = 1 -
-exp(q_t(log s_i | A < 0)) likewise, with t the middle of the target range. The printout
-shows the measured distribution, the per-length spread, the clip rates of the current and of
-the recommended range, and the reasoning. In Python: `calibrate(CalibrateSettings(...))`,
-whose fields are the command's options.
+eps_high is set from the positive-advantage responses, eps_low from the negative ones, each to
+clip a share t (the middle of the target range); the printout shows the measured distribution,
+the per-length spread, the clip rates of the current and recommended ranges, and the reasoning.
+The rule and why: docs/gspo.md ("Choosing epsilon"). In Python: `calibrate(CalibrateSettings(...))`.
 """
 
 from __future__ import annotations

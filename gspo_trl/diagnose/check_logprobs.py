@@ -1,27 +1,18 @@
 """`gspo-trl check-logprobs`: does the generation engine score tokens the way the trainer does?
 
-Using the inference engine's log-probs as pi_old saves a forward pass, but any systematic
-difference between engine and trainer shifts every log s_i by
-delta_i = mean_t [log pi_trainer(y_it) - log pi_engine(y_it)]. GSPO's clip range is tiny
-(paper: s_i in [1 - 3e-4, 1 + 4e-4]), so a bias of a few 1e-4 nats per token clips one side of
-the advantage distribution wholesale on the on-policy minibatch, where nothing should be clipped
-(docs/gspo.md, "Inference and training log-probs disagree"). This command measures delta on real samples:
+An engine/trainer difference shifts every log s_i by delta_i = mean_t [log pi_trainer(y_it) -
+log pi_engine(y_it)]; GSPO's clip range is so narrow that a few 1e-4 nats per token clip one
+advantage sign wholesale on the on-policy minibatch. This command builds the recipe's trainer
+with colocated vLLM (optionally trains `--train-steps` and pushes the weights), samples with
+vLLM keeping its log-probs, rescores the same tokens with the trainer's model, and reports the
+token log-ratio (mean = bias, std = noise), delta_i by length bucket, and the share of responses
+delta alone puts outside [1 - eps_low, 1 + eps_high].
 
-1. build the recipe's trainer with vLLM in colocate mode (the CPU shim applied where needed),
-   optionally train `--train-steps` GSPO steps and push the weights to the engine;
-2. sample completions with vLLM, keeping the engine's per-token log-probs;
-3. recompute the same tokens' log-probs with the trainer's model (same temperature, autocast);
-4. report token log-ratio statistics (mean = bias, std = noise), the per-response delta_i by
-   length bucket, and the fraction of responses delta alone would push outside
-   [1 - eps_low, 1 + eps_high].
-
-Verdict (it names the recipe key, `engine: {old_logprobs: engine | trainer}`; see
-docs/engine-logprobs.md): the run's guard's own (`judge_mismatch`, the same limits as the recipe's
-`engine.max_outside_clip` and `engine.max_bias_fraction`): engine log-probs are "safe" for pi_old
-when at most `--max-outside-clip` of responses leave the clip range from the mismatch alone AND
-|mean delta| is at most `--max-bias-fraction` of the narrower half-range. So SAFE here means the
-guard would not flag these samples. Exit status: 0 safe, 1 unsafe, 2 usage error. In Python:
-`check_logprobs(CheckLogprobsSettings(...))`, whose fields are the command's options.
+Its verdict is the run's guard's (`judge_mismatch`, the recipe's `engine.max_outside_clip` and
+`engine.max_bias_fraction` as defaults): SAFE means the guard would not flag these samples. Exit
+status: 0 safe, 1 unsafe, 2 usage error. In Python: `check_logprobs(CheckLogprobsSettings(...))`.
+Docs and measurements: docs/vllm.md ("Is the engine's log-prob the trainer's?"),
+docs/engine-logprobs.md.
 """
 
 from __future__ import annotations

@@ -1,27 +1,17 @@
 """`gspo-trl report RUN_DIR`: PNG plots of a finished or running GSPO run, no GUI needed.
 
-Reads `RUN_DIR/metrics.jsonl` (every log event, written as the run goes by
-gspo_trl.training.reporting.console), else the HF Trainer `log_history` from `RUN_DIR/trainer_state.json`
-(written at the end of a run) or the newest `RUN_DIR/checkpoint-*/trainer_state.json` (or the
-same one folder down: `gspo-trl report runs/demo` finds runs/demo/gspo).
-Writes, by default to `RUN_DIR/report/`, one 1000 x 560 px PNG per question:
-
-    reward.png             training reward (+- its std) and held-out scores (`heldout/*`)
-    clip_by_length.png     off-policy clip fraction per response-length bucket
-    clip_by_minibatch.png  clip fraction per update index (mb1 on-policy, mb2.. off-policy)
-    log_ratio.png          off-policy log s_i quantiles (p5-p95 band, p50, min/max)
-    zero_variance.png      share of groups whose rewards all tie (no learning signal)
-    entropy.png            mean token entropy of the policy
-    phases.png             seconds per phase per logging window, trained tokens/s and MFU
-                           (gspo_trl.diagnose.phase_plot; 1000 x 800 px)
-    routing.png            MoE models: expert flip rate per update index, worst layer and
-                           response (gspo_trl.diagnose.routing_plot; 1000 x 800 px)
-    behaviour.png          engine.correction: share of responses rejected / truncated, overall
-                           and by response length (`gspo/behaviour/*`)
+Reads `RUN_DIR/metrics.jsonl` (written as the run goes by gspo_trl.training.reporting.console),
+else the HF Trainer `log_history` from `RUN_DIR/trainer_state.json` or the newest
+`RUN_DIR/checkpoint-*/trainer_state.json` (or the same one folder down). Writes, by default to
+`RUN_DIR/report/`, one PNG per question: reward.png, clip_by_length.png, clip_by_minibatch.png,
+log_ratio.png (off-policy log s_i quantiles), zero_variance.png, entropy.png, phases.png
+(gspo_trl.diagnose.phase_plot), routing.png (MoE; gspo_trl.diagnose.routing_plot) and
+behaviour.png (`gspo/behaviour/*`).
 
 A metric that was never logged gives a PNG that says so, so the file set is predictable; the
-exceptions are phases.png, not written for a run without `perf/*` keys (older runs),
-routing.png, not written for a dense model, and behaviour.png, not written without engine.correction.
+exceptions are phases.png (no `perf/*` keys, older runs), routing.png (a dense model) and
+behaviour.png (no engine.correction). What each plotted key means: docs/gspo.md ("The
+diagnostics"), docs/performance.md, docs/moe.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,16 @@
 """`gspo-trl eval MODEL_OR_RUN --data ... --k 1,8`: pass@1 and unbiased pass@k on a held-out set.
 
     gspo-trl eval runs/demo/gspo --recipe recipes/tiny/reversal.yaml --data runs/demo/heldout.jsonl
-    gspo-trl eval Qwen/Qwen3-1.7B --preset math500 --k 1,8 --max-new-tokens 4096
-    gspo-trl eval --completions samples.jsonl --preset humaneval --k 1    # grade given outputs
 
-Two decodings: greedy (one completion per prompt: its pass@1 and mean reward are what the
-training-time `heldout/score` logs) and sampled (`--num-samples` n >= max k completions
-per prompt at `--temperature`, pass@k by the unbiased estimator of gspo_trl.eval.pass_at_k).
-A sample passes when its reward >= `--pass-threshold` (default 1.0: right, for binary
-verifiers; see pass_at_k.py for partial-credit rewards).
-
-The recipe: `--recipe`, else the one a training run saved (`recipe.yaml` in MODEL_OR_RUN, or in
-the run above a `checkpoint-N` given): `gspo-trl eval RUN_DIR` then prompts (chat template
-keywords such as Qwen3's `enable_thinking: false`), decodes and grades as the run's
-`heldout/score` did, on its held-out rows.
-
-The grader: `--reward`, else the recipe's `heldout.reward`, else its first reward, else the
-preset's verifier, else `code` (binary) when the data has `tests` or `math` when it has
-`solution`. Results go to a JSON file (`--output`; default: MODEL_DIR/eval_results.json for a
-local model or run, FILE.eval_results.json for --completions, runs/eval/<hub id>/ for a hub
-model) and a table. In Python: `evaluate(EvalSettings(...))`, whose fields are these options.
+Two decodings: greedy (its pass@1 and mean reward are what the training-time `heldout/score`
+logs) and sampled (`--num-samples` n >= max k per prompt, pass@k by the unbiased estimator of
+gspo_trl.eval.pass_at_k). A sample passes when its reward >= `--pass-threshold` (default 1.0).
+The recipe is `--recipe`, else the one a training run saved (`gspo-trl eval RUN_DIR` prompts,
+decodes and grades as the run's `heldout/score` did); the grader `--reward`, else the recipe's
+`heldout.reward`, its first reward, the preset's verifier, or `code`/`math` by the data's columns.
+Results go to a JSON file (`--output`; default beside the model or run, runs/eval/<hub id>/ for a
+hub model) and a table. In Python: `evaluate(EvalSettings(...))`. Docs: docs/data.md
+("gspo-trl eval").
 """
 
 from __future__ import annotations

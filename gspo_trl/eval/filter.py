@@ -1,27 +1,18 @@
 """`gspo-trl filter RECIPE --min 0.1 --max 0.9`: keep the prompts the model sometimes solves.
 
     gspo-trl filter recipes/qwen3-1.7b/math.yaml --min 0.1 --max 0.9 --output data/math-filtered.jsonl
-    gspo-trl filter recipes/tiny/reversal.yaml --output f.parquet --data.num_rows 64  # recipe overrides
 
-Why: a prompt whose G samples all pass (or all fail) has zero advantage in every group, so
-GSPO learns nothing from it; dropping them before training spends the rollouts on prompts
-with signal. For each prompt of the recipe's training split this samples G completions
-(`--num-samples`, default the recipe's num_generations) with the recipe's model, at its
-temperature and max_completion_length (vLLM when installed, else HF generate), and grades
-them. Pass rate = passing samples / G, where a sample passes when its score >= `--pass-threshold`
-(default 1.0). The score is the recipe's weighted reward sum (rewards returning None are
-skipped, as TRL does) or, with `--reward SPEC`, that one reward alone, unweighted: with
-partial-credit or shaping rewards in the mix, `--reward` naming the verifier is usually
-what "solved" means. Rows with min <= pass rate <= max are written back as they were read
-(source columns, not the renamed ones) plus a `pass_rate` column: jsonl or parquet by the
-output's suffix, and to a hub dataset repo with `--push-to-hub`. In Python:
-`filter_dataset(FilterSettings(...))`, whose fields are these options.
+A prompt whose G samples all pass (or all fail) has zero advantage in every group, so GSPO learns
+nothing from it. For each prompt of the recipe's training split this samples G completions with
+the recipe's model and settings, grades them (the recipe's weighted reward sum, or `--reward`
+alone), and writes the rows with min <= pass rate <= max as they were read, plus `pass_rate`:
+jsonl or parquet by the output's suffix, or a hub dataset with `--push-to-hub`.
 
-Large sets: rows are scored in chunks of `--chunk-size`, each saved (with its completions and
-rewards) under OUTPUT.work/ as it finishes; `--resume` skips finished chunks. Chunk i samples
-with seed + i, so a resumed run gives exactly the output of an uninterrupted one (not with vLLM on
-CPU, which takes no per-request seed: gspo_trl.eval.generation says why). Scores do not
-depend on the range: rerun with `--resume` and another range to refilter without sampling.
+Rows are scored in chunks of `--chunk-size`, each saved under OUTPUT.work/ as it finishes;
+`--resume` skips finished chunks and gives exactly the uninterrupted output (chunk i samples with
+seed + i; not with vLLM on CPU, gspo_trl.eval.generation says why). Scores do not depend on the
+range, so `--resume` with another range refilters without sampling. In Python:
+`filter_dataset(FilterSettings(...))`. Docs: docs/data.md ("gspo-trl filter").
 """
 
 from __future__ import annotations

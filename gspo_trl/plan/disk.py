@@ -1,28 +1,15 @@
 """Disk a run's checkpoints take: what each `checkpoint-N` holds, and how many are on disk at once.
 
-What a checkpoint holds (transformers 5.17 `Trainer._save_checkpoint`: `save_model`, then
-`_save_optimizer_and_scheduler`; DeepSpeed 0.19 `DeepSpeedEngine.save_checkpoint`):
-- ZeRO-2/3: `self.model_wrapped.save_checkpoint(output_dir)` writes, per rank, the ZeRO optimizer's
-  `state_dict()`: the fp32 partition of the weights (`FP32_FLAT_GROUPS` / `SINGLE_PARTITION_OF_FP32_GROUPS`)
-  and AdamW's fp32 `exp_avg` and `exp_avg_sq`, 12 bytes per trainable parameter over all ranks
-  (`*_optim_states.pt`). DP rank 0 also writes `module.state_dict()` (`*_model_states.pt`): the
-  whole bf16 module under ZeRO-2, empty placeholders under ZeRO-3. `save_model` adds
-  `model.safetensors` in bf16: under ZeRO-3 only because configs/zero3.yaml sets
-  `zero3_save_16bit_model: true` (stage3_gather_16bit_weights_on_model_save). ZeRO-2: 2 + 2 + 12
-  = 16 bytes per parameter, ZeRO-3: 2 + 12 = 14.
-- ddp: `model.safetensors` in the weights' dtype and `torch.save(self.optimizer.state_dict())`:
-  torch AdamW's `exp_avg` and `exp_avg_sq` in the parameter dtype. Full fine-tuning from bf16
-  trains fp32 weights (gspo_trl.training.build._weights_dtype: nothing else keeps fp32 masters)
-  unless `model.allow_pure_bf16`, so 4 + 8 = 12 bytes per parameter.
-- fsdp2: sharded fp32 model (accelerate upcasts trainable parameters) and fp32 moments, 4 + 8 = 12
-  (an estimate: `save_model` may also write the full state dict).
-- LoRA: PEFT saves the adapters only (fp32), with their optimizer state; the frozen base is not
-  written.
-The scheduler, RNG states, trainer state and tokenizer add a few MB, not counted.
+Bytes per parameter of one checkpoint, from what transformers' `Trainer._save_checkpoint` and
+DeepSpeed's `save_checkpoint` write: ZeRO-2 16, ZeRO-3 14 (fp32 partitions and AdamW moments,
+plus the bf16 model), ddp and fsdp2 12 (fp32 weights and moments; bf16 weights only under
+`model.allow_pure_bf16`), LoRA the adapters and their optimizer state only. The scheduler, RNG
+states, trainer state and tokenizer add a few MB, not counted.
 
 How many at once: gspo_trl.training.probes.staged_checkpoints writes each checkpoint into
 `output_dir/.staging/` and rotates old ones (`save_total_limit`) after the rename, so while a
 save runs `save_total_limit` checkpoints plus the one being written are on disk.
+Each term, file by file: docs/plan.md ("Disk").
 """
 
 from __future__ import annotations

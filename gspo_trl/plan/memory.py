@@ -1,28 +1,15 @@
 """Per-GPU bytes of the model state: weights, gradients, optimizer moments, fp32 master weights.
 
-The ZeRO paper (Rajbhandari et al. 2020, §3.1, §5) counts mixed-precision Adam at 16 bytes per
-parameter: 2 (bf16 weights) + 2 (gradients) + K = 12 (fp32 master, momentum, variance); over
-N GPUs ZeRO-2 keeps 2Ψ + 14Ψ/N and ZeRO-3 16Ψ/N. DeepSpeed's optimizer step also casts the bf16
-gradient partition to fp32 (+4Ψ/N; ZeRO-3: at most one 1e9-parameter sub-group at a time), in
-the `step` phase, when the activations are gone. Its ZeRO-2
-estimator counts "18 = 2_grads_16bit + 4_grads_32bit + 4_params_32bit +
-8_optimizer_states_32bit" (stage_1_and_2.py, estimate_zero2_model_states_mem_needs). Its ZeRO-3
-estimator counts 18Ψ/N + 4 x the largest module (stage3.py, estimate_zero3_model_states_mem_needs)
-and leaves out the bf16 gradient partition, which DeepSpeed allocates for every parameter
-(`dtype=self.gradient_accumulation_dtype`, deepspeed/runtime/zero/stage3.py:791; bf16 under
-`bf16`: engine.py get_data_types), while counting every fp32 gradient at once; the plan follows the code
-(tests/plan/test_plan_deepspeed.py reconciles the two term by term).
-
-The torch-native strategies train the weights in the dtype gspo_trl.model.loading.precision picks
-(bfloat16 becomes float32 without DeepSpeed or LoRA):
-- ddp: torch AdamW keeps its moments in the parameter dtype and autocast keeps no master copy,
-  so fp32 weights cost 4 + 4 + 8 bytes per parameter (pure bf16: 2 + 2 + 4), plus DDP's
-  gradient buckets as large as the gradients (`gradient_as_bucket_view=False`).
-- fsdp2: accelerate upcasts trainable parameters to fp32 under mixed precision (the fp32 shard is
-  the master), so 4 + 4 + 8 = 16 bytes per trainable parameter, all of it sharded.
-ZeRO-3 and FSDP2 also hold gathered bf16 copies of about two shard units (the one running and the
-one prefetched). LoRA: the base is frozen (weights only); PEFT keeps adapters in fp32.
+ZeRO counts mixed-precision Adam at 16 bytes per parameter; over N GPUs ZeRO-2 keeps 2Ψ + 14Ψ/N
+and ZeRO-3 16Ψ/N, and DeepSpeed's optimizer step adds the fp32 cast of the bf16 gradient
+partition (+4Ψ/N) in the `step` phase. Where DeepSpeed's estimators and its code disagree the
+plan follows the code (tests/plan/test_plan_deepspeed.py reconciles the two term by term).
+The torch-native strategies train in the dtype gspo_trl.model.loading.precision picks: ddp holds
+fp32 weights at 4 + 4 + 8 bytes per parameter plus DDP's gradient buckets; fsdp2 16 bytes per
+trainable parameter, all sharded. ZeRO-3 and FSDP2 also hold about two gathered bf16 shard units.
+LoRA: the base is frozen (weights only); PEFT keeps adapters in fp32.
 Everything here is an estimate: allocator fragmentation and communication buckets come on top.
+The sources, line by line: docs/plan.md ("Memory per GPU").
 """
 
 from __future__ import annotations

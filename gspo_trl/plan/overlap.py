@@ -1,22 +1,14 @@
 """One rollout batch's step time, synchronous and overlapped (one step off-policy): the formula.
 
 Per rollout batch the trainer waits for generation G, then trains for T (the pi_old forward, the
-reference forward and the policy updates of gspo_trl.plan.throughput). Synchronously a step
-takes G + T. A pipeline that generates batch k+1 while the trainer trains on batch k (the
-engine one weight version behind: `engine.max_staleness: 1` in docs/async.md) takes
-max(G, T) per batch once full: which work the other hides, and no more. A deeper queue
-(staleness d > 1) absorbs jitter but the steady-state floor stays max(G, T).
-
-That overlap needs the engine on GPUs of its own (`vllm_mode: server`, where TRL's own trainer
-leaves the server idle through T and the trainer idle through G). A colocated engine shares the
-training GPUs: generating while training slows both, so there overlapped = synchronous and the
-plan says so. The weight sync (engine <- trainer, once per rollout batch) is not timed, in
-either figure. On the server node generation is a decode floor per data-parallel replica:
-`trl vllm-serve` passes `gpu_memory_utilization: float = field(default=0.9,`
-(trl/scripts/vllm_serve.py:111-112) to `vllm serve`, whose max_num_seqs on a >= 70 GiB H100/H200
-is `UsageContext.OPENAI_API_SERVER: 1024,` (vllm/engine/arg_utils.py:2876); each replica, on GPUs
-of the plan's type, decodes its share of the batch as many at once as its KV cache holds. Every
-figure is a floor at peak rates, not a measurement.
+reference forward and the policy updates of gspo_trl.plan.throughput). Synchronously a step takes
+G + T; a pipeline that generates batch k+1 while training on batch k takes max(G, T) once full.
+That overlap needs the engine on GPUs of its own (`vllm_mode: server`); a colocated engine shares
+the training GPUs, so there overlapped = synchronous and the plan says so. The weight sync is
+not timed in either figure. On the server node G is a decode floor per data-parallel replica at
+`trl vllm-serve`'s memory share and vLLM's max_num_seqs. Every figure is a floor at peak rates,
+not a measurement. The TRL and vLLM defaults it reads: docs/plan.md ("Step time: synchronous vs
+overlapped"); what would run the overlap: docs/async.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """vLLM in colocate mode: what its share of the GPU holds, and how many rollouts run at once.
 
-vLLM (Kwon et al. 2023, "Efficient Memory Management for Large Language Model Serving with
-PagedAttention") claims `gpu_memory_utilization` x total GPU memory, loads its own copy of the
-weights (split over `vllm_tensor_parallel_size` GPUs), keeps some room for its forward pass and
-CUDA graphs, and pages the KV cache into the rest. A token occupies
-2 (K and V) x layers x kv_heads x head_dim x dtype bytes, its KV heads split over the TP group.
-
-TRL 1.16 (trl/trainer/grpo_trainer.py) starts the colocated engine with
-max_num_seqs = per_device_train_batch_size x vllm_tensor_parallel_size x steps_per_generation, and
-with `vllm_enable_sleep_mode` puts it to sleep at level 2 between rollouts
-(trl/generation/vllm_generation.py:366, :751 `self.llm.sleep(level=2)`). Sleep frees only what
-vLLM allocated inside its sleep pools: the weights (vllm/v1/worker/gpu_worker.py:540,
-`_maybe_get_memory_pool_context(tag="weights")`) and the KV cache (:813, `tag="kv_cache"`). The
-CUDA graphs are captured outside them (:881-883, `with self._get_cudagraph_capture_context():
-... self.model_runner.capture_model()`; TRL does not pass `enforce_eager`), so that part, with
-the runner's persistent buffers, stays on the GPU through the backward pass. Without sleep mode
-the whole share stays reserved through it.
+vLLM claims `gpu_memory_utilization` x total GPU memory, loads its own copy of the weights (split
+over `vllm_tensor_parallel_size` GPUs), keeps room for its forward pass and CUDA graphs, and pages
+the KV cache into the rest: 2 (K and V) x layers x kv_heads x head_dim x dtype bytes per token,
+its KV heads split over the TP group. TRL 1.16 caps the engine at max_num_seqs =
+per_device_train_batch_size x vllm_tensor_parallel_size x steps_per_generation. With
+`vllm_enable_sleep_mode` the weights and KV cache are released between rollouts but the CUDA
+graphs stay; without it the whole share stays reserved through the backward pass.
+The TRL and vLLM lines: docs/plan.md ("Memory per GPU").
 """
 
 from __future__ import annotations

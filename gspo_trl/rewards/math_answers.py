@@ -1,26 +1,15 @@
 """Reading gold answers and completions for the ``math`` reward.
 
-Finding a completion's answer (:func:`find_answer`) is plain string work, cheap enough for
-the trainer process, which uses it to judge each distinct (gold, answer) pair once.
-Parsing and comparing (:func:`parse_gold`, :func:`parse_answer`, :func:`is_correct`) run
+Finding a completion's answer (:func:`find_answer`, by ``answer_format``) is plain string work,
+cheap enough for the trainer process, which uses it to judge each distinct (gold, answer) pair
+once. Parsing and comparing (:func:`parse_gold`, :func:`parse_answer`, :func:`is_correct`) run
 inside the reward's worker processes; math-verify is imported there only.
 
-Choices that differ from TRL's ``accuracy_reward``, all on purpose:
-
-* Gold answers as datasets store them (``x^2+2x+1``, ``(1,3]``, ``2\\sqrt{3}``) carry no
-  ``$...$``, and math-verify's default extraction then finds nothing (TRL returns None) or
-  a fragment (``2\\sqrt{3}`` parses as ``2``). A gold without any LaTeX delimiter is
-  therefore wrapped in ``$...$`` first, unless it is words (``forty two``, ``yes``,
-  ``Monday``): sympy reads those as products of one-letter symbols, so they count as
-  unparseable and the row is not judged.
-* Which part of a completion is its answer is the ``answer_format`` option (see
-  :func:`find_answer`), not math-verify's whole-text search.
-* Answers get math-verify's full LaTeX normalisation, so valid TeX shorthand such as
-  ``\\frac13`` or ``2\\sqrt3`` parses; TRL's settings leave it unparsed and score it wrong.
-  ``latex_shorthand=False`` restores TRL's reading exactly.
-
-Time limits are not math-verify's SIGALRM (which raises outside the main thread) but
-the worker's own interval timer plus a hard kill by the parent pool.
+Where it differs from TRL's ``accuracy_reward``, on purpose: a gold without LaTeX delimiters is
+wrapped in ``$...$`` first, unless it is words (then unjudged, None); answers get math-verify's
+full LaTeX normalisation (``\\frac13`` parses; ``latex_shorthand=False`` restores TRL's reading).
+Time limits are the worker's own interval timer plus a hard kill by the parent pool, not
+math-verify's SIGALRM. The reasons and examples: docs/rewards.md ("math").
 """
 
 from __future__ import annotations

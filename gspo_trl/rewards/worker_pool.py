@@ -1,20 +1,13 @@
 """A pool of worker processes with a hard wall-clock limit per item.
 
-Why not ``multiprocessing.Pool`` or ``concurrent.futures``: neither can stop one task
-that is stuck inside C code (a sympy power tower, a regex on 100 KB of braces) without
-losing the whole pool, and both fork or re-import ``__main__`` in ways that do not mix
-with a trainer's threads. Here each worker is a plain ``python -m <module>`` child
-speaking JSON lines; the parent watches the time each request takes, SIGKILLs a worker
-that overruns, records the item as timed out and starts a replacement.
+Each worker is a plain ``python -m <module>`` child speaking JSON lines; the parent watches the
+time each request takes, SIGKILLs a worker that overruns, records the item as timed out and
+starts a replacement (why not ``multiprocessing.Pool``: docs/rewards.md, "math").
 
-Work comes in *chunks*: a ``head`` (e.g. a gold answer) and the ``items`` that share it
-(the completions of one prompt). A worker processes a chunk's head once and keeps the
-result, then takes that chunk's items one by one (two requests queued, so it never waits
-for the parent to be scheduled); an idle worker prefers a chunk nobody works on, and only
-when none is left helps with (and re-processes the head of) a chunk with 2+ items to go.
-So a head is processed once per prompt except in a batch's tail, and never more than once
-per worker, while one slow item cannot hold back the rest of its chunk.
-
+Work comes in *chunks*: a ``head`` (e.g. a gold answer) and the ``items`` that share it. A worker
+processes a chunk's head once, then its items one by one (two requests queued); an idle worker
+prefers a chunk nobody works on, and only then helps with a chunk with 2+ items to go, so a head
+is processed at most once per worker and one slow item cannot hold back its chunk.
 The worker side is :func:`serve`, given ``handle_head(head) -> (state, reply)`` and
 ``handle_item(state, item) -> reply``.
 """

@@ -1,23 +1,15 @@
 """What `GSPOTrainer(...)` makes of TRL-style arguments, so the Python API trains as a recipe does.
 
-TRL's `GRPOTrainer.__init__` fills the gaps with TRL's own choices: no `args` becomes
-`GRPOConfig(f"{model_name}-GRPO")` (token-level ratios, `loss_type="dapo"`, eps 0.2, every
-update on-policy: trl/trainer/grpo_trainer.py:325-328), and a string reward is a reward model
-to download (`AutoModelForSequenceClassification.from_pretrained(reward_func, ...)`, the
-`isinstance(reward_func, str)` branch of the same `__init__`). For a class named GSPOTrainer:
-
-- no `args`: `GSPOConfig(f"{model_name}-GSPO")`, GSPO's defaults (gspo_trl.config.defaults);
-- a plain `GRPOConfig` that is not GSPO is refused, naming each field that differs from GSPO
-  and its GSPO value. Refused, not warned: a warning scrolls past among TRL's own while the run
-  trains DAPO under GSPO's name, and every legitimate wish has an explicit spelling
-  (`GSPOConfig(...)` with the same fields; a token-level GRPO baseline is
-  `GSPOConfig(importance_sampling_level="token", epsilon=0.2, epsilon_high=0.27)`, the
-  recipe's `algorithm: grpo`; TRL's own GRPO is `trl.GRPOTrainer`). A `GRPOConfig` whose
-  ratio, loss, clip range, beta and off-policy updates are GSPO's is accepted as it is;
-- a reward name (`"math"`, `["math", "format"]`, `"pkg.module:fn"`) resolves through the
-  reward registry, as a recipe's `rewards:` does; a hub id (`org/name`) or a local folder
-  stays TRL's reward model. Reward functions get the recipe's per-call checks
+- no `args`: `GSPOConfig(f"{model_name}-GSPO")`, GSPO's defaults (gspo_trl.config.defaults), where
+  TRL would build a token-level DAPO `GRPOConfig`;
+- a plain `GRPOConfig` that is not GSPO is refused, naming each field that differs from GSPO and
+  its GSPO value; one whose ratio, loss, clip range, beta and off-policy updates are GSPO's is
+  accepted as it is;
+- a reward name (`"math"`, `["math", "format"]`, `"pkg.module:fn"`) resolves through the reward
+  registry, as a recipe's `rewards:` does; a hub id (`org/name`) or a local folder stays TRL's
+  reward model. Reward functions get the recipe's per-call checks
   (gspo_trl.training.safety.reward_output_checks).
+Why refused and not warned, the TRL lines and each wish's spelling: docs/gspo.md ("In TRL").
 """
 
 from __future__ import annotations

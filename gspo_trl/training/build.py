@@ -24,7 +24,7 @@ from gspo_trl.core.cpu_threads import resize_torch_threads
 from gspo_trl.model.loading.hub import hub_model_errors
 from gspo_trl.model.loading.precision import training_weight_precision
 from gspo_trl.model.loading.settings import load_tokenizer, lora_config, model_init_kwargs, resolve_model_path
-from gspo_trl.training.engine.vllm_server import check_vllm_server
+from gspo_trl.training.engine.vllm_server import check_vllm_server, server_loss_in_one_line
 from gspo_trl.training.heldout.scoring import HeldoutSettings
 from gspo_trl.training.preflight import PreparedData, check_one_gpu_per_process, output_dir_of, preflight
 from gspo_trl.training.probes.base import Probe
@@ -194,7 +194,7 @@ def train_claimed(
         if note is not None:
             logger.info("resuming mid rollout batch: %s", note)
     try:  # Ctrl-C: GSPOTrainer.train saves a checkpoint at the step's end, then raises
-        with quiet_tied_weights_warning(trainer.model):
+        with quiet_tied_weights_warning(trainer.model), server_loss_in_one_line(trainer.args):
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     except TrainingInterrupted as stopped:
         if stopped.step is not None:

@@ -1,17 +1,11 @@
 """Mixture-of-experts routing in GSPOTrainer: record pi_old's experts, replay them in the
 updates, and measure how far routing moves (docs/moe.md).
 
-An MoE model's log-probs depend on which experts each token is sent to. Between pi_old's forward
-and a later minibatch's update the router's weights have changed, so some tokens go to other
-experts: the ratio then compares two different sub-networks. This module, for a model whose
-routers gspo_trl.model.routing knows (free for a dense model: nothing is attached):
-
-- records the routing of pi_old's forward (TRL's no-grad `old_per_token_logps` pass) and puts it
-  in the rollout batch under `ROUTED_EXPERTS`, where TRL's `shuffle_sequence_dict` and
-  `split_tensor_dict` (`def shuffle_sequence_dict(`, trl/trainer/utils.py:1092; `def split_tensor_dict(`,
-  :1057) move it with its rows like any tensor;
-- in each update forward, compares the router's own choice with that routing (the flip rate,
-  logged as gspo/mb{k}/routing/*), and with `moe.routing_replay: old` forces it;
+For a model whose routers gspo_trl.model.routing knows (a dense model attaches nothing):
+- records the routing of pi_old's forward and puts it in the rollout batch under
+  `ROUTED_EXPERTS`, which TRL shuffles and splits with its rows like any tensor;
+- in each update forward, compares the router's own choice with it (the flip rate, logged as
+  gspo/mb{k}/routing/*), and with `moe.routing_replay: old` forces it;
 - with `routing_replay: engine`, forces the routing vLLM used while sampling in pi_old's forward
   (logging how often the trainer's router disagrees: gspo/engine_routing/*) and the updates.
 """

@@ -1,4 +1,4 @@
-"""The installed vLLM and TRL lines docs/vllm.md's Model Runner V2 table (and docs/moe.md,
+"""The installed vLLM and TRL lines docs/vllm.md's Model Runner V2 table and server mode (and docs/moe.md,
 gspo_trl/plan/vllm_memory.py, gspo_trl/config/sections/moe.py) quote: a GPU path the CPU tests
 cannot run (issue 34 item 9), held to its source so that an upgrade that moves it fails here."""
 
@@ -43,6 +43,17 @@ QUOTED = [
     ),
     ("trl", "generation/vllm_generation.py", 516, 517, "self.llm.reset_prefix_cache()"),
     ("trl", "generation/vllm_client.py", 743, 743, "world_size = self.get_world_size() + 1"),
+    # docs/vllm.md, "Several ranks, one server": rank 0 alone talks to the server
+    ("trl", "generation/vllm_generation.py", 300, 309, "self.vllm_client.init_communicator("),
+    ("trl", "generation/vllm_generation.py", 504, 508, "take part in the gather collectives"),
+    ("trl", "generation/vllm_generation.py", 478, 478, "with self._dist.gather_params([param]):"),
+    ("trl", "generation/vllm_generation.py", 594, 594, "all_prompts = gather_object(prompts)"),
+    ("trl", "generation/vllm_generation.py", 601, 601, "if accelerator.is_main_process:"),
+    ("trl", "generation/vllm_generation.py", 644, 644, "broadcast_object_list(obj_list, from_process=0)"),
+    ("trl", "generation/vllm_generation.py", 651, 651, "process_slice = slice("),
+    ("trl", "generation/vllm_generation.py", 447, 448, "model.merge_adapter()"),
+    ("trl", "generation/vllm_generation.py", 469, 469, "model.unmerge_adapter()"),
+    ("trl", "generation/vllm_client.py", 310, 318, '/server_info"'),
     ("trl", "generation/vllm_client.py", 756, 760, "needs a CUDA device"),
 ]
 

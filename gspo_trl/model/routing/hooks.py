@@ -1,23 +1,16 @@
 """Forward hooks on every router of a model: record the experts each token went to, replay a
 recorded routing, and compare the router's own choice with a reference.
 
-A *routing* is one integer tensor (B, layers, L, k): for each of B sequences, each router (in
-module order) and each of the sequence's L positions as the model sees them (padding included),
-the k experts. The hooks work per *pass*, one or more forwards of consecutive rows of one batch
-(TRL's `_get_per_token_logps_and_entropies` runs the batch in chunks of rows, in order): an
-input-embedding pre-hook sees each chunk's rows, and each router's hook reads or writes that
-chunk's slice of the routing.
-
+A *routing* is one integer tensor (B, layers, L, k): per sequence, router (in module order) and
+position as the model sees it (padding included), the k experts. The hooks work per *pass*, one
+or more forwards of consecutive rows of one batch: an input-embedding pre-hook sees each chunk's
+rows, and each router's hook reads or writes that chunk's slice.
 - record: keep every router's indices (the pi_old forward, whose routing R2 replays).
-- reference: compare the router's own top-k set with the reference's, per (row, layer,
-  position): a *flip* is a different set (order within the k does not count).
-- replay: hand the experts the reference's indices instead of the router's, with gate weights
-  recomputed from the current logits at those experts (the router keeps learning).
-
-A pass with gradients must be one forward: gradient checkpointing reruns each layer's forward
-during backward, after the pass's last chunk, and the hooks would then read that chunk's rows.
-The loss forward is one chunk in TRL 1.16 (`batch_size = batch_size or input_ids.size(0)`,
-trl/trainer/grpo_trainer.py:1440, with no batch_size from `_compute_loss`).
+- reference: per (row, layer, position) a *flip* is a top-k set unlike the reference's.
+- replay: the reference's indices instead of the router's, with gate weights recomputed from the
+  current logits at those experts (the router keeps learning).
+A pass with gradients must be one forward: gradient checkpointing reruns each layer during
+backward, after the pass's last chunk (docs/moe.md quotes the TRL line that makes it one).
 """
 
 from __future__ import annotations

@@ -2,26 +2,16 @@
 
 One count, used by `gspo-trl plan` (gspo_trl.plan.throughput, at maximal lengths) and by the
 trainer's `perf/mfu` (gspo_trl.training.reporting.phases, on the batches it really trains).
+Kaplan et al. 2020's count: a forward is 2N FLOPs per token plus causal attention, a training
+pass 3 forwards, plus with gradient checkpointing the part of the forward the backward reruns
+(`recompute_flops_per_token`). N is the active matmul parameters (the LM head included, the
+embedding not; MoE: routed experts only). LoRA (`ModelShape.lora_adapter_params` A > 0):
+4N + 6A + 3 x attention per token, since the frozen base runs no weight-gradient matmuls.
 
-The count is Kaplan et al. 2020 ("Scaling Laws for Neural Language Models", Table 1), as used by
-Hoffmann et al. 2022 (Chinchilla): a forward pass costs 2N FLOPs per token plus
-2 x layers x context x d_attn for the attention scores and their weighted sum (causal, so half of
-the full 4 x layers x context x d_attn); a training pass is 3 forwards (6N per token: the backward
-computes a gradient for both the input and the weight of each matmul), plus, with gradient
-checkpointing, the part of the forward the backward reruns (`recompute_flops_per_token`: the
-decoder layers less their down projections, about 0.75 of a forward on the tiny model).
-N is the active matmul parameters (the LM head included, the embedding lookup not; MoE: routed
-experts only).
-
-LoRA (`ModelShape.lora_adapter_params` A > 0): the frozen base runs no weight-gradient matmuls,
-only the input gradients the adapters below it need (2N), while the adapters run all three
-(2A forward, 4A backward): 4N + 6A + 3 x attention per token instead of 6N + 3 x attention
-(`gspo-trl plan recipes/qwen3-4b/math-lora.yaml`: 1.62e16 training FLOPs per rollout batch, not
-2.07e16 as full fine-tuning, gradient checkpointing included).
-
-Peak rates: the published dense bf16 figures of gspo_trl.model.sizing.gpu_rates. A CPU has no datasheet
-figure that torch reaches, so its peak is measured: the best rate of a square float32 matmul at
-the current thread count, the best ever measured on the machine (gspo_trl.model.sizing.cpu_peak).
+Peak rates: the published dense bf16 figures of gspo_trl.model.sizing.gpu_rates; a CPU's peak is
+measured, the best square float32 matmul rate ever seen at the thread count
+(gspo_trl.model.sizing.cpu_peak). Docs: docs/plan.md ("Work, hours and cost") and
+docs/performance.md ("MFU").
 """
 
 from __future__ import annotations

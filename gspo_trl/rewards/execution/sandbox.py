@@ -1,24 +1,17 @@
 """Run untrusted code once, with limits, and leave nothing behind.
 
-Two modes (``docs/rewards.md`` says what each isolates and what it does not):
+Two modes: ``bwrap`` (the default; refused with :class:`SandboxUnavailable` when bubblewrap does
+not work here): read-only system directories, no view of the rest of the file system, size-capped
+writable tmpfs made for each job, new namespaces, ``--die-with-parent``, an empty environment;
+``rlimit`` (only when chosen explicitly, or ``GSPO_TRL_SANDBOX=rlimit``; it hides nothing of the
+file system): a scrubbed environment and, where the kernel allows, new namespaces with a capped
+/tmp and /dev/shm.
 
-* ``bwrap`` (the default; refused with :class:`SandboxUnavailable` when bubblewrap does not
-  work here): read-only system directories, no view of the rest of the file system, two
-  size-capped writable tmpfs (/tmp, the cwd, and /dev/shm) made for each job, new
-  user, pid, network, ipc, uts and cgroup namespaces, ``--die-with-parent``, an empty
-  environment;
-* ``rlimit`` (only when chosen explicitly; it hides nothing of the file system): a scrubbed
-  environment and, where the kernel allows them, new user, mount, network and IPC
-  namespaces with a new capped /tmp (the cwd) and /dev/shm over the host's; otherwise a
-  private temp dir on disk as cwd, and the host's /tmp and /dev/shm uncapped.
-
-Both: a new session/process group, hard rlimits (CPU, address space, processes, file
-size, open files, no core dumps) and a seccomp filter (``_seccomp``: no ptrace, keyrings,
-memfds, SysV objects, xattr writes, io_uring, message queues or new namespaces) set by the
-harness before any untrusted code runs, a wall-clock limit, stdout/stderr caps, a separate
-unprivileged uid per run when we are root, and, after every run, SIGKILL to the process
-group and to every process of the run's uid (or carrying the run's environment marker).
-``GSPO_TRL_SANDBOX=rlimit`` forces the fallback.
+Both: a new process group, hard rlimits and a seccomp filter (``_seccomp``) set before any
+untrusted code runs, a wall-clock limit, output caps, a separate unprivileged uid per run when we
+are root, and, after every run, SIGKILL to the process group and to every process of the run's
+uid (or carrying the run's marker). What each mode isolates and what it does not:
+``docs/rewards.md``.
 """
 
 from __future__ import annotations

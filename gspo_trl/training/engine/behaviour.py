@@ -1,25 +1,17 @@
 """`engine.correction` in a run: weigh each response's loss for the engine/trainer gap, and log it.
 
-The arithmetic is gspo_trl.training.engine.correction; this holds a run's state: the
-thresholds (fixed, or `auto` and calibrated once), the rows of the current rollout batch, and
-the alarm. Which log-probs it compares:
-
-- `old_logprobs: trainer`: d_t = log pi_old - log mu, TRL's recomputed pi_old
-  (`old_per_token_logps`) against vLLM's sampling log-probs (`sampling_per_token_logps`), both
-  in TRL's rollout dict (trl/trainer/grpo_trainer.py:2906-2911) and split with it into the minibatches, so
-  each update weighs its own responses and the rollout batch's union is every response once.
-  w_i corrects pi_old vs mu.
+The arithmetic is gspo_trl.training.engine.correction; this holds a run's state: the thresholds
+(fixed, or `auto` and calibrated once), the rows of the current rollout batch, and the alarm.
+- `old_logprobs: trainer`: d_t = log pi_old - log mu, TRL's recomputed pi_old against vLLM's
+  sampling log-probs, both in TRL's rollout dict and split with it, so each update weighs its
+  own responses; w_i corrects pi_old vs mu.
 - `old_logprobs: engine`: pi_old = mu, so w_i = 1; the token rules compare the update's own
-  log-probs (detached) with mu, as verl's bypass mode does (`rollout_log_prob = old_log_prob`,
-  then `old_log_prob=log_prob,  # Current policy`, verl/trainer/ppo/core_algos.py:2491,2498 at
-  verl-project/verl@1dda039).
-
-The weight multiplies TRL's `per_token_loss` where TRL's own vLLM correction does (`per_token_loss
-* inputs["importance_sampling_ratio"]`, grpo_trainer.py:3147), as a (B, 1) tensor; `loss_type:
-grpo` then averages per response (`((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0))
-.mean()`, :3153), so the loss is mean_i w_i L_i. `auto` thresholds come from a `check-logprobs
---json` report (engine.thresholds_from) or from the first weighed batch: the whole first rollout
-batch in trainer mode (before its first update), the first (on-policy) minibatch in engine mode.
+  log-probs (detached) with mu, as verl's bypass mode does.
+The weight multiplies TRL's `per_token_loss` where TRL's own vLLM correction does, as a (B, 1)
+tensor, so under `loss_type: grpo` the loss is mean_i w_i L_i. `auto` thresholds come from a
+`check-logprobs --json` report (engine.thresholds_from) or from the first weighed batch.
+The TRL and verl lines this rests on, and the metrics: docs/engine-logprobs.md ("Correcting the
+mismatch").
 """
 
 from __future__ import annotations

@@ -1,22 +1,16 @@
 """The behaviour correction GSPO needs: one length-normalised weight per response, pure functions.
 
-vLLM samples with other kernels (often another precision) than the trainer, so the behaviour
-policy mu that drew the tokens is not pi_old, the policy GSPO's ratio s_i is measured against.
-With d_t = log pi_old(y_t) - log mu(y_t) on the response's scored tokens, the weight is
+vLLM samples with other kernels (often another precision) than the trainer, so the policy mu that
+drew the tokens is not pi_old. With d_t = log pi_old(y_t) - log mu(y_t) on a response's scored
+tokens the weight is w_i = exp(mean_t d_t), length-normalised like s_i, so a constant gap gives
+every response the same weight; TRL 1.16's sequence modes use exp(SUM_t d_t), which zeroes long
+responses first (`trl_sequence_log_weight` keeps that rule for side-by-side figures).
 
-    w_i = exp(mean_t d_t)
-
-length-normalised like s_i itself. TRL 1.16's sequence modes weight by exp(SUM_t d_t)
-(`per_sequence_logps_diff = per_token_logps_diff.sum(dim=-1, keepdim=True)`,
-trl/trainer/grpo_trainer.py:2668): under a systematic gap g nats/token that is exp(g |y_i|),
-so a response's chance of being zeroed grows with its length (`trl_sequence_log_weight` keeps
-that rule for side-by-side figures). Here a constant gap gives every response the same weight.
-
-Modes (`behaviour_weights`): `truncate` (min(w_i, C)) and `reject` (w_i inside [C_min, C_max],
-0 outside), plus two token rules verl and AReaL document: the largest |d_t| of a response, and
-its mean K3 = exp(d_t) - 1 - d_t. `auto_thresholds` sets bounds from a measured mismatch.
-gspo_trl.training.engine.behaviour applies the weight in the loss (as a per-response factor of
-TRL's `loss_type: grpo` average); this module has no trainer state.
+Modes (`behaviour_weights`): `truncate` (min(w_i, C)), `reject` (w_i inside [C_min, C_max], 0
+outside), and two token rules from verl and AReaL: a response's largest |d_t|, and its mean
+K3 = exp(d_t) - 1 - d_t. `auto_thresholds` sets bounds from a measured mismatch.
+gspo_trl.training.engine.behaviour applies the weight in the loss; this module has no trainer
+state. Why and how measured: docs/engine-logprobs.md ("Correcting the mismatch").
 """
 
 from __future__ import annotations

@@ -1,25 +1,17 @@
 """pi_old from the inference engine: vLLM's log-probs of the sampled tokens, no trainer forward.
 
-TRL (1.16) recomputes pi_old with a no-grad trainer forward over every rollout batch whenever
-vLLM generates or updates are off-policy (`_generate_and_score_completions`), even though vLLM
-already returned the log-prob of every token it sampled (`sampling_per_token_logps`). With
-`engine.old_logprobs: engine`, GSPOTrainer hands those back instead of running the forward:
+With `engine.old_logprobs: engine`, GSPOTrainer hands back vLLM's sampling log-probs
+(`sampling_per_token_logps`) where TRL 1.16 would recompute pi_old with a no-grad forward: `_generate`
+is observed and its log-probs kept for the rollout batch; TRL's pi_old call (the first
+trainer-model call inside `_generate_and_score_completions`; the reference model's comes after and
+is left alone) returns them, right-padded with 0 as TRL pads them. A batch with a missing (NaN)
+log-prob on a scored token falls back to the forward, with a warning.
 
-- `_generate` is observed and its per-token sampling log-probs kept for this rollout batch;
-- the first trainer-model call of `_get_per_token_logps_and_entropies` inside
-  `_generate_and_score_completions` (TRL's pi_old call; the reference model's, if any, comes
-  after it and is left alone) returns them, right-padded with 0 to the completion width exactly
-  as TRL pads `sampling_per_token_logps`. A batch with a missing (NaN) log-prob on a scored
-  token falls back to the forward, with a warning.
-
-The engine's numbers must be of the distribution the trainer's ratio assumes, softmax(logits /
-temperature): colocated vLLM runs with `logprobs_mode="processed_logprobs"` (TRL sets it:
-temperature applied), a server must be started with `--logprobs-mode processed_logprobs`
-(checked here), and top_p/top_k/min_p/repetition_penalty must be neutral (refused by
-`gspo_trl.config.sections.engine.check_engine_settings`). TRL's vLLM importance-sampling correction
-reweights by pi_old / pi_engine, which is 1 by construction in this mode: it is turned off.
-
-`gspo_trl.training.engine.mismatch` measures the remaining mismatch on every rollout batch.
+Refuses a server not started with `--logprobs-mode processed_logprobs` (the ratio assumes
+softmax(logits / temperature)); reshaping samplers are refused by
+`gspo_trl.config.sections.engine.check_engine_settings`. TRL's vLLM importance-sampling correction
+is 1 by construction here and is turned off. `gspo_trl.training.engine.mismatch` measures what
+mismatch remains. Docs: docs/engine-logprobs.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,15 @@
 """The engine-mismatch guard: is the inference engine's pi_old good enough for GSPO's clip range?
 
-With `engine.old_logprobs: engine`, pi_old is what vLLM reported while sampling. On the first
-minibatch of a rollout batch the trainer has not been updated yet, so there
-log s_i = mean_t [log pi_trainer(y_it) - log pi_engine(y_it)] is the engine mismatch alone, and
-the trainer computes it anyway for the loss: the guard costs nothing but a gather of one number
-per response. A mismatch matters in two ways:
-
-- bias: a systematic shift moves every s_i the same way, eating into one side of the clip range
-  (GSPO's paper range is [1 - 3e-4, 1 + 4e-4]); flagged when |mean| exceeds
-  `max_bias_fraction` of the narrower half-range in log space;
-- spread: responses already outside the clip range on the on-policy minibatch lose their
-  gradient (one advantage sign) before the policy has moved; flagged when more than
-  `max_outside_clip` of them are.
+With `engine.old_logprobs: engine`, on the first minibatch of a rollout batch the trainer has not
+moved, so log s_i = mean_t [log pi_trainer - log pi_engine] is the engine mismatch alone, computed
+by the loss anyway: the guard costs a gather of one number per response. It flags a bias (|mean|
+over `max_bias_fraction` of the narrower clip half-range, in log space) and a spread (more than
+`max_outside_clip` of the responses outside the clip range before the policy has moved).
 
 `judge_mismatch` is the one verdict on a mismatch: `gspo-trl check-logprobs` applies it, with
 the same default limits, to the delta_i it measures before a run.
-
-Metric keys: `gspo/engine_mismatch/{mean,std,outside_clip}` (nats; nats; fraction 0-1), one
-value per rollout batch, averaged over a logging step by TRL.
+Metric keys: `gspo/engine_mismatch/{mean,std,outside_clip}` (nats; nats; fraction 0-1), one value
+per rollout batch, averaged over a logging step by TRL. Docs: docs/engine-logprobs.md.
 """
 
 from __future__ import annotations

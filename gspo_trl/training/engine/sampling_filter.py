@@ -1,26 +1,13 @@
 """vLLM's top-k/top-p/min-p filter, replayed on the trainer's logits: pure functions, no trainer state.
 
-With a reshaping sampler vLLM draws token y_t from the filtered distribution and reports its
-log-prob there (`processed_logprobs`): log mu_t = z_y - logsumexp_{v in K_t} z_v, K_t the kept set,
-z the logits / temperature. The trainer's log-prob of the same token is over the whole vocabulary,
-so the two differ by log S_t = logsumexp_{K_t} z - logsumexp_V z <= 0, the log of the mass kept.
-`log_kept_mass` computes it from the trainer's logits with the same operations, in the same order
-and precision (fp32) as vLLM 0.31's CPU sampler:
-
-1. temperature: `logits = self.apply_temperature(` (vllm/v1/sample/sampler.py:276);
-2. min_p, an argmax-invariant processor applied next
-   (`for processor in sampling_metadata.logitsprocs.argmax_invariant:`, sampler.py:282): a token is
-   dropped when `invalid_token_mask = probability_values < adjusted_min_p`
-   (vllm/v1/sample/logits_processor/builtin.py:113), the threshold max prob x min_p;
-3. top-k then top-p on the logits sorted ascending (`def apply_top_k_top_p_pytorch(`,
-   vllm/v1/sample/ops/topk_topp_sampler.py:462): below the k-th largest value dropped (ties kept),
-   then the tokens whose ascending cumulative probability is `top_p_mask = probs_sum <= 1 - p`
-   (topk_topp_sampler.py:497), the largest always kept. Top-k alone keeps the same set
-   (`return logits.masked_fill_(logits < top_k_mask, -float("inf"))`, topk_topp_sampler.py:525).
-
-The sampled token is kept by construction (vLLM drew it), so it is added to K_t when the
-trainer's logits, a rounding away from the engine's, put it just outside: `sampled_outside` counts
-those tokens (a kept set that differs), the one way replay can be inexact.
+A reshaping sampler reports the sampled token's log-prob over the kept set K_t; the trainer's is
+over the whole vocabulary, so they differ by log S_t, the log of the mass kept.
+`log_kept_mass` computes log S_t from the trainer's logits with vLLM 0.31's CPU sampler's
+operations, in its order and precision (fp32): temperature, min-p, then top-k and top-p on the
+ascending sort. The sampled token always counts as kept; `sampled_outside` counts the tokens the
+trainer's logits would have dropped, the one way replay can be inexact.
+Used by gspo_trl.training.engine.sampling_masks. The vLLM lines each step follows are quoted in
+docs/engine-logprobs.md ("Top-p, top-k and min-p").
 """
 
 from __future__ import annotations

@@ -1,23 +1,16 @@
 """`engine.sampling_masks: replay` in a run: put the engine's log-probs back on the trainer's scale.
 
-Under top_p/top_k/min_p, vLLM's log-prob of each sampled token is of the filtered distribution,
-log mu_t = log mu_plain_t - log S_t (gspo_trl.training.engine.sampling_filter). At the end of each
-training rollout batch, one no-grad forward of the trainer's model (the weights that are pi_old)
-over the batch's prompts and completions replays the filter on its logits and gives log S_t per
-completion token; then, in TRL's rollout dict,
+Under top_p/top_k/min_p vLLM's log-prob of a sampled token is of the filtered distribution,
+log mu_t = log mu_plain_t - log S_t (gspo_trl.training.engine.sampling_filter). At the end of
+each training rollout batch one no-grad forward of pi_old's weights replays the filter and gives
+log S_t per completion token; then, in TRL's rollout dict, `sampling_per_token_logps` (and
+`old_per_token_logps` when it is the engine's) get log S_t added, so the GSPO ratio, the engine
+guard and the behaviour correction compare log-probs over one vocabulary.
+`sampling_log_kept_mass` keeps log S_t per token (B, C), a row key TRL shuffles and splits with
+the rest (gspo_trl.training.rollout_rows has its layout for dynamic sampling).
 
-- `sampling_per_token_logps` (mu) becomes mu + log S_t, and so does `old_per_token_logps` when it
-  is the engine's (`old_logprobs: engine`): the GSPO ratio s_i, the engine guard and the behaviour
-  correction then compare log-probs over one vocabulary. This is renormalising pi_old over the
-  kept set (log pi_old - log S_t against log mu) written on mu's side: w_i and pi_old's use of mu
-  are exact; s_i = pi_theta / pi_old is the plain-softmax ratio both ways, which equals the
-  kept-set ratio at the on-policy minibatch and differs from it off-policy by the change of kept
-  mass, mean_t(log S_t(theta) - log S_t(old)).
-- `sampling_log_kept_mass` keeps log S_t per token (B, C), a row key TRL shuffles and splits with
-  the rest (gspo_trl.training.rollout_rows has its layout for dynamic sampling).
-
-It costs a forward with full logits per rollout batch: with `old_logprobs: engine` that is the
-forward engine log-probs saved (docs/engine-logprobs.md, "Top-p, top-k and min-p", has the times).
+It costs a forward with full logits per rollout batch. What is exact and what is not (the s_i
+ratio off-policy), and the times: docs/engine-logprobs.md ("Top-p, top-k and min-p").
 """
 
 from __future__ import annotations

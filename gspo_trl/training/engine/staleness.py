@@ -1,25 +1,15 @@
 """`engine.max_staleness` in a run: when the engine's weights are synced, and how old each row is.
 
-With d = max_staleness, the engine is synced at rollout batch r only when r % (d + 1) == 0, so
-rollout batch r samples with the weights of rollout batch r - (r % (d + 1)): staleness 0, 1, ..., d,
-0, 1, ... rollout batches. That is the engine of an asynchronous pipeline whose trainer hands the
-engine new weights every d + 1 rollout batches: staleness is bounded by d and averages d / 2. A
-pipeline that keeps a constant lag (every batch exactly d old) is the other schedule of depth d,
-not this one (its engine would need d past copies of the weights).
-
-r counts the training rollouts that begin at a new optimizer step (TRL syncs at most once a step;
-a dynamic sampling round or a second rollout batch in the same step is the same r): from
-ceil(steps_done x accumulation / max(micro-batches, accumulation)) at the process's first, +1 each.
-A resumed run keeps the sync points (r % (d + 1) == 0, as uninterrupted) and also syncs its first
-rollout batch: its engine holds the base model (or what another process pushed to a server), not
-the version the schedule wants, so that batch is sampled fresh and logged 0 stale, as it is.
-Eval rollouts (TRL's `eval_strategy`) are not counted and, like a sync asked outside any rollout
-(held-out scoring), always sync: an evaluation must score the current policy, not one up to d
-rollout batches old; the rows sampled after it are
-tagged with the version it pushed (a sync inside rollout batch r's span counts as r's).
+With d = max_staleness the engine is synced at rollout batch r only when r % (d + 1) == 0, so a
+row is 0 to d rollout batches stale (d / 2 on average). r counts the training rollouts that begin
+at a new optimizer step. A resumed run keeps the uninterrupted run's sync points and also syncs its
+first rollout batch (its engine holds other weights); eval rollouts and held-out scoring always
+sync, since they must score the current policy.
 
 Each row is tagged in TRL's rollout dict: ENGINE_VERSION, the optimizer step whose weights sampled
 it, and ENGINE_STALENESS, how many rollout batches older those weights are than the rollout's own.
+The schedule, the counting of r and the decoupled objective: docs/engine-logprobs.md ("Stale
+engine weights").
 """
 
 from __future__ import annotations

@@ -1,20 +1,27 @@
-"""Is the vLLM server a `vllm_mode: server` recipe needs up? Asked before the model loads.
+"""Is the vLLM server a `vllm_mode: server` recipe needs up, and can it take this trainer's
+weights? Asked before the model loads; and a server lost mid-run said in one line.
 
 Without this, a server-mode run with no server loads the model, builds the trainer, then waits
 TRL's `vllm_server_timeout` (240 s) on every attempt before a ConnectionError; launched from
 the multi-GPU configs it costs minutes and a stack trace. Here the same health endpoint TRL's
 VLLMClient polls (`GET {base_url}/health`) is asked for a few seconds, and a missing server
-is a RecipeError naming the keys to fix and the command that starts one.
+is a RecipeError naming the keys to fix and the command that starts one. A server whose
+weight-transfer backend this trainer cannot speak (NCCL from a CPU trainer, gloo from a CUDA
+one, none at all) is refused the same way, instead of failing in the rendezvous after the load.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-from gspo_trl.core.errors import RecipeError
+from gspo_trl.core.errors import RecipeError, VLLMServerLost
 
 CHECK_TIMEOUT_S = 5.0
 """How long a train start waits for the server to answer: it is meant to be up already (the
@@ -45,8 +52,6 @@ def server_vllm_version(base_url: str, timeout_s: float = CHECK_TIMEOUT_S) -> st
     """The server's vLLM version: `trl vllm-serve` runs vLLM's own server (trl/scripts/vllm_serve.py,
     `vllm.entrypoints.cli.main serve`), which answers `GET /version` with {"version": ...}
     (vllm/entrypoints/serve/instrumentator/basic.py:53-56). None when it does not say."""
-    import json
-
     try:
         with urllib.request.urlopen(f"{base_url}/version", timeout=timeout_s) as response:
             return str(json.loads(response.read())["version"])
@@ -77,6 +82,7 @@ def check_vllm_server(args: Any, timeout_s: float = CHECK_TIMEOUT_S, model: str 
     while True:
         problem = _answers(url, timeout_s=max(0.1, min(2.0, deadline - time.monotonic())))
         if problem is None:
+            check_weight_transfer(base_url, trainer_on_cuda(args))
             if model is not None:
                 check_server_for_moe(base_url, model)
             return
@@ -94,3 +100,89 @@ def check_vllm_server(args: Any, timeout_s: float = CHECK_TIMEOUT_S, model: str 
         f"--host 0.0.0.0 --port {args.vllm_server_port}` (docs/vllm.md), then point "
         "vllm_server_host (or vllm_server_base_url) at it; or train with vllm_mode: colocate."
     )
+
+
+GLOO_SERVER = (
+    '`trl vllm-serve ... --weight-transfer-config \'{"backend": "gloo"}\'` with the gspo-trl '
+    'plugin alias on its PYTHONPATH (docs/vllm.md, "Server mode on CPU")'
+)
+
+
+def trainer_on_cuda(args: Any) -> bool:
+    """Whether TRL's client sends from a CUDA device (its NCCL path) or from CPU (gloo)."""
+    import torch
+
+    return torch.cuda.is_available() and not getattr(args, "use_cpu", False)
+
+
+def server_weight_backend(base_url: str, timeout_s: float = CHECK_TIMEOUT_S) -> tuple[bool, str | None]:
+    """(known, backend): the server's weight-transfer backend from `/server_info`, the endpoint
+    TRL's client reads (trl/generation/vllm_client.py:310-318); known is False when the server does
+    not say (no dev-mode endpoints), and then TRL's own checks run as before."""
+    url = f"{base_url}/server_info?config_format=json"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            config = json.loads(response.read())["vllm_config"]["weight_transfer_config"]
+    except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError):
+        return False, None
+    return True, None if config is None else str(config.get("backend"))
+
+
+def check_weight_transfer(base_url: str, on_cuda: bool) -> None:
+    """Refuse a server whose weight-transfer backend this trainer cannot join: TRL's NCCL path
+    needs CUDA (vllm_client.py:756-760), gspo-trl's gloo path is the CPU trainer's."""
+    known, backend = server_weight_backend(base_url)
+    if not known:
+        return
+    where = f"vllm_mode: server, but the vLLM server at {base_url}"
+    if backend is None:
+        fix = GLOO_SERVER if not on_cuda else "`trl vllm-serve` (TRL's default NCCL backend)"
+        raise RecipeError(
+            f"{where} has no weight-transfer engine, so it would never get the trained weights: "
+            f"restart it as {fix}"
+        )
+    if not on_cuda and backend != "gloo":
+        raise RecipeError(
+            f"{where} syncs weights over {backend!r}, which needs a CUDA trainer, and this trainer "
+            "runs on CPU: "
+            f"restart the server as {GLOO_SERVER}"
+        )
+    if on_cuda and backend == "gloo":
+        raise RecipeError(
+            f"{where} syncs weights over 'gloo' (gspo-trl's CPU backend), and this trainer runs on CUDA, "
+            "which TRL syncs over NCCL: restart the server without --weight-transfer-config "
+            "(TRL's default NCCL)"
+        )
+
+
+def _latest_checkpoint(output_dir: str) -> Path | None:
+    found = [p for p in Path(output_dir).glob("checkpoint-*") if p.name.split("-")[-1].isdigit()]
+    return max(found, key=lambda p: int(p.name.split("-")[-1]), default=None)
+
+
+@contextlib.contextmanager
+def server_loss_in_one_line(args: Any) -> Iterator[None]:
+    """A server-mode run whose server dies (a generate request or a weight sync cut off) ends in
+    one `error:` line naming the server and the checkpoint left to resume from, not requests'
+    retry traceback (TRL's client retries 5 times first, backoff 2 s: about a minute)."""
+    if not getattr(args, "use_vllm", False) or getattr(args, "vllm_mode", None) != "server":
+        yield
+        return
+    import requests
+
+    try:
+        yield
+    except (requests.exceptions.RequestException, ConnectionError) as error:
+        base_url = server_base_url(args)
+        if _answers(f"{base_url}/health", timeout_s=2.0) is None:
+            raise  # the server is up: not a lost server, keep the real error
+        checkpoint = _latest_checkpoint(args.output_dir)
+        kept = (
+            f"checkpoint {checkpoint} is kept: restart the server, then run the same command with --resume"
+            if checkpoint
+            else "no checkpoint was saved yet (save_steps): restart the server and train again"
+        )
+        reason = str(error).split(" (Caused by ")[-1].rstrip("\"')").split(": ")[-1][:200]
+        raise VLLMServerLost(
+            f"the vLLM server at {base_url} stopped answering during training ({reason}); {kept}"
+        ) from None

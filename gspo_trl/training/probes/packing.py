@@ -1,26 +1,16 @@
 """`packing: true`: pi_old's, the reference model's and the updates' forwards without padding.
 
 TRL runs `_get_per_token_logps_and_entropies` on the padded (B, P + C) rectangle. This probe runs
-the same model call on the rows' real tokens only, packed into few sequences
-(gspo_trl.training.packed_rows), with position ids restarting per row and no attention mask, so
-transformers keeps attention inside each row (`if position_ids is not None and attention_mask is
-None and past_key_values is None:` ... `find_packed_sequence_indices(position_ids)`,
-transformers/masking_utils.py:855-860; flash attention's varlen path when the batch is one row,
-`return batch_size == 1 and`, transformers/modeling_flash_attention_utils.py:549). The log-probs and
-entropies come back in TRL's (B, C) layout, zeros where TRL's are zeros, so TRL's loss, GSPO's
-per-response mean and every probe read what they read without packing.
+the same model call, TRL's own with its labels, on the rows' real tokens only, packed into few
+sequences (gspo_trl.training.packed_rows) with position ids restarting per row and no attention
+mask, so transformers keeps attention inside each row. The log-probs and entropies come back in
+TRL's (B, C) layout, zeros where TRL's are zeros, so TRL's loss, GSPO's per-response mean and
+every probe read what they read without packing.
 
-The model call is TRL's own (`outputs = model(**model_inputs, labels=labels, fused_lm_head=True)`,
-trl/trainer/grpo_trainer.py:1498, the fused head TRL added with its temperature and entropy,
-:1068-1073), with the labels it builds (`labels = input_ids_batch.masked_fill(attention_mask_batch
-== 0, -100)`; `labels[:, :-logits_to_keep] = -100`, :1494-1495) moved to the packed positions.
-
-Sequences: at most the padded width (P + C) tokens each under SDPA or eager attention, whose
-packed mask is dense (so no packed sequence costs more attention than a padded row); one
-sequence under flash attention (varlen: each row attends only to itself at no extra cost) and
-when TRL asks for the MoE load-balancing loss (then no filler token enters its token means, as
-the padded forward's attention mask keeps padding out: `load_balancing_loss_func(...,
-kwargs.get("attention_mask"))`, trl/trainer/utils.py:1681-1683).
+Sequences hold at most the padded width under SDPA or eager attention (their packed mask is
+dense); flash attention, and a run with TRL's MoE load-balancing loss, get one sequence. The
+transformers and TRL lines this rests on, the measurements and when to turn it on:
+docs/performance.md ("Packing: forwards without padding").
 """
 
 from __future__ import annotations

@@ -1,22 +1,15 @@
 """What a training run prints, and the full metrics it writes next to the model.
 
-TRL prints each logging step as a Python dict of 60+ keys, which nobody reads. A GSPO run
-prints instead, on the main process only:
+TRL prints each logging step as a dict of 60+ keys. A GSPO run prints instead, on the main
+process only: a start banner (model, data, rewards, GSPO settings, the engine capabilities, world
+size, output dir), one line per log (step, rewards, held-out score, off-policy clip fraction,
+spread of log s_i, what the probes add, seconds/step, ETA), an end summary (each phase's share
+and token rates, run_summary), and `!` alarm lines (each probe's `alarm_loggers`, groups that all
+have zero variance, a reward that scores every completion alike, reward_watch).
 
-    a start banner     model (and LoRA), data rows, rewards, GSPO settings, the engine capabilities
-                       and dynamic sampling when on, world size, output dir
-    one line per log   step/max, train reward (each reward's mean too), held-out score (when
-                       measured), off-policy clip fraction, spread of log s_i, MoE expert flips,
-                       staleness and w_i (when on), zero-variance groups, dynamic sampling's
-                       keep rate and rounds, seconds/step, ETA
-    an end summary     each phase's share of the run and its token rates (run_summary)
-    `!` lines          alarms: each probe's warnings (its `alarm_loggers`: the clip-rate alarm, the
-                       MoE routing alarm, ...), "every group has zero variance" for several logging
-                       steps, and a reward that scores every completion alike (reward_watch)
-
-Every key of every log event still goes to the trackers in `report_to` (the Trainer's own
-integrations) and, always, to OUTPUT_DIR/metrics.jsonl (one JSON object per event, with its
-`step`), which `gspo-trl report` reads.
+Every key of every log event still goes to the trackers in `report_to` and, always, to
+OUTPUT_DIR/metrics.jsonl (one JSON object per event, with its `step`), which `gspo-trl report`
+reads. What a probe declares (its alarm loggers): docs/probes.md.
 """
 
 from __future__ import annotations

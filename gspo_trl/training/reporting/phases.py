@@ -1,27 +1,15 @@
 """Where a run's time goes: seconds per phase, tokens per second, and MFU of the update phase.
 
-The perf probe (gspo_trl.training.probes.perf) opens a phase around each piece of real work
-(the trainer's events; gspo_trl.training.trainer quotes the TRL call of each); `PhaseTimer` keeps
-the phases disjoint: opening one pauses the phase it is nested in (generation runs inside TRL's
-training step, a weight sync inside generation), and inside `heldout` or `checkpoint` everything
-counts to them (a held-out pass generates too). On CUDA every boundary calls
-`torch.cuda.synchronize()`, so a phase owns its kernels' run time, not just their launch.
-`setup` is `train()` up to `on_train_begin` (optimizer, accelerate's `prepare`, the dataloader).
-`other` is the window's wall time minus the phases: data loading, logging, callbacks. Windows
-run from one training log to the next, so the phases of a window sum to its `perf/wall_s` with
-`other` included.
+The perf probe (gspo_trl.training.probes.perf) opens a phase around each piece of real work (the
+trainer's events); `PhaseTimer` keeps the phases disjoint: opening one pauses the phase it is
+nested in, and inside `heldout` or `checkpoint` everything counts to them. On CUDA every boundary
+synchronizes, so a phase owns its kernels' run time. `other` is the window's wall time minus the
+phases, so a window's phases sum to its `perf/wall_s`.
 
-Throughput is the field's formula (verl's `perf/throughput`, NeMo-RL's tokens/s/GPU): tokens
-over (window wall seconds x processes), with tokens counted over every process:
-
-    perf/tokens_per_s          = perf/generated_tokens / (perf/wall_s x processes)
-    perf/trained_tokens_per_s  = perf/trained_tokens   / (perf/wall_s x processes)
-
-`generated_tokens` are the completion tokens sampled for training; `trained_tokens` the prompt
-and completion tokens (padding excluded) of every minibatch a gradient was taken on (counted
-again on each of `num_iterations` passes). MFU is this process's update FLOPs (gspo_trl.model.sizing.flops,
-the count `gspo-trl plan` uses, over the padded minibatches as the forward runs them) over
-(update seconds x the device's peak, gspo_trl.model.sizing.flops.peak_tflops), 0-1.
+Throughput is tokens over (window wall seconds x processes), tokens counted over every process;
+MFU is this process's update FLOPs (gspo_trl.model.sizing.flops, the count `gspo-trl plan` uses)
+over (update seconds x the device's peak, gspo_trl.model.sizing.flops.peak_tflops), 0-1. Each
+key, what it holds and the peers' formulas: docs/performance.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """Settings a few characters long that would ask for more memory than the machine has, refused
 by `validate` with the arithmetic, instead of an out-of-memory kill minutes into `train`.
 
-Each bound comes from something that exists, not a chosen constant:
-
-- a synthetic source generates `num_rows` rows in memory; past the number of distinct problems
-  its task has, further rows only repeat them (`ReversalTask.distinct_problems`);
-- without vLLM, TRL generates a process's whole share of the rollout batch in one
-  `model.generate` call (`prompt_completion_ids = unwrapped_model.generate(**generate_inputs,
-  ...)`, trl/trainer/grpo_trainer.py:1873, on `per_device_train_batch_size x
-  steps_per_generation` completions), and every decoding step copies the last token's logits
-  to float32 (`next_token_logits = outputs.logits[:, -1].to(copy=True, dtype=torch.float32,
-  ...)`, transformers/generation/utils.py:3042): completions x vocabulary x 4 bytes, held at
-  once. When that alone exceeds this machine's physical memory the run cannot start its first
-  rollout here (on a GPU, whose memory is smaller still, even less so).
-- that bound needs the model's vocabulary, unknown before the built-in tiny model is first built,
-  and its 512 tokens fit anyway; so one `model.generate` call is also capped at
-  MAX_COMPLETIONS_PER_GENERATE completions per process, a stated sanity cap: 65,536 x 65,536 with
-  steps_per_generation 4 asked for 262,144 and died in the tiny model's prefill (a 608 MiB rotary
-  table under an 8 GB limit), while the largest recipe here generates 128.
+Each bound comes from something that exists: a synthetic source's distinct problems
+(`ReversalTask.distinct_problems`); without vLLM, the float32 logits TRL's single `model.generate`
+call holds at once (completions x vocabulary x 4 bytes) against physical memory; and, before the
+built-in tiny model's vocabulary is known, MAX_COMPLETIONS_PER_GENERATE completions per process, a
+stated sanity cap. The TRL and transformers lines and the run that set the cap:
+docs/plan.md ("Memory per GPU").
 """
 
 from __future__ import annotations

@@ -1,25 +1,17 @@
 """One reward call, bounded: a time limit it cannot swallow, the working directory put back,
 and Ctrl-C obeyed.
 
-TRL calls each reward function from the training loop and waits for it; a reward that never
-returns held training until a second Ctrl-C, and one with a bare `except:` (a "retry until
-the grader answers" loop) swallowed the one-shot alarm and the Ctrl-C alike (100 s under a
-3 s limit, exit 0; two Ctrl-C needed SIGKILL). `guarded_call` runs the reward in the main
-thread, as before, with:
-
-- a time limit (SIGALRM via `setitimer`, fired again every REARM_S until the call returns):
-  the run stops with a RewardFailedError naming the reward, the batch and the limit. A
-  reward that still has not returned HARD_STOP_S later (it catches BaseException, or sits
-  in C code) is stopped without its cooperation: one `error:` line, exit 2, checkpoints
-  already saved kept. A reward must not catch BaseException (docs/rewards.md);
-- Ctrl-C or SIGTERM during the call: the run's own handler hears it (StopOnInterrupt: save at
-  the end of this step) and the reward gets INTERRUPT_GRACE_S more, then is interrupted
-  (TrainingInterrupted: exit 130), and stopped HARD_STOP_S after that if it swallows that
-  too; a second Ctrl-C ends the run at once (exit 130, saved checkpoints kept);
-- the working directory restored, with one warning naming the reward.
+TRL calls each reward from the training loop and waits; a reward that never returns, or one whose
+bare `except:` swallows the alarm and Ctrl-C, would hold training. `guarded_call` runs the reward
+in the main thread with a time limit (SIGALRM via `setitimer`, re-fired every REARM_S until the
+call returns: RewardFailedError naming the reward, the batch and the limit; HARD_STOP_S later,
+stopped without its cooperation, exit 2); with Ctrl-C or SIGTERM heard by the run's handler and
+obeyed INTERRUPT_GRACE_S later (exit 130; a second Ctrl-C ends the run at once); and with the
+working directory restored, with a warning naming the reward.
 
 Outside the main thread (an async reward on TRL's event loop) only the working directory is
-guarded here; the async wrapper bounds the time with `asyncio.wait_for`.
+guarded here; the async wrapper bounds the time with `asyncio.wait_for`. A reward must not catch
+BaseException: docs/rewards.md.
 """
 
 from __future__ import annotations

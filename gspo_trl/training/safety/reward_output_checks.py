@@ -1,19 +1,12 @@
 """Reward functions checked on every call, so a broken reward stops the run with its name.
 
-TRL calls each reward once per rollout batch and turns what comes back into a tensor: a
-reward that raises ends the run with a traceback deep in TRL; one that returns strings or
-the wrong number of values fails there with a message that names no row; and one that
-returns None for every completion (it reads a column the data does not hold in its format)
-trains on nothing but the other rewards, with a warning per batch that is easy to miss.
-
-`with_reward_checks` wraps each reward function (not reward models): the wrapper keeps the
-reward's name (TRL's metric key) and sync/async nature, and raises `RewardFailedError`, a
-UserError (one line, exit 2), naming the reward, the row (index in the batch) and what it
-got: not a number, not finite, or beyond MAX_REWARD_MAGNITUDE. If no reward judges any
-completion of the first rollout batch (all None or NaN), the run stops at once, naming the
-rewards: a short run would otherwise end with loss 0 and exit 0. Later, after
-`max_unjudged_batches` batches in a row in which one reward judged nothing, the run stops
-naming that reward.
+`with_reward_checks` wraps each reward function (not reward models), keeping its name (TRL's
+metric key) and its sync/async nature, and raises `RewardFailedError`, a UserError (one line,
+exit 2), naming the reward, the row (index in the batch) and what it got: not a number, not
+finite, or beyond MAX_REWARD_MAGNITUDE. A first rollout batch that no reward judges (all None or
+NaN) stops the run at once, naming the rewards: a short run would otherwise end with loss 0 and
+exit 0. Later, `max_unjudged_batches` batches in a row in which one reward judged nothing stop
+the run naming that reward. What TRL does without it: docs/rewards.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,17 @@
 """One run per output directory: a lock, no silent overwrite, no resume of a different run.
 
-`claim_run_dir` is what `gspo-trl train` does with its output_dir after the preflight checks
-and before anything heavy is imported, so each refusal below takes as long as `validate`:
+`claim_run_dir` is what `gspo-trl train` does with its output_dir after the preflight checks and
+before anything heavy is imported, so each refusal takes as long as `validate`: a flock lock
+(gspo_trl.training.safety.run_lock) keeps a second run out while the first lives; a directory
+holding a previous run's output is refused unless the launch says `--resume` or `--overwrite`;
+`--resume` picks the newest checkpoint holding every part a resume reads
+(gspo_trl.model.loading.checkpoints.resumable_checkpoint), refuses over a finished run with no
+checkpoint left, and says a run already at its last step is complete (RunComplete: exit 0);
+RUN_RECORD (gspo_trl.training.safety.run_record) makes `--resume` refuse a run whose defining
+keys differ, listing each.
 
-- a lock file (gspo_trl.training.safety.run_lock) held with flock and naming the holder keeps
-  a second run out while the first lives; the kernel lets go of a dead holder's lock (kill -9,
-  a crash), and the next run takes it over with a warning naming the run that left it;
-- a directory holding a previous run's training output (checkpoints, trainer_state.json,
-  metrics.jsonl) is refused unless the launch says what to do with it: `--resume` continues
-  it, `--overwrite` deletes its checkpoints and logs first (what the HF Trainer's users know
-  as overwrite_output_dir), so a later `--resume` cannot jump into the old run's checkpoints;
-- `--resume` picks the newest checkpoint holding every part a resume reads
-  (gspo_trl.model.loading.checkpoints.resumable_checkpoint) and refuses over a finished run with no
-  checkpoint left instead of starting it again from scratch, and says a run whose checkpoint
-  already reached its last step is complete (RunComplete: exit 0, nothing written);
-- RUN_RECORD holds what defines the run (gspo_trl.training.safety.run_record); `--resume`
-  refuses when a defining key differs, listing each, and warns for keys that only change
-  logging, saving or length.
-
-Only the launch's main process (RANK 0) takes the lock and writes; every process reaches the
-same decisions from the same files.
+Only the launch's main process (RANK 0) takes the lock and writes; every process reaches the same
+decisions from the same files. Docs: docs/scaling.md ("Resume after a crash").
 """
 
 from __future__ import annotations

@@ -142,3 +142,35 @@ def test_the_servers_own_vllm_is_checked_for_a_moe_model(tmp_path: Path, version
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_server_lost_mid_run_is_one_line_naming_it_and_the_checkpoint_kept(tmp_path: Path) -> None:
+    """requests' own ConnectionError from a refused port (what TRL's client raises once its
+    retries are spent) becomes one line; the real run: scripts/check_server_mode.py `death`."""
+    import requests
+
+    from gspo_trl.core.errors import VLLMServerLost
+    from gspo_trl.training.engine.vllm_server import server_loss_in_one_line
+
+    url = f"http://127.0.0.1:{_closed_port()}"
+    args = gspo_config(_server_recipe(tmp_path, vllm_server_base_url=url))
+    (tmp_path / "run" / "checkpoint-2").mkdir(parents=True)
+    (tmp_path / "run" / "checkpoint-10").mkdir()
+    with pytest.raises(VLLMServerLost) as lost, server_loss_in_one_line(args):
+        requests.post(f"{url}/v1/completions", json={}, timeout=5)
+    message = str(lost.value)
+    assert "\n" not in message and f"the vLLM server at {url} stopped answering" in message
+    assert "Connection refused" in message and "checkpoint-10 is kept" in message and "--resume" in message
+
+
+def test_a_request_error_while_the_server_answers_keeps_its_own_error(
+    tmp_path: Path, health_server: int
+) -> None:
+    import requests
+
+    from gspo_trl.training.engine.vllm_server import server_loss_in_one_line
+
+    url = f"http://127.0.0.1:{health_server}"
+    args = gspo_config(_server_recipe(tmp_path, vllm_server_base_url=url))
+    with pytest.raises(requests.exceptions.ConnectionError), server_loss_in_one_line(args):
+        raise requests.exceptions.ConnectionError("one dropped connection")
