@@ -56,7 +56,7 @@ class AlternatingModes(Probe):
     def around_rollout(self, trainer: Any, prompts: list, proceed: Callable[[list], dict]) -> dict:
         use_engine = len(self.marks) % 2 == 0
         self.engine.active = use_engine
-        trainer.vllm_importance_sampling_correction = not use_engine  # trainer mode = TRL's default
+        trainer.use_trl_vllm_correction(not use_engine)  # trainer mode = TRL's default
         self.marks.append(("engine" if use_engine else "trainer", time.perf_counter()))
         return proceed(prompts)
 

@@ -225,6 +225,25 @@ class GSPOTrainer(GRPOTrainer):
         engine.llm.sleep(level=2)
         engine._llm_weights_sleeping = True
 
+    def use_trl_vllm_correction(self, on: bool) -> None:
+        """Turn TRL's own vLLM importance-sampling correction on or off for the rest of the run.
+        TRL reads the flag in its rollout (`if self.use_vllm and self.vllm_importance_sampling_correction:`,
+        trl/trainer/grpo_trainer.py:2660) and in its loss (:3146)."""
+        self.vllm_importance_sampling_correction = on
+
+    @contextmanager
+    def trl_loss_weight(self) -> Iterator[None]:
+        """Let TRL's loss apply `inputs["importance_sampling_ratio"]` for this call: it multiplies
+        `per_token_loss` by it only `if self.use_vllm and self.vllm_importance_sampling_correction and
+        self.loss_type != "vespo"` (trl/trainer/grpo_trainer.py:3146-3147), the one read of that flag
+        inside `_compute_loss`."""
+        before = self.vllm_importance_sampling_correction
+        self.vllm_importance_sampling_correction = True
+        try:
+            yield
+        finally:
+            self.vllm_importance_sampling_correction = before
+
     # --- rollout ---------------------------------------------------------------------------------
     def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
         """`generation_batch = self._generate_and_score_completions(generation_batch)`

@@ -17,8 +17,8 @@ mismatch").
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from typing import Any
 
 import torch
@@ -168,24 +168,6 @@ class CorrectionRun:
         return metrics
 
 
-@contextmanager
-def trl_loss_weight(trainer: Any, on: bool) -> Iterator[None]:
-    """Let TRL's loss apply `inputs["importance_sampling_ratio"]` for this call: it multiplies
-    `per_token_loss` by it only `if self.use_vllm and self.vllm_importance_sampling_correction and
-    self.loss_type != "vespo"` (trl/trainer/grpo_trainer.py:3146-3147), the one read of that flag inside
-    `_compute_loss`. TRL's own correction is off whenever ours is on
-    (gspo_trl.config.sections.engine_correction), so its rollout code never sees the flag set."""
-    if not on:
-        yield
-        return
-    before = trainer.vllm_importance_sampling_correction
-    trainer.vllm_importance_sampling_correction = True
-    try:
-        yield
-    finally:
-        trainer.vllm_importance_sampling_correction = before
-
-
 class CorrectionProbe(Probe):
     """engine.correction in a run (inert unless `engine.correction` is truncate or reject)."""
 
@@ -243,7 +225,7 @@ class CorrectionProbe(Probe):
 
     def on_loss_inputs(self, trainer: Any, loss: LossCall) -> None:
         if self.active and loss.training:
-            self._loss_weight.enter_context(trl_loss_weight(trainer, True))
+            self._loss_weight.enter_context(trainer.trl_loss_weight())
 
     def on_policy_forward(self, trainer: Any, policy: PolicyForward) -> None:
         if not (self.active and policy.loss.training):

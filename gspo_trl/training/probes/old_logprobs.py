@@ -56,7 +56,7 @@ class EngineOldLogprobs:
         """The trainer, once `on_mismatch: recompute` fired: switch at the next rollout batch."""
         if self.active:
             self._check_server_mode(trainer)
-            trainer.vllm_importance_sampling_correction = False
+            trainer.use_trl_vllm_correction(False)
             logger.info(
                 "engine.old_logprobs: engine: pi_old = vLLM's sampling log-probs (no recompute forward); "
                 "TRL's vLLM importance-sampling correction is off (its ratio would be 1)"
@@ -79,7 +79,7 @@ class EngineOldLogprobs:
     def begin_rollout(self, training: bool) -> None:
         if self._fall_back is not None:  # not earlier: the current buffer lacks TRL's IS ratios
             self.active = False
-            self._fall_back.vllm_importance_sampling_correction = self._trl_correction
+            self._fall_back.use_trl_vllm_correction(self._trl_correction)
             self._fall_back = None
         self._pending = self.active and training
         self._sampled = None
