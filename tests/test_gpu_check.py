@@ -1,6 +1,7 @@
 """scripts/gpu_check.sh --dry-run end to end on CPU (the wrapper, then its three parts as real
-subprocesses, none of which may call CUDA), a failing part's non-zero exit, and the wrapper's
-setup for a bare Python 3.12 GPU machine: `python3`, one GPU on an 8-GPU node, `pip check`."""
+subprocesses, none of which may call CUDA; the bench's table holds its run's own figures), a
+failing part's non-zero exit, and the wrapper's setup for a bare Python 3.12 GPU machine:
+`python3`, one GPU on an 8-GPU node, `pip check`."""
 
 from __future__ import annotations
 
@@ -54,6 +55,26 @@ def test_dry_run_runs_every_part_and_prints_one_table(tmp_path):
     assert "first-minibatch float32 0/384 flips (floor 0.1%); bf16 0/384 flips (floor 1.0%)" in table
     assert "not checked on this machine:" in table and "vLLM: the vllm 0.31 wheel" in table
     assert "measured/plan: GSPO full fine-tuning n/a/" in table and "tok/s, MFU" in table
+    assert_the_bench_prints_its_runs_own_perf_window(out / "bench", result.stdout)
+
+
+def assert_the_bench_prints_its_runs_own_perf_window(out: Path, stdout: str) -> None:
+    """The bench part (scripts/gpu_bench.py --dry-run, as `scripts/gpu_bench.sh --dry-run` runs
+    it): its table's figures are the run's own `perf/*` log, not numbers of the script's. Read
+    from the check's own bench part: a second dry run of the bench cost ~20 s of CI."""
+    bench = json.loads((out / "gpu_bench.json").read_text())
+    [row] = bench["rows"]
+    events = [json.loads(line) for line in (out / "tiny-run" / "metrics.jsonl").read_text().splitlines()]
+    [window] = [event for event in events if "perf/wall_s" in event]  # one rollout batch, one window
+    assert row["generated_tokens_per_s_per_gpu"] == window["perf/tokens_per_s"]
+    assert row["trained_tokens_per_s_per_gpu"] == window["perf/trained_tokens_per_s"]
+    assert row["update_mfu"] == window["perf/mfu"]
+    assert row["phase_seconds"]["update"] == window["perf/update_s"] > 0
+    assert window["perf/generated_tokens"] == row["completions_per_rollout_batch"] * row["completion_tokens"]
+    assert window["completions/min_length"] == window["completions/max_length"] == row["completion_tokens"]
+    assert row["plan_gpu"] == "H200" and row["plan_floor_seconds_per_step"] > 0
+    assert "GSPO throughput on CPU, dry run" in stdout
+    assert "phase split, % of the window's wall time:" in stdout
 
 
 def test_a_failing_or_slow_part_fails_the_check(tmp_path, capsys):

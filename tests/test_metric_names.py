@@ -12,13 +12,13 @@ import pytest
 import torch
 
 import gspo_trl.core.metric_names as names
-from gspo_trl.training.diagnostics import ROW_COLUMNS, bucket_labels, summarize_rows
-from gspo_trl.training.engine.behaviour import summarize_weights
+from gspo_trl.model.routing.flips import FlipCounts, engine_routing_metrics, replay_metrics
 from gspo_trl.training.engine.mismatch import judge_mismatch
-from gspo_trl.training.engine.sampling_masks import replay_metrics as sampling_mask_metrics
-from gspo_trl.training.engine.staleness import RolloutVersion, by_staleness, rollout_metrics
+from gspo_trl.training.engine.response_weights import summarize_weights
 from gspo_trl.training.heldout.scoring import mean_grade
-from gspo_trl.training.routing import FlipCounts, engine_routing_metrics, replay_metrics
+from gspo_trl.training.probes.sampling_masks import replay_metrics as sampling_mask_metrics
+from gspo_trl.training.probes.staleness import RolloutVersion, by_staleness, rollout_metrics
+from gspo_trl.training.ratio_stats import ROW_COLUMNS, bucket_labels, summarize_rows
 from tests._paths import ROOT
 
 KEY = re.compile(r"(?<![\w/])(?:eval_)?(?:gspo|heldout)/[\w{},.@*-]*(?:/[\w{},.@*-]+)*")

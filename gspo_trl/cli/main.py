@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 
@@ -108,7 +109,11 @@ def run_command(name: str, main: Callable[[list[str]], int | None], argv: Sequen
     quiet_library_bars_off_a_terminal()
     quiet_third_party_noise()
     try:
-        return int(main(list(argv)) or 0)
+        status = int(main(list(argv)) or 0)
+        sys.stdout.flush()  # a reader that went away shows here, not as an error at exit
+        return status
+    except BrokenPipeError:  # `gspo-trl plan ... | head`: stop quietly, as Unix tools do
+        return closed_stdout()
     except USER_ERRORS as error:
         lines = getattr(error, "lines", None) or [str(error)]  # RecipeProblems: one line per problem
         for line in lines:
@@ -119,6 +124,15 @@ def run_command(name: str, main: Callable[[list[str]], int | None], argv: Sequen
     except KeyboardInterrupt:
         print(f"gspo-trl {name}: interrupted", file=sys.stderr)
         return 130
+
+
+def closed_stdout() -> int:
+    """The reader of stdout closed the pipe: point stdout at /dev/null (Python's exit flushes it
+    again) and exit as a program killed by SIGPIPE does, 128 + 13, without a traceback."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 def main(argv: Sequence[str] | None = None) -> int:

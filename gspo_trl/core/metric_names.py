@@ -79,19 +79,21 @@ ENGINE_ROUTING_FLIP_RATE = f"{ENGINE_ROUTING}/flip_rate"
 chooses other experts than the inference engine chose while sampling (routing_replay: engine)."""
 ENGINE_ROUTING_FLIP_RATE_LAYER_MAX = f"{ENGINE_ROUTING}/flip_rate_layer_max"
 
-BEHAVIOUR = f"{GSPO}/behaviour"
-BEHAVIOUR_WEIGHT_MEAN = f"{BEHAVIOUR}/weight_mean"
+CORRECTION = f"{GSPO}/behaviour"
+"""engine.correction's metrics; they keep the name `behaviour` (the behaviour policy mu) from
+before the key was called `correction`, so dashboards and past runs compare."""
+CORRECTION_WEIGHT_MEAN = f"{CORRECTION}/weight_mean"
 """Mean loss weight of a rollout batch's responses under engine.correction (1 = no correction)."""
-BEHAVIOUR_WEIGHT_P1 = f"{BEHAVIOUR}/weight_p1"
-BEHAVIOUR_WEIGHT_P99 = f"{BEHAVIOUR}/weight_p99"
+CORRECTION_WEIGHT_P1 = f"{CORRECTION}/weight_p1"
+CORRECTION_WEIGHT_P99 = f"{CORRECTION}/weight_p99"
 """1st and 99th percentiles of the weight w_i before truncation or rejection."""
-BEHAVIOUR_TRUNCATED = f"{BEHAVIOUR}/truncated"
-BEHAVIOUR_REJECTED = f"{BEHAVIOUR}/rejected"
+CORRECTION_TRUNCATED = f"{CORRECTION}/truncated"
+CORRECTION_REJECTED = f"{CORRECTION}/rejected"
 """Shares (0-1) of the rollout batch's responses truncated at weight_max, or rejected (weight 0)."""
 
 
-def behaviour_by_length(share: str, bucket: str) -> str:
-    """'gspo/behaviour/rejected/len_64-256' (share: BEHAVIOUR_TRUNCATED or _REJECTED; bucket:
+def correction_by_length(share: str, bucket: str) -> str:
+    """'gspo/behaviour/rejected/len_64-256' (share: CORRECTION_TRUNCATED or _REJECTED; bucket:
     diagnostics.bucket_labels)."""
     return f"{share}/{bucket}"
 
@@ -256,7 +258,7 @@ METRIC_PATTERN = re.compile(
     rf"|{re.escape(ZERO_VARIANCE_GROUPS)}|{re.escape(ROUTING_REPLAYED)}"
     rf"|{re.escape(ENGINE_MISMATCH)}/(?:mean|std|outside_clip)"
     rf"|{re.escape(ENGINE_ROUTING)}/(?:flip_rate|flip_rate_layer_max)"
-    rf"|{re.escape(BEHAVIOUR)}/(?:weight_(?:mean|p1|p99)|(?:truncated|rejected)(?:/len_\d+-(?:\d+|inf))?)"
+    rf"|{re.escape(CORRECTION)}/(?:weight_(?:mean|p1|p99)|(?:truncated|rejected)(?:/len_\d+-(?:\d+|inf))?)"
     rf"|{re.escape(DYNAMIC)}/(?:{'|'.join(_DYNAMIC_FIELDS)})"
     rf"|{re.escape(STALENESS)}/(?:mean|max|updates|engine_step|d\d+/(?:{'|'.join(_STALENESS_STATS)}))"
     rf"|{re.escape(SAMPLING_MASKS)}/(?:kept_mass|sampled_outside)"

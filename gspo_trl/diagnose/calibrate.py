@@ -26,7 +26,7 @@ import torch
 
 import gspo_trl.core.metric_names as names
 from gspo_trl.core.errors import UserError
-from gspo_trl.training.diagnostics import (
+from gspo_trl.training.ratio_stats import (
     bucket_labels,
     clip_fraction_by_length,
     clip_fractions,
@@ -291,6 +291,7 @@ def calibrate_recipe(
     """Train `batches` rollout batches of the recipe; return (rows by minibatch, eps, buckets)."""
     from gspo_trl.config.recipe import load_recipe
     from gspo_trl.training.build import build_trainer
+    from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
     from gspo_trl.training.reporting.step_progress import show_steps_as_bar
 
     with tempfile.TemporaryDirectory(prefix="gspo-calibrate-") as tmp:
@@ -306,13 +307,14 @@ def calibrate_recipe(
         recipe = dataclasses.replace(recipe, training={**recipe.training, **forced}, heldout=None)
         trainer = build_trainer(recipe)
         show_steps_as_bar(trainer, "calibrate")  # stdout is for the report
-        trainer.gspo_row_sink = []
+        diagnostics = trainer.probes.find(DiagnosticsProbe)
+        diagnostics.row_sink = []
         print(f"calibrate: training {batches} rollout batches ({batches * steps} updates), nothing saved")
         trainer.train()
         return (
-            trainer.gspo_row_sink,
+            diagnostics.row_sink,
             (trainer.epsilon_low, trainer.epsilon_high),
-            trainer.diagnostics.length_buckets,
+            diagnostics.config.length_buckets,
         )
 
 

@@ -34,10 +34,10 @@ from gspo_trl.config.sections.engine_sampler import describe_sampler
 from gspo_trl.core.errors import UserError
 from gspo_trl.core.progress import progress_bar
 from gspo_trl.model.loading.hub import hub_model_errors
-from gspo_trl.training.diagnostics import bucket_labels
-from gspo_trl.training.engine.correction import divergence_from_sequences, divergence_percentiles
 from gspo_trl.training.engine.mismatch import judge_mismatch
+from gspo_trl.training.engine.response_weights import divergence_from_sequences, divergence_percentiles
 from gspo_trl.training.engine.sampling_filter import SamplerFilter, log_kept_mass
+from gspo_trl.training.ratio_stats import bucket_labels
 
 VLLM_MISSING = f"check-logprobs samples with vLLM, which is not installed. {VLLM.install}"
 

@@ -1,6 +1,6 @@
 """`gspo-trl report RUN_DIR`: PNG plots of a finished or running GSPO run, no GUI needed.
 
-Reads `RUN_DIR/metrics.jsonl` (written as the run goes by gspo_trl.training.reporting.console),
+Reads `RUN_DIR/metrics.jsonl` (written as the run goes by gspo_trl.training.reporting.console_lines),
 else the HF Trainer `log_history` from `RUN_DIR/trainer_state.json` or the newest
 `RUN_DIR/checkpoint-*/trainer_state.json` (or the same one folder down). Writes, by default to
 `RUN_DIR/report/`, one PNG per question: reward.png, clip_by_length.png, clip_by_minibatch.png,
@@ -35,7 +35,7 @@ from gspo_trl.model.loading.checkpoints import TRAINER_STATE, latest_checkpoint
 
 OFFPOLICY_LENGTH_KEYS = re.escape(names.under(names.OFFPOLICY, names.clip_by_length("len_"))) + ".+"
 MINIBATCH_REGION_KEYS = names.MINIBATCH_REGEX + re.escape("/" + names.CLIP_REGION)
-BEHAVIOUR_SHARE_KEYS = re.escape(names.BEHAVIOUR) + r"/(?:rejected|truncated)(?:/len_.+)?"
+CORRECTION_SHARE_KEYS = re.escape(names.CORRECTION) + r"/(?:rejected|truncated)(?:/len_.+)?"
 BEHAVIOUR_PNG = "behaviour.png"
 BEHAVIOUR_NOT_LOGGED = "no gspo/behaviour/* metrics logged (engine.correction off)"
 logger = logging.getLogger(__name__)
@@ -236,7 +236,7 @@ def plot_log_ratio(history: list[dict], path: Path) -> bool:
 
 def _behaviour_label(key: str) -> str:
     """'gspo/behaviour/rejected/len_6-8' -> 'rejected, 6-8 tokens'; '.../rejected' -> 'rejected'."""
-    share, _, bucket = key.removeprefix(names.BEHAVIOUR + "/").partition("/")
+    share, _, bucket = key.removeprefix(names.CORRECTION + "/").partition("/")
     return share if not bucket else f"{share}, {_length_label(key)}"
 
 
@@ -251,7 +251,7 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> dict
     len_keys = sorted(keys_matching(history, OFFPOLICY_LENGTH_KEYS), key=_bucket_order)
     mb_keys = sorted(keys_matching(history, MINIBATCH_REGION_KEYS), key=lambda k: int(k.split("/")[1][2:]))
     behaviour = sorted(
-        keys_matching(history, BEHAVIOUR_SHARE_KEYS), key=lambda k: (k.count("/"), _bucket_order(k), k)
+        keys_matching(history, CORRECTION_SHARE_KEYS), key=lambda k: (k.count("/"), _bucket_order(k), k)
     )
     zero_var = keys_matching(history, re.escape(names.ZERO_VARIANCE_GROUPS)) or keys_matching(
         history, names.TRL_ZERO_VARIANCE

@@ -15,13 +15,16 @@ trl/trainer/grpo_trainer.py:140), tests/test_upstream_pins.py checks each quote.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 from trl import GRPOTrainer
+from trl.generation.vllm_generation import VLLMGeneration
 
 from gspo_trl.config.invariants import algorithm_of, check_ratio_level
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig, MoeConfig, SamplingConfig
+from gspo_trl.model.engine_build import build_engine
 from gspo_trl.model.loading.checkpoints import latest_checkpoint
 from gspo_trl.training.api_defaults import gspo_trainer_arguments
 from gspo_trl.training.probes.base import (
@@ -33,14 +36,14 @@ from gspo_trl.training.probes.base import (
     Probe,
     ProbeCallbacks,
 )
-from gspo_trl.training.probes.behaviour import BehaviourProbe
 from gspo_trl.training.probes.chain import ProbeChain
 from gspo_trl.training.probes.console import ConsoleProbe
+from gspo_trl.training.probes.correction import CorrectionProbe
 from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
 from gspo_trl.training.probes.dynamic_sampling import DynamicSamplingProbe
-from gspo_trl.training.probes.engine import EngineLogprobsProbe
 from gspo_trl.training.probes.gspo_token import GspoTokenProbe
 from gspo_trl.training.probes.non_finite import NonFiniteProbe
+from gspo_trl.training.probes.old_logprobs import EngineLogprobsProbe
 from gspo_trl.training.probes.overlap import OverlapProbe
 from gspo_trl.training.probes.packing import PackingProbe
 from gspo_trl.training.probes.perf import PerfProbe
@@ -65,17 +68,19 @@ def builtin_probes(args: Any) -> list[Probe]:
     engine = _section(args, "engine", EngineConfig)
     probes: list[Probe] = [GspoTokenProbe()] if getattr(args, "gspo_token", False) else []
     # the order constraints are each probe's runs_after / runs_before, checked by ProbeChain
-    stale: list[Probe] = [StalenessProbe(engine)] if engine.max_staleness > 0 else []
+    stale: list[Probe] = [StalenessProbe(engine.staleness_settings())] if engine.max_staleness > 0 else []
     packing: list[Probe] = [PackingProbe()] if getattr(args, "packing", False) else []
     sampling = _section(args, "sampling", SamplingConfig)
-    overlap: list[Probe] = [OverlapProbe(engine, sampling)] if engine.overlap != "off" else []
+    overlap: list[Probe] = (
+        [OverlapProbe(engine.overlap_settings(), sampling)] if engine.overlap != "off" else []
+    )
     return [
         DynamicSamplingProbe(sampling),
         *probes,
         DiagnosticsProbe(diagnostics),
-        EngineLogprobsProbe(engine),
-        SamplingMaskProbe(engine),
-        BehaviourProbe(engine, diagnostics),
+        EngineLogprobsProbe(engine.old_logprobs_settings()),
+        SamplingMaskProbe(engine.sampling_mask_settings()),
+        CorrectionProbe(engine.correction_settings(), diagnostics),
         RoutingProbe(_section(args, "moe", MoeConfig), diagnostics),
         *stale,
         *packing,
@@ -85,6 +90,25 @@ def builtin_probes(args: Any) -> list[Probe]:
         NonFiniteProbe(),
         ResumeIntervalsProbe(),
     ]
+
+
+@contextmanager
+def _engine_build_wrapped() -> Iterator[None]:
+    """TRL's engine build, the last line of VLLMGeneration's constructor (`self._init_vllm()`,
+    trl/generation/vllm_generation.py:287; `def _init_vllm(self):`, :289), run inside the wrappers
+    registered in gspo_trl.model.engine_build (the CPU shim's dtype, engine routing's `LLM`
+    arguments), for the trainer's construction only (`self.vllm_generation = VLLMGeneration(`,
+    grpo_trainer.py:1107; `from ..generation.vllm_generation import VLLMGeneration`, :71)."""
+    original = VLLMGeneration._init_vllm
+
+    def init_vllm(generation: Any) -> None:
+        build_engine(generation, lambda: original(generation))
+
+    VLLMGeneration._init_vllm = init_vllm
+    try:
+        yield
+    finally:
+        VLLMGeneration._init_vllm = original
 
 
 class GSPOTrainer(GRPOTrainer):
@@ -104,7 +128,7 @@ class GSPOTrainer(GRPOTrainer):
         console = [] if any(isinstance(p, ConsoleProbe) for p in probes) else [ConsoleProbe()]
         self.probes = ProbeChain([*builtin_probes(kwargs["args"]), *console, *probes])
         self._weight_sync_skipped = False
-        with self.probes.trainer_init():  # routing_replay: engine builds TRL's vLLM for it
+        with self.probes.trainer_init(), _engine_build_wrapped():  # routing_replay binds TRL's LLM
             super().__init__(**kwargs)
         self.gspo_token = bool(getattr(self.args, "gspo_token", False))
         self.probes.attach(self)
@@ -133,52 +157,6 @@ class GSPOTrainer(GRPOTrainer):
         self._callbacks_ahead += len(ahead)
         for callback in callbacks.after_reporting:
             self.add_callback(callback)
-
-    # --- the built-in probes' state, as before the probes existed ---------------------------------
-    @property
-    def diagnostics(self) -> DiagnosticsConfig:
-        return self.probes.find(DiagnosticsProbe).config
-
-    @property
-    def perf(self) -> Any:
-        return self.probes.find(PerfProbe).meter
-
-    @property
-    def routing(self) -> Any:
-        return self.probes.find(RoutingProbe).routing
-
-    @routing.setter
-    def routing(self, value: Any) -> None:
-        self.probes.find(RoutingProbe).routing = value
-
-    @property
-    def behaviour(self) -> Any:
-        return self.probes.find(BehaviourProbe).correction
-
-    @behaviour.setter
-    def behaviour(self, value: Any) -> None:
-        self.probes.find(BehaviourProbe).correction = value
-
-    @property
-    def engine_logprobs(self) -> Any:
-        return self.probes.find(EngineLogprobsProbe).engine
-
-    @engine_logprobs.setter
-    def engine_logprobs(self, value: Any) -> None:
-        self.probes.find(EngineLogprobsProbe).engine = value
-
-    @property
-    def gspo_row_sink(self) -> list[tuple[int, torch.Tensor]] | None:
-        """Set to a list to also keep every gathered (minibatch index, rows) pair (calibrate)."""
-        return self.probes.find(DiagnosticsProbe).row_sink
-
-    @gspo_row_sink.setter
-    def gspo_row_sink(self, value: list[tuple[int, torch.Tensor]] | None) -> None:
-        self.probes.find(DiagnosticsProbe).row_sink = value
-
-    def gspo_statistics(self) -> dict[str, float]:
-        """Turn the rows recorded since the last log into `gspo/*` metrics and clear them."""
-        return self.probes.find(DiagnosticsProbe).statistics(self)
 
     # --- TRL's metric buffer, for probes ----------------------------------------------------------
     def logged_values(self, key: str) -> list[float]:
@@ -253,6 +231,25 @@ class GSPOTrainer(GRPOTrainer):
         engine = self.vllm_generation
         engine.llm.sleep(level=2)
         engine._llm_weights_sleeping = True
+
+    def use_trl_vllm_correction(self, on: bool) -> None:
+        """Turn TRL's own vLLM importance-sampling correction on or off for the rest of the run.
+        TRL reads the flag in its rollout (`if self.use_vllm and self.vllm_importance_sampling_correction:`,
+        trl/trainer/grpo_trainer.py:2660) and in its loss (:3146)."""
+        self.vllm_importance_sampling_correction = on
+
+    @contextmanager
+    def trl_loss_weight(self) -> Iterator[None]:
+        """Let TRL's loss apply `inputs["importance_sampling_ratio"]` for this call: it multiplies
+        `per_token_loss` by it only `if self.use_vllm and self.vllm_importance_sampling_correction and
+        self.loss_type != "vespo"` (trl/trainer/grpo_trainer.py:3146-3147), the one read of that flag
+        inside `_compute_loss`."""
+        before = self.vllm_importance_sampling_correction
+        self.vllm_importance_sampling_correction = True
+        try:
+            yield
+        finally:
+            self.vllm_importance_sampling_correction = before
 
     # --- the training prompts ahead of time (engine.overlap) -------------------------------------
     def generation_batches(self) -> Iterator[list[Any]] | None:
@@ -402,6 +399,7 @@ class GSPOTrainer(GRPOTrainer):
         from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
         run_dir = self._get_output_dir(trial=trial)
+        self.probes.save_state(self)  # into self.state, which the Trainer writes to trainer_state.json
         save = CheckpointSave(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}", run_dir)
         parent = super()._save_checkpoint
 
@@ -416,6 +414,14 @@ class GSPOTrainer(GRPOTrainer):
                     del self._get_output_dir
 
         self.probes.checkpoint_save(self, save, write)
+
+    def _load_callback_state(self) -> None:
+        """On resume, after the checkpoint's state is read (`self.state = TrainerState.load_from_json(`,
+        transformers/trainer.py:1639), transformers restores its `ExportableState` callbacks:
+        `self._load_callback_state()` (:1647; `def _load_callback_state(self) -> None:`, :3873);
+        the probes' saved states (`Probe.state_key`) go back into them at the same point."""
+        super()._load_callback_state()
+        self.probes.load_state(self)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Each probe adds its metrics, then TRL's `log` (grpo_trainer.py:3302) averages its own."""

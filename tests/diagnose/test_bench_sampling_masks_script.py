@@ -18,15 +18,23 @@ bench = load_script("bench_sampling_masks")
 SAMPLER = bench.SAMPLERS[bench.TRAIN_SAMPLER]
 
 
-@pytest.mark.parametrize("arm", [a for a in bench.ARMS if a != "engine_off"])
+@pytest.mark.parametrize("arm", [a for a in bench.ARMS if a not in bench.GUARD_BYPASS_ARMS])
 def test_every_arm_is_a_valid_recipe(arm):
     validate(load_recipe(bench.RECIPE, {**bench.VLLM_OVERRIDES, **bench.ARMS[arm], **SAMPLER}))
 
 
-def test_the_unreplayed_engine_arm_is_what_the_guard_refuses():
-    validate(load_recipe(bench.RECIPE, {**bench.VLLM_OVERRIDES, **bench.ARMS["engine_off"]}))
-    with pytest.raises(RecipeError, match=r"old_logprobs: engine with top_p=0\.8"):
-        validate(load_recipe(bench.RECIPE, {**bench.VLLM_OVERRIDES, **bench.ARMS["engine_off"], **SAMPLER}))
+@pytest.mark.parametrize(
+    ("arm", "refusal"),
+    [
+        ("engine_off", r"old_logprobs: engine with top_p=0\.8"),
+        ("trainer_off", r"correction: truncate with top_p=0\.8"),
+    ],
+)
+def test_the_unreplayed_arms_are_what_the_guard_refuses(arm, refusal):
+    assert arm in bench.GUARD_BYPASS_ARMS
+    validate(load_recipe(bench.RECIPE, {**bench.VLLM_OVERRIDES, **bench.ARMS[arm]}))
+    with pytest.raises(RecipeError, match=refusal):
+        validate(load_recipe(bench.RECIPE, {**bench.VLLM_OVERRIDES, **bench.ARMS[arm], **SAMPLER}))
 
 
 def test_ratio_summary_reads_off_as_replayed_gap_plus_log_kept_mass():
@@ -52,3 +60,14 @@ def test_quick_prints_its_line(tmp_path, capsys):
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(prefix))
     off, on = (float(part.split()[-1].rstrip("%")) for part in line.removeprefix(prefix).split(", "))
     assert off > on
+
+
+def test_train_table_means_each_arm_over_its_seeds():
+    rows = [
+        {"arm": "engine_off", "seed": 0, "before": 0.1, "after": 0.5, "weight_mean": None, "clip": 1.0},
+        {"arm": "engine_off", "seed": 1, "before": 0.1, "after": 0.7, "weight_mean": None, "clip": 0.8},
+        {"arm": "trainer_on", "seed": 0, "before": 0.1, "after": 0.9, "weight_mean": 0.99, "clip": 0.0},
+    ]
+    table = bench.train_table(rows).splitlines()
+    assert table[2] == "| engine_off | 2 | 0.100 -> 0.600 | 0.500, 0.700 | - | 0.900 |"
+    assert table[3] == "| trainer_on | 1 | 0.100 -> 0.900 | 0.900 | 0.990 | 0.000 |"

@@ -10,7 +10,7 @@ import torch
 
 from gspo_trl.cli.main import main as gspo_trl_main
 from gspo_trl.diagnose import calibrate
-from gspo_trl.training.diagnostics import clip_fractions
+from gspo_trl.training.ratio_stats import clip_fractions
 from tests._gspo_helpers import single_torch_thread  # noqa: F401
 from tests._paths import ROOT
 

@@ -13,7 +13,7 @@ def test_calibrate_recommends_nothing_when_too_few_responses_carry_signal(signed
     import torch
 
     from gspo_trl.diagnose import calibrate
-    from gspo_trl.training.diagnostics import ROW_COLUMNS
+    from gspo_trl.training.ratio_stats import ROW_COLUMNS
 
     generator = torch.Generator().manual_seed(0)
     rows = torch.zeros(100, len(ROW_COLUMNS))

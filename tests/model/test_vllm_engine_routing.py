@@ -11,7 +11,7 @@ trainer only: the sets must now differ (the comparison can fail), and after TRL'
 `sync_weights` a fresh sample must agree again (the engine routes with the synced weights), as
 must n=3 samples of one request (vLLM's child requests; the held-out pass@k samples so).
 Last, the same trainer trains 4 GSPO steps with `moe.routing_replay: engine`: pi_old's forward
-and the updates replay the engine's routing (gspo_trl.training.routing).
+and the updates replay the engine's routing (gspo_trl.training.probes.routing).
 
 One subprocess, one engine.
 """
@@ -50,6 +50,8 @@ import torch
 from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeTopKRouter
 from trl.trainer.utils import pad
 from gspo_trl.diagnose import check_logprobs as cl
+from gspo_trl.training.probes.routing import RoutingProbe
+from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
 from gspo_trl.model.vllm_cpu.shim import patch_trl_for_vllm_cpu
 from gspo_trl.model.routing.engine import (
     completion_routing, returning_engine_routing, routing_batch, take_sampled_routing,
@@ -145,9 +147,11 @@ facts["n3"] = compare(*laid_out(
 ))
 # GSPO training with routing_replay: engine (R3): TRL's own steps, 2 rollout batches of 2 updates
 from gspo_trl.config.sections import MoeConfig
-from gspo_trl.training.routing import MoeRouting
+from gspo_trl.training.probes.routing import MoeRouting
 trainer.args.moe, trainer.args.max_steps = MoeConfig("engine"), 4
-trainer.routing = MoeRouting(trainer.model, MoeConfig("engine"), trainer.diagnostics, trainer.accelerator)
+diagnostics = trainer.probes.find(DiagnosticsProbe).config
+routing = MoeRouting(trainer.model, MoeConfig("engine"), diagnostics, trainer.accelerator)
+trainer.probes.find(RoutingProbe).routing = routing
 trainer.train()
 facts["trained"] = [
     {k: v for k, v in e.items() if k.startswith("gspo/") and ("routing" in k or "log_ratio/m" in k)}

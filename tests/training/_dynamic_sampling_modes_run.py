@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from gspo_trl.training.probes.base import Probe
+from gspo_trl.training.probes.old_logprobs import EngineLogprobsProbe
 from tests.training._dynamic_sampling_run import build
 
 
@@ -88,7 +89,7 @@ def vllm_run(out: Path, model_dir: Path) -> None:
         engine={"old_logprobs": "engine", "on_mismatch": "stop"},
     )
     trainer.train()
-    engine = trainer.engine_logprobs
+    engine = trainer.probes.find(EngineLogprobsProbe).engine
     record = {
         "rounds": recorder.rounds,
         "minibatches": recorder.minibatches,

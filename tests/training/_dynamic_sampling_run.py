@@ -75,7 +75,7 @@ class EngineRoutingDtype(Probe):
 
     def on_rollout_end(self, trainer: Any, batch: dict[str, Any]) -> dict[str, Any]:
         from gspo_trl.model.routing.engine import ROUTING_DTYPE
-        from gspo_trl.training.routing import ROUTED_EXPERTS
+        from gspo_trl.training.probes.routing import ROUTED_EXPERTS
 
         if ROUTED_EXPERTS in batch:
             batch[ROUTED_EXPERTS] = batch[ROUTED_EXPERTS].to(ROUTING_DTYPE)

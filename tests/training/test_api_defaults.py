@@ -24,7 +24,7 @@ from trl import GRPOConfig
 from gspo_trl import GSPO_DEFAULTS, GSPOConfig, GSPOTrainer, RecipeError
 from gspo_trl.model.loading.precision import cpu_mixed_precision
 from gspo_trl.training.api_defaults import check_plain_grpo_config, resolve_reward_funcs
-from gspo_trl.training.reporting.console import ConsoleCallback
+from gspo_trl.training.reporting.console_lines import ConsoleCallback
 from tests._gspo_helpers import single_torch_thread, tiny_model_dir  # noqa: F401 - autouse fixture
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from gspo_trl.training.diagnostics import (
+from gspo_trl.config.sections import DiagnosticsConfig
+from gspo_trl.training.probes.diagnostics import ClipAlarm
+from gspo_trl.training.ratio_stats import (
     ROW_COLUMNS,
-    ClipAlarm,
-    DiagnosticsConfig,
     bucket_labels,
     clip_fraction_by_length,
     clip_fractions,
@@ -143,7 +143,7 @@ def test_alarm_everything_clipped_fires_once_after_a_streak(caplog):
     alarm = ClipAlarm(DiagnosticsConfig(warn_clip_fraction=0.5, warn_after_steps=3))
     high = {"clip/pos_adv": 0.8, "clip/region": 0.6, "log_ratio/p5": -1e-3, "log_ratio/p95": 2e-3}
     low = {"clip/pos_adv": 0.2, "clip/region": 0.1}
-    with caplog.at_level(logging.WARNING, logger="gspo_trl.training.diagnostics"):
+    with caplog.at_level(logging.WARNING, logger="gspo_trl.training.probes.diagnostics"):
         assert alarm.update(high, 3e-4, 4e-4) is None
         assert alarm.update(high, 3e-4, 4e-4) is None
         assert alarm.update(low, 3e-4, 4e-4) is None  # streak broken

@@ -7,7 +7,7 @@ gradient differs by ~0.2% between 8-row and 4+4-row all-reduced sums, and the ru
 Counts and clip fractions must then match exactly, log s_i statistics to 1e-4 nats (the
 largest gap seen over 8 steps is ~1e-5) and entropy to 1e-5 relative. The same launches also
 train a tiny Qwen3-MoE with routing replay: its routing flip rates (summed and gathered across
-ranks, gspo_trl.training.routing) must match exactly too.
+ranks, gspo_trl.training.probes.routing) must match exactly too.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gspo_trl.training.diagnostics import (
+from gspo_trl.training.ratio_stats import (
     RESPONSE_FIELDS,
     ROW_COLUMNS,
     PolicyPass,

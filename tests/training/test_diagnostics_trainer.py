@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from transformers import TrainerCallback
 
-from gspo_trl.training.diagnostics import DiagnosticsConfig
-from gspo_trl.training.reporting.console import ConsoleCallback
+from gspo_trl.config.sections import DiagnosticsConfig
+from gspo_trl.training.reporting.console_lines import ConsoleCallback
 from tests._gspo_helpers import make_trainer, single_torch_thread, tiny_model_dir  # noqa: F401
 
 pytestmark = pytest.mark.slow

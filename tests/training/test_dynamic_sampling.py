@@ -20,7 +20,8 @@ import torch
 
 import gspo_trl.core.metric_names as names
 from gspo_trl.training.probes.dynamic_sampling import RefillStream, informative_groups, refill_size
-from gspo_trl.training.reporting.console import ConsoleCallback
+from gspo_trl.training.probes.routing import RoutingProbe
+from gspo_trl.training.reporting.console_lines import ConsoleCallback
 from tests._gspo_helpers import single_torch_thread, tiny_model_dir  # noqa: F401 (fixture)
 from tests._paths import ROOT
 from tests.training._dynamic_sampling_run import build
@@ -114,14 +115,14 @@ def test_moe_routing_replay_moves_with_the_rows(tmp_path):
     ((B, layers, P + C, k) padded over prompt and completion), so every update replays the routing
     of its own rows: the trainer's router agrees with it (flip rate 0 on the on-policy minibatch)."""
     from gspo_trl.model.tiny.moe import TinyMoeSpec, save_tiny_moe
-    from gspo_trl.training.routing import ROUTED_EXPERTS
+    from gspo_trl.training.probes.routing import ROUTED_EXPERTS
 
     spec = TinyMoeSpec(num_hidden_layers=2, hidden_size=64, moe_intermediate_size=64, num_attention_heads=2)
     moe_dir = save_tiny_moe(tmp_path / "moe", spec)
     sampling = {"dynamic": True, "max_rounds": 8}
     trainer, recorder = build(moe_dir, tmp_path / "run", "tto", sampling, moe={"routing_replay": "old"})
     seen = []
-    original = trainer.routing.begin_update
+    original = trainer.probes.find(RoutingProbe).routing.begin_update
 
     def begin_update(inputs):
         seen.append(
@@ -129,7 +130,7 @@ def test_moe_routing_replay_moves_with_the_rows(tmp_path):
         )
         return original(inputs)
 
-    trainer.routing.begin_update = begin_update
+    trainer.probes.find(RoutingProbe).routing.begin_update = begin_update
     trainer.train()
     assert seen and all(r[0] == p[0] and r[2] == p[1] + c[1] for r, p, c in seen)
     assert all(p.startswith("open") for m in recorder.minibatches for p in m["prompts"])
@@ -252,11 +253,12 @@ def test_sampling_section_is_off_by_default_and_checked_against_the_aggregation(
 
 
 def test_console_step_line_shows_the_keep_rate():
-    from gspo_trl.training.reporting.console import step_line
+    from gspo_trl.training.reporting.console_lines import step_line
+    from tests.training.reporting._line_probes import line_probes
 
     logs = {"loss": 0.1, names.DYNAMIC_KEEP_RATE: 0.4, names.DYNAMIC_ROUNDS: 2.0}
-    assert "kept 40% in 2.0 rounds" in step_line(logs, 5, 10, None)
-    assert "kept" not in step_line({"loss": 0.1}, 5, 10, None)
+    assert "kept 40% in 2.0 rounds" in step_line(logs, 5, 10, None, probes=line_probes())
+    assert "kept" not in step_line({"loss": 0.1}, 5, 10, None, probes=line_probes())
 
 
 def test_docs_table_lists_every_metric():

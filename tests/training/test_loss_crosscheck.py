@@ -12,6 +12,7 @@ import pytest
 import torch
 from trl import GRPOTrainer
 
+from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
 from tests._gspo_helpers import make_trainer, single_torch_thread, tiny_model_dir  # noqa: F401
 from tests._reference_loss import grpo_loss, gspo_clipped, gspo_loss, gspo_token_loss
 
@@ -97,7 +98,7 @@ def test_worked_example_through_trl(model_dir, tmp_path, monkeypatch, advantage,
         assert (-grad[0]).tolist() == pytest.approx([expected_weight] * 4, abs=5e-5), level
         expected_value = -(1 + 4e-4) if advantage > 0 else 1.0212  # clipped term vs -s*A
         assert loss.item() == pytest.approx(expected_value, abs=5e-5)
-        stats = trainer.gspo_statistics()
+        stats = trainer.probes.find(DiagnosticsProbe).statistics(trainer)
         assert stats["gspo/mb1/log_ratio/mean"] == pytest.approx(0.02097, abs=5e-6)
         assert stats["gspo/mb1/clip/region"] == (1.0 if advantage > 0 else 0.0)
 
@@ -131,7 +132,7 @@ def test_gspo_value_gradient_and_clip_match_reference(model_dir, tmp_path, monke
     clipped = gspo_clipped(new, old, adv, mask, **eps_kw)
     dropped = (grad.abs() * mask).sum(-1) == 0
     assert dropped.tolist() == clipped.tolist()
-    stats = trainer.gspo_statistics()
+    stats = trainer.probes.find(DiagnosticsProbe).statistics(trainer)
     assert stats["gspo/mb1/clip/region"] == pytest.approx(clipped.double().mean().item())
     assert trainer._metrics["train"]["clip_ratio/region_mean"][-1] == pytest.approx(
         stats["gspo/mb1/clip/region"]
@@ -160,7 +161,10 @@ def test_gspo_token_equals_gspo_with_per_response_advantages(model_dir, tmp_path
         torch.testing.assert_close(inputs["old_per_token_logps"], old)  # the minibatch is not rewritten
     dropped_seq = (grad_seq.abs() * mask).sum(-1) == 0
     assert 0 < dropped_seq.sum() < len(dropped_seq)
-    assert gspo.gspo_statistics()["gspo/mb1/clip/region"] == token.gspo_statistics()["gspo/mb1/clip/region"]
+    assert (
+        gspo.probes.find(DiagnosticsProbe).statistics(gspo)["gspo/mb1/clip/region"]
+        == token.probes.find(DiagnosticsProbe).statistics(token)["gspo/mb1/clip/region"]
+    )
 
 
 def test_gspo_token_with_per_token_advantages_matches_reference(model_dir, tmp_path, monkeypatch):

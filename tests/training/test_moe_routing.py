@@ -22,7 +22,7 @@ import gspo_trl.core.metric_names as names
 from gspo_trl.core.errors import RecipeError
 from gspo_trl.diagnose.routing_plot import plot_routing
 from gspo_trl.model.tiny.moe import TinyMoeSpec, save_tiny_moe
-from gspo_trl.training.routing import ROUTED_EXPERTS
+from gspo_trl.training.probes.routing import ROUTED_EXPERTS
 from tests._gspo_helpers import make_trainer, single_torch_thread, tiny_model_dir  # noqa: F401
 
 pytestmark = pytest.mark.slow

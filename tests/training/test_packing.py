@@ -16,8 +16,11 @@ import torch
 
 import gspo_trl.core.metric_names as names
 import gspo_trl.training.probes.packing as packing_probe
+from gspo_trl.model.sizing.flops import update_flops
 from gspo_trl.model.tiny.moe import TinyMoeSpec, save_tiny_moe
 from gspo_trl.training.packed_rows import bins_by_first_fit, pack_rows, unpack
+from gspo_trl.training.probes.base import LossCall
+from gspo_trl.training.probes.perf import PerfProbe
 from tests._gspo_helpers import make_trainer, single_torch_thread, tiny_model_dir  # noqa: F401
 
 PAD = 0
@@ -111,6 +114,24 @@ def test_packed_log_probs_loss_and_gradients_equal_the_padded_ones(trainers):
         assert float((grad - grads[1][name]).abs().max()) / scale < 1e-4, name
 
 
+def test_mfu_counts_each_rows_own_tokens_when_packed(trainers):
+    """perf/update_flops (and so perf/mfu): the padded rectangle without packing, each row's own
+    prompt and completion tokens with it (on main both counted the rectangle)."""
+    batch = skewed_batch(trainers[0].model.config.vocab_size)
+    counted = []
+    for trainer in trainers:
+        perf = trainer.probes.find(PerfProbe)
+        before = perf.meter.update_flops
+        perf.on_loss_inputs(trainer, LossCall(dict(batch), batch, True, 1, True))
+        counted.append(perf.meter.update_flops - before)
+    shape, checkpointing = trainers[0].perf.shape, trainers[0].perf.gradient_checkpointing
+    lengths = (batch["prompt_mask"].sum(1) + batch["completion_mask"].sum(1)).tolist()
+    width = batch["prompt_ids"].shape[1] + batch["completion_ids"].shape[1]
+    assert counted[0] == update_flops(shape, len(lengths), width, checkpointing)
+    assert counted[1] == pytest.approx(sum(update_flops(shape, 1, n, checkpointing) for n in lengths))
+    assert counted[1] < 0.6 * counted[0]  # 109 of the 264 tokens are real
+
+
 def test_a_seeded_run_logs_the_same_metrics_packed_and_padded(model_dir, tmp_path):
     logs = []
     for on in (False, True):
@@ -123,6 +144,8 @@ def test_a_seeded_run_logs_the_same_metrics_packed_and_padded(model_dir, tmp_pat
     checked, fractions = 0, []
     for a, b in zip(padded, packed, strict=True):
         fractions += [b.pop("perf/packed_fraction")] if "perf/packed_fraction" in b else []
+        if "perf/update_flops" in a:  # the FLOPs of the rows' own tokens: fewer than the rectangle's
+            assert b["perf/update_flops"] < a["perf/update_flops"]
         assert a.keys() == b.keys()
         for key, value in a.items():
             if not compared(key, value):

@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from gspo_trl.training import rollout_rows
-from gspo_trl.training.probes.routing import RoutingProbe
-from gspo_trl.training.routing import ROUTED_EXPERTS
+from gspo_trl.training.probes.routing import ROUTED_EXPERTS, RoutingProbe
 
 LAYOUTS = {**rollout_rows.LAYOUTS, **RoutingProbe.rollout_layouts}
 

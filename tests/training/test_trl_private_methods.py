@@ -25,12 +25,9 @@ from tests._paths import ROOT
 
 PACKAGE = ROOT / "gspo_trl"
 ALLOWED = PACKAGE / "training" / "trainer.py"
-NOT_YET = {
-    "gspo_trl/model/routing/engine.py": ["_init_vllm"],
-    "gspo_trl/model/vllm_cpu/shim.py": ["_init_vllm"],
-}
-"""Modules still wrapping TRL's engine construction themselves (below training/ in the layers, so
-trainer.py cannot host it without the callers of the shim changing): to move, not to add to."""
+NOT_YET: dict[str, list[str]] = {}
+"""Modules still naming a TRL private name outside trainer.py: to move, not to add to (the two
+VLLMGeneration engine-build wrappers now register with gspo_trl.model.engine_build)."""
 _TRL = Path(trl.__file__).parent
 _STATE_SOURCES = (
     _TRL / "trainer" / "grpo_trainer.py",
@@ -102,3 +99,29 @@ def test_the_scan_catches_each_form_and_lets_docstrings_cite():
         '    self._generate([])\n    return getattr(self, "_evaluate")\n'
     )
     assert private_names(source) == {"_compute_loss", "_generate", "_evaluate"}
+
+
+TRL_FLAGS_GSPO_WRITES = {"vllm_importance_sampling_correction"}
+"""TRL state without a leading underscore that GSPOTrainer still changes mid-run (TRL reads it in
+its rollout and loss): written through GSPOTrainer's methods, never by a probe or a script."""
+
+
+def flag_writes(source: str) -> set[str]:
+    """The TRL flags `source` assigns to an attribute (`x.flag = ...`)."""
+    return {
+        target.attr
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign)
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Attribute) and target.attr in TRL_FLAGS_GSPO_WRITES
+    }
+
+
+def test_only_trainer_py_writes_trls_correction_flag():
+    assert flag_writes("trainer.vllm_importance_sampling_correction = False\n") == TRL_FLAGS_GSPO_WRITES
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in SOURCES
+        if path != ALLOWED and flag_writes(path.read_text("utf-8"))
+    ]
+    assert offenders == [], f"write TRL's flags through GSPOTrainer (trainer.py), not here: {offenders}"

@@ -14,7 +14,7 @@ import pytest
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.shipped import RECIPES_DIR
 from gspo_trl.training.build import gspo_config
-from gspo_trl.training.probes.engine import vllm_correction_summary
+from gspo_trl.training.probes.old_logprobs import vllm_correction_summary
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gspo_trl.config.sections.engine_correction import check_correction_settings
-from gspo_trl.config.sections.engine_overlap import check_overlap_settings, check_overlap_value
-from gspo_trl.config.sections.engine_sampler import check_sampler_settings
-from gspo_trl.config.sections.engine_staleness import check_staleness_settings
+from gspo_trl.config.sections.engine_correction import CorrectionSettings, check_correction_settings
+from gspo_trl.config.sections.engine_overlap import (
+    OverlapSettings,
+    check_overlap_settings,
+    check_overlap_value,
+)
+from gspo_trl.config.sections.engine_sampler import SamplingMaskSettings, check_sampler_settings
+from gspo_trl.config.sections.engine_staleness import StalenessSettings, check_staleness_settings
 from gspo_trl.core.errors import RecipeError
 
 OLD_LOGPROBS_SOURCES = ("trainer", "engine")
@@ -35,6 +39,21 @@ outside the clip range (they lose their gradient before the policy has moved); s
 15-25% of off-policy responses the clip is meant to act on (docs/engine-logprobs.md)."""
 
 
+@dataclass(frozen=True)
+class OldLogprobsSettings:
+    """What EngineLogprobsProbe and its mismatch guard read (`EngineConfig.old_logprobs_settings()`)."""
+
+    old_logprobs: str
+    on_mismatch: str
+    max_bias_fraction: float
+    max_outside_clip: float
+
+    @property
+    def from_engine(self) -> bool:
+        """True when pi_old is the engine's log-probs."""
+        return self.old_logprobs == "engine"
+
+
 @dataclass
 class EngineConfig:
     """Recipe `engine:` section: where pi_old comes from, and the guard on that choice.
@@ -50,7 +69,7 @@ class EngineConfig:
     max_outside_clip: flag when more than this fraction (0-1) of the on-policy minibatch's
         responses fall outside the clip range from the mismatch alone.
 
-    The behaviour correction (off by default; gspo_trl.training.engine.correction, checked by
+    The correction (off by default; gspo_trl.training.probes.correction, checked by
     gspo_trl.config.sections.engine_correction, docs/engine-logprobs.md "Correcting the mismatch"):
     correction: `off`, `truncate` (weight each response's loss by min(w_i, weight_max), w_i =
         exp(mean_t(log pi_old - log mu)) over its tokens) or `reject` (weight w_i inside
@@ -67,21 +86,24 @@ class EngineConfig:
         null: the first rollout batch's measured mismatch.
     max_rejected: warn when a rollout batch rejects more than this share (0-1) of its responses.
 
-    Staleness (off by default; gspo_trl.training.engine.staleness, checked by
+    Staleness (off by default; gspo_trl.training.probes.staleness, checked by
     gspo_trl.config.sections.engine_staleness, docs/engine-logprobs.md "Stale engine weights"):
     max_staleness: d >= 0; the engine's weights are synced every d + 1 rollout batches instead of
         every one, so a rollout batch is sampled by a policy 0 to d rollout batches old, as an
         asynchronous pipeline of depth d would sample it; 0: synced every rollout batch (TRL's way).
-    overlap: `off` or `one_step` (vllm_mode: server only; gspo_trl.config.sections.engine_overlap,
-        docs/async.md): the server generates rollout batch k+1 while the trainer trains on batch
-        k, so each row after the first batch is sampled exactly one policy version old.
+
+    Overlap (off by default; gspo_trl.training.probes.overlap, checked by
+    gspo_trl.config.sections.engine_overlap, docs/async.md "Overlap in server mode"):
+    overlap: `off` or `one_step` (vllm_mode: server only; docs/async.md): the server generates
+        rollout batch k+1 while the trainer trains on batch k, so each row after the first batch
+        is sampled exactly one policy version old.
 
     Sampling masks (gspo_trl.config.sections.engine_sampler, docs/engine-logprobs.md "Top-p, top-k
     and min-p"):
     sampling_masks: `off` or `replay`: re-apply the sampler's top_k/top_p/min_p filter to the
         trainer's logits and renormalise over the kept set, so that the engine's log-probs (of the
         filtered distribution) and the trainer's meet on one scale. Without it, engine log-probs as
-        pi_old and the behaviour correction are refused under a reshaping sampler.
+        pi_old and the correction are refused under a reshaping sampler.
     """
 
     old_logprobs: str = "trainer"
@@ -130,13 +152,45 @@ class EngineConfig:
 
     @property
     def corrects(self) -> bool:
-        """True when the behaviour correction reweights or rejects responses."""
+        """True when engine.correction reweights or rejects responses."""
         return self.correction != "off"
+
+    # One capability's keys each: what its probe receives (the user's keys stay flat under engine:).
+    def old_logprobs_settings(self) -> OldLogprobsSettings:
+        """pi_old's source and the mismatch guard: EngineLogprobsProbe's."""
+        return OldLogprobsSettings(
+            self.old_logprobs, self.on_mismatch, self.max_bias_fraction, self.max_outside_clip
+        )
+
+    def correction_settings(self) -> CorrectionSettings:
+        """engine.correction and its thresholds: CorrectionProbe's."""
+        return CorrectionSettings(
+            correction=self.correction,
+            weight_max=self.weight_max,
+            weight_min=self.weight_min,
+            reject_max_token=self.reject_max_token,
+            reject_k3=self.reject_k3,
+            thresholds_from=self.thresholds_from,
+            max_rejected=self.max_rejected,
+            from_engine=self.from_engine,
+        )
+
+    def staleness_settings(self) -> StalenessSettings:
+        """engine.max_staleness: StalenessProbe's."""
+        return StalenessSettings(self.max_staleness)
+
+    def sampling_mask_settings(self) -> SamplingMaskSettings:
+        """engine.sampling_masks: SamplingMaskProbe's."""
+        return SamplingMaskSettings(self.sampling_masks)
+
+    def overlap_settings(self) -> OverlapSettings:
+        """engine.overlap: OverlapProbe's."""
+        return OverlapSettings(self.overlap)
 
 
 def check_engine_settings(config: EngineConfig, training: Mapping[str, Any]) -> None:
     """Engine log-probs need vLLM and an unreshaped (or replayed) sampler (`training`: the GRPOConfig
-    fields); the behaviour correction's keys (gspo_trl.config.sections.engine_correction)."""
+    fields); the correction's keys (gspo_trl.config.sections.engine_correction)."""
     check_correction_settings(config, training)
     check_staleness_settings(config, training)
     check_overlap_settings(config, training)

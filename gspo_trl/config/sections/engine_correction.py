@@ -1,15 +1,16 @@
-"""The `engine:` section's behaviour-correction keys: which combinations a run accepts.
+"""The `engine:` section's correction keys: which combinations a run accepts.
 
 Shared by recipes and `GSPOConfig` through `check_engine_settings`; the correction itself is
-gspo_trl.training.engine.correction, and docs/engine-logprobs.md says when to turn it on.
+gspo_trl.training.engine.response_weights, and docs/engine-logprobs.md says when to turn it on.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from gspo_trl.core.errors import RecipeError
 
@@ -22,6 +23,27 @@ TRL_CORRECTION_KEY = "vllm_importance_sampling_correction"
 
 CORRECTION_MODES = ("off", "truncate", "reject")
 """`engine.correction`: none, truncate w_i at weight_max, or reject outside [weight_min, weight_max]."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CorrectionSettings:
+    """What CorrectionProbe reads: `engine.correction` and its keys (`EngineConfig.correction_settings()`;
+    the defaults and the keys' meanings are EngineConfig's)."""
+
+    correction: str
+    weight_max: float | Literal["auto"] | None
+    weight_min: float | Literal["auto"] | None
+    reject_max_token: float | Literal["auto"] | None
+    reject_k3: float | Literal["auto"] | None
+    thresholds_from: str | None
+    max_rejected: float
+    from_engine: bool
+    """pi_old is the engine's (`engine.old_logprobs: engine`): w_i = 1, only the token rules act."""
+
+    @property
+    def corrects(self) -> bool:
+        """True when the correction reweights or rejects responses."""
+        return self.correction != "off"
 
 
 MAX_REPORT_BYTES = 1 << 20

@@ -10,11 +10,20 @@ proximal policy) for the correction to act on: each refusal is one line naming t
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gspo_trl.core.errors import RecipeError
 
 OVERLAP_MODES = ("off", "one_step")
+
+
+@dataclass(frozen=True)
+class OverlapSettings:
+    """What OverlapProbe reads (`EngineConfig.overlap_settings()`)."""
+
+    overlap: str
+    """`off` or `one_step`: the next rollout batch generated on the server while this one trains."""
 
 
 def check_overlap_value(value: Any) -> None:

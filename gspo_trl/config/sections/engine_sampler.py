@@ -4,9 +4,10 @@ reshape what vLLM samples from, and what may consume the engine's log-probs unde
 With such a setting vLLM samples from, and reports log-probs of (`processed_logprobs`), the
 filtered, renormalised distribution: each sampled token's log mu is higher by -log S_t, S_t the
 probability mass the filter kept. The trainer scores the plain softmax of logits / temperature, so
-anything that compares the two (pi_old = mu, the behaviour correction's w_i) measures the filter,
+anything that compares the two (pi_old = mu, engine.correction's w_i) measures the filter,
 not the engine. `engine.sampling_masks: replay` renormalises over the kept set
-(gspo_trl.training.engine.sampling_masks); without it those combinations are refused here.
+(gspo_trl.training.probes.sampling_masks); without it those combinations are refused here, and
+TRL's `vllm_importance_sampling_correction` always (replay runs after TRL computed its ratio).
 Shared by recipes and `GSPOConfig` through `check_engine_settings`; docs/engine-logprobs.md.
 """
 
@@ -14,8 +15,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from gspo_trl.config.sections.engine_correction import TRL_CORRECTION_KEY
 from gspo_trl.core.errors import RecipeError
 
 SAMPLING_NEUTRAL = {
@@ -35,6 +38,14 @@ REPLAYABLE = ("top_p", "top_k", "min_p")
 """The filters replay reproduces; a repetition penalty changes the logits themselves, per history."""
 
 RESET = "top_p: 1.0, top_k: 0, min_p: null, repetition_penalty: 1.0"
+
+
+@dataclass(frozen=True)
+class SamplingMaskSettings:
+    """What SamplingMaskProbe reads (`EngineConfig.sampling_mask_settings()`)."""
+
+    sampling_masks: str
+    """`off` or `replay` (SAMPLING_MASK_MODES)."""
 
 
 def sampler_settings(training: Mapping[str, Any]) -> dict[str, Any]:
@@ -71,6 +82,16 @@ def check_sampler_settings(config: Any, training: Mapping[str, Any]) -> None:
         )
     changed = reshaping_settings(training)
     named = ", ".join(f"{k}={v!r}" for k, v in changed.items())
+    # TRL's own ratio exp(pi_old - mu) is taken in its rollout, before any probe sees the batch:
+    # `(old_per_token_logps - sampling_per_token_logps) * mask` (trl/trainer/grpo_trainer.py:2662)
+    if changed and training.get("use_vllm") and training.get(TRL_CORRECTION_KEY):
+        raise RecipeError(
+            f"{TRL_CORRECTION_KEY}: true with {named}: TRL weighs the loss by exp(pi_old - mu), mu "
+            "vLLM's log-probs of the filtered distribution (each higher by -log S_t), inside its rollout, "
+            "before engine.sampling_masks: replay can renormalise them, so it measures the filter. Set "
+            f"{TRL_CORRECTION_KEY}: false (the GSPO default; engine.correction with engine.sampling_masks: "
+            f"replay corrects) or reset those keys ({RESET})."
+        )
     if mode == "replay":
         if not training.get("use_vllm"):
             raise RecipeError(

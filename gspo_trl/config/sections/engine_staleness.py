@@ -1,17 +1,35 @@
 """The `engine:` section's `max_staleness`: which runs can sample from stale engine weights.
 
 Shared by recipes and `GSPOConfig` through `check_engine_settings`; the schedule itself is
-gspo_trl.training.engine.staleness, docs/engine-logprobs.md "Stale engine weights" the why.
+gspo_trl.training.probes.staleness, docs/engine-logprobs.md "Stale engine weights" the why.
 Each refusal is one line naming the keys that cannot go together.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gspo_trl.config.sections.engine_correction import THRESHOLD_KEYS
 from gspo_trl.core.errors import RecipeError
+
+
+@dataclass(frozen=True)
+class StalenessSettings:
+    """What StalenessProbe reads (`EngineConfig.staleness_settings()`)."""
+
+    max_staleness: int
+    """d: the engine's weights are synced every d + 1 rollout batches (0: every one)."""
+
+
+def describe_staleness(max_staleness: int) -> str:
+    """One line for the banner and the log: the schedule in words."""
+    d = max_staleness
+    return (
+        f"{d}: the engine's weights synced every {d + 1} rollout batches, so rollouts are sampled "
+        f"0 to {d} rollout batches stale; w_i = pi_old / mu corrects the gap under engine.correction"
+    )
 
 
 def check_staleness_settings(config: Any, training: Mapping[str, Any]) -> None:

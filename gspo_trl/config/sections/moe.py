@@ -3,7 +3,7 @@ vLLM loads a mixture-of-experts model's synced experts. The dataclass refuses ba
 built; the checks below judge it against the run's other settings. Shared by recipes
 (gspo_trl.config.validation) and `GSPOConfig`. A dense model is refused here when its config.json
 is on disk (the tiny CPU model always is); otherwise the trainer refuses it when the model has
-loaded and no router was found (gspo_trl.training.routing)."""
+loaded and no router was found (gspo_trl.training.probes.routing)."""
 
 from __future__ import annotations
 

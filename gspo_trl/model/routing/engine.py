@@ -20,11 +20,15 @@ import contextlib
 import functools
 import importlib.util
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
+
+from gspo_trl.config.sections import MoeConfig
+from gspo_trl.core.errors import RecipeError
+from gspo_trl.model.engine_build import wrapping_engine_build
 
 ROUTING_DTYPE = torch.int16
 """Expert ids as the trainer holds them: vLLM returns uint8 (<= 256 experts) or uint16."""
@@ -108,32 +112,24 @@ def returning_engine_routing() -> Iterator[None]:
 
     Wrap the trainer's construction (`GSPOTrainer(...)`: TRL builds `VLLMGeneration` in
     `GRPOTrainer.__init__`). The `LLM` TRL calls is bound, for the engine's construction only,
-    to `LLM` with `engine_routing_llm_kwargs()`, as gspo_trl.model.vllm_cpu.shim binds the dtype.
+    to `LLM` with `engine_routing_llm_kwargs()`, as gspo_trl.model.vllm_cpu.shim binds the dtype
+    (both through gspo_trl.model.engine_build, which GSPOTrainer runs around TRL's build).
     """
-    from trl.generation.vllm_generation import VLLMGeneration
-
-    original = VLLMGeneration._init_vllm
-
-    @functools.wraps(original)
-    def init_vllm_returning_routing(self: Any) -> None:
-        if self.mode != "colocate":
-            raise ValueError(
-                "engine routing: TRL's server client returns no routing; use vllm_mode: colocate"
-            )
-        module = sys.modules[type(self).__module__]
-        llm_class = module.LLM
-        module.LLM = functools.partial(llm_class, **engine_routing_llm_kwargs())
-        try:
-            original(self)
-        finally:
-            module.LLM = llm_class
-        _keep_routing(self)
-
-    VLLMGeneration._init_vllm = init_vllm_returning_routing
-    try:
+    with wrapping_engine_build(_build_returning_routing):
         yield
+
+
+def _build_returning_routing(vllm_generation: Any, build: Callable[[], None]) -> None:
+    if vllm_generation.mode != "colocate":
+        raise ValueError("engine routing: TRL's server client returns no routing; use vllm_mode: colocate")
+    module = sys.modules[type(vllm_generation).__module__]
+    llm_class = module.LLM
+    module.LLM = functools.partial(llm_class, **engine_routing_llm_kwargs())
+    try:
+        build()
     finally:
-        VLLMGeneration._init_vllm = original
+        module.LLM = llm_class
+    _keep_routing(vllm_generation)
 
 
 def completion_routing(
@@ -224,3 +220,15 @@ def routing_batch(
         start = prompt_width - prompt_length
         batch[row, :, start : start + routing.shape[1]] = routing
     return batch
+
+
+def engine_routing_returned(config: MoeConfig) -> contextlib.AbstractContextManager[None]:
+    """Around GRPOTrainer's construction: with `moe.routing_replay: engine`, TRL's colocated vLLM
+    is built to return the experts it routes to (gspo_trl.model.routing.engine), or a one-line
+    refusal says why it cannot; otherwise nothing."""
+    if config.routing_replay != "engine":
+        return contextlib.nullcontext()
+    reason = engine_routing_unavailable_reason()
+    if reason is not None:
+        raise RecipeError(reason)
+    return returning_engine_routing()

@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from gspo_trl.model.engine_build import wrap_engine_build
+
 logger = logging.getLogger(__name__)
 
 DISABLE_ENV = "GSPO_TRL_DISABLE_VLLM_CPU_SHIM"
@@ -178,31 +180,25 @@ def trainer_compute_dtype(model: torch.nn.Module, accelerator: Any) -> torch.dty
     return dtype if isinstance(dtype, torch.dtype) else None
 
 
-def _make_init_in_trainer_dtype(original: Callable[[Any], None]) -> Callable[[Any], None]:
-    """Wrap `VLLMGeneration._init_vllm` so a colocated engine uses the trainer model's dtype
-    and runs eager.
+def _build_in_trainer_dtype(vllm_generation: Any, build: Callable[[], None]) -> None:
+    """Build a colocated engine in the trainer model's dtype and eager (an engine build wrapper,
+    gspo_trl.model.engine_build).
 
     TRL calls `LLM(...)` from `trl.generation.vllm_generation` without a dtype and without
     `enforce_eager`; for the duration of the call that module's `LLM` is bound to `LLM` with
     `dtype=<model dtype>` (when known) and `CPU_ENGINE_KWARGS`.
     """
-
-    @functools.wraps(original)
-    def init_vllm_in_trainer_dtype(self: Any) -> None:
-        if self.mode != "colocate":
-            original(self)
-            return
-        dtype = trainer_compute_dtype(self.model, self.accelerator)
-        module = sys.modules[type(self).__module__]
-        llm_class = module.LLM
-        module.LLM = functools.partial(llm_class, **CPU_ENGINE_KWARGS, **({"dtype": dtype} if dtype else {}))
-        try:
-            original(self)
-        finally:
-            module.LLM = llm_class
-
-    init_vllm_in_trainer_dtype.__gspo_trl_shim__ = True  # type: ignore[attr-defined]
-    return init_vllm_in_trainer_dtype
+    if vllm_generation.mode != "colocate":
+        build()
+        return
+    dtype = trainer_compute_dtype(vllm_generation.model, vllm_generation.accelerator)
+    module = sys.modules[type(vllm_generation).__module__]
+    llm_class = module.LLM
+    module.LLM = functools.partial(llm_class, **CPU_ENGINE_KWARGS, **({"dtype": dtype} if dtype else {}))
+    try:
+        build()
+    finally:
+        module.LLM = llm_class
 
 
 PLUGIN_ENTRY_POINT = "gspo_trl_cpu_weight_sync = gspo_trl.model.vllm_cpu.gloo_weight_sync:register_in_server"
@@ -240,11 +236,8 @@ def patch_trl_for_vllm_cpu() -> bool:
     if not vllm_runs_on_cpu():
         return False
 
-    from trl.generation.vllm_generation import VLLMGeneration
-
     patch_vllm_cpu_weights_live()
-    if not getattr(VLLMGeneration._init_vllm, "__gspo_trl_shim__", False):
-        VLLMGeneration._init_vllm = _make_init_in_trainer_dtype(VLLMGeneration._init_vllm)
+    wrap_engine_build(_build_in_trainer_dtype)  # GSPOTrainer runs it around TRL's engine build
     logger.info(
         "vLLM runs on CPU: weight-sync shim applied "
         "(live unpacked linear and MoE expert weights, trainer dtype, eager)"

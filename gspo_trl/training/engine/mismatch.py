@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import torch
 
 import gspo_trl.core.metric_names as names
-from gspo_trl.config.sections import MAX_BIAS_FRACTION, MAX_OUTSIDE_CLIP, EngineConfig
+from gspo_trl.config.sections import MAX_BIAS_FRACTION, MAX_OUTSIDE_CLIP
+from gspo_trl.config.sections.engine import OldLogprobsSettings
 
 
 @dataclass
@@ -82,7 +83,7 @@ def judge_mismatch(
 class EngineMismatchGuard:
     """Collects the on-policy minibatch's log s_i over its micro-batches; judges it once."""
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: OldLogprobsSettings) -> None:
         self.config = config
         self._pending: list[torch.Tensor] = []
         self.flagged_batches = 0

@@ -6,7 +6,7 @@ over the whole vocabulary, so they differ by log S_t, the log of the mass kept.
 operations, in its order and precision (fp32): temperature, min-p, then top-k and top-p on the
 ascending sort. The sampled token always counts as kept; `sampled_outside` counts the tokens the
 trainer's logits would have dropped, the one way replay can be inexact.
-Used by gspo_trl.training.engine.sampling_masks. The vLLM lines each step follows are quoted in
+Used by gspo_trl.training.probes.sampling_masks. The vLLM lines each step follows are quoted in
 docs/engine-logprobs.md ("Top-p, top-k and min-p").
 """
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +32,6 @@ from gspo_trl.training.heldout.generation import (
     shard_rows,
 )
 from gspo_trl.training.heldout.layout import HF, heldout_passes
-from gspo_trl.training.reporting.phases import timed
 
 logger = logging.getLogger(__name__)
 
@@ -164,9 +164,16 @@ class HeldoutCallback(TrainerCallback):
     """
 
     def __init__(
-        self, trainer: Trainer, dataset: Any, grader: Callable[..., Any], settings: HeldoutSettings
+        self,
+        trainer: Trainer,
+        dataset: Any,
+        grader: Callable[..., Any],
+        settings: HeldoutSettings,
+        timed: Callable[[], AbstractContextManager] = nullcontext,
     ) -> None:
         self.trainer, self.dataset, self.grader, self.settings = trainer, dataset, grader, settings
+        self.timed = timed
+        """The held-out phase's timer (the perf probe's, when the run has one)."""
         self.history: list[tuple[int, float]] = []
         self._final_done = False
 
@@ -211,7 +218,7 @@ class HeldoutCallback(TrainerCallback):
         return logs
 
     def _score_and_log(self, step: int) -> None:
-        with timed(self.trainer, names.PHASE_HELDOUT):
+        with self.timed():
             logs = self.evaluate()
         self.history.append((step, logs[names.HELDOUT_SCORE]))
         # Trainer.log ends in on_log, which clears control.should_log: called from on_step_end,

@@ -18,7 +18,8 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from transformers import TrainerCallback
 
-from gspo_trl.training.diagnostics import sequence_log_ratio
+from gspo_trl.training.ratio_stats import sequence_log_ratio
+from gspo_trl.training.reporting.line_parts import LinePart
 from gspo_trl.training.rollout_rows import Layout
 
 T = TypeVar("T")
@@ -143,8 +144,9 @@ class Probe:
                                          says where the Trainer writes
         on_log(logs) -> metrics          GSPOTrainer.log, before TRL's `log` (:3302) averages and emits
 
-    What a probe adds around the events it declares as class attributes, and the chain, the
-    console and dynamic sampling read them: no list elsewhere names a probe's loggers or keys.
+    What a probe adds around the events it declares (class attributes and the methods below the
+    events' list), and the chain, the console, dynamic sampling and the checkpoint code read them:
+    no list elsewhere names a probe's loggers, keys, banner or step-line parts, or saved state.
     """
 
     alarm_loggers: ClassVar[tuple[str, ...]] = ()
@@ -156,6 +158,28 @@ class Probe:
     """Probe classes that must come earlier in the chain (ProbeChain refuses another order)."""
     runs_before: ClassVar[tuple[type, ...]] = ()
     """Probe classes that must come later in the chain (`(Probe,)`: this one comes first)."""
+
+    state_key: ClassVar[str | None] = None
+    """This probe's entry in every checkpoint's trainer_state.json (`stateful_callbacks`, beside
+    transformers' `ExportableState` callbacks): `state()` is saved under it and `load_state`
+    given it back on resume. None: the probe keeps nothing across a resume."""
+
+    def state(self) -> dict[str, Any] | None:
+        """What a checkpoint saves (JSON values), transformers' `ExportableState.state()`
+        "attributes"; None: nothing to save at this checkpoint."""
+        return None
+
+    def load_state(self, attributes: Mapping[str, Any]) -> None:
+        """A resumed run's saved `state()`, before its first step (not called on a fresh run)."""
+
+    def banner_lines(self, trainer: Any) -> list[LinePart]:
+        """Lines this probe adds to the console's start banner, each at its place
+        (gspo_trl.training.reporting.line_parts); [] when it has nothing to say for this run."""
+        return []
+
+    def step_line_parts(self, logs: Mapping[str, Any]) -> list[LinePart]:
+        """Parts this probe adds to a training log event's step line, from what was logged."""
+        return []
 
     def callbacks(self) -> ProbeCallbacks:
         return ProbeCallbacks()

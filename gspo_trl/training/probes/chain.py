@@ -24,6 +24,7 @@ from gspo_trl.training.probes.base import (
     Probe,
     ProbeCallbacks,
 )
+from gspo_trl.training.reporting.line_parts import LinePart
 from gspo_trl.training.rollout_rows import Layout
 
 T = TypeVar("T")
@@ -36,11 +37,23 @@ class ProbeChain(Sequence[Probe]):
     def __init__(self, probes: Sequence[Probe]) -> None:
         self.probes = list(probes)
         check_order(self.probes)
+        self._handlers: dict[str, list[Probe]] = {}
 
     def append(self, probe: Probe) -> None:
         """Add a probe last (its order constraints checked)."""
         check_order([*self.probes, probe])
         self.probes.append(probe)
+        self._handlers.clear()
+
+    def handlers(self, event: str) -> list[Probe]:
+        """The probes that handle `event` (a `Probe` method), in chain order: those whose class or
+        instance overrides it; the base class's no-ops are not called (a step's events would
+        otherwise make ~200 calls that do nothing). Listed at the event's first dispatch."""
+        found = self._handlers.get(event)
+        if found is None:
+            found = [p for p in self.probes if _overrides(p, event)]
+            self._handlers[event] = found
+        return found
 
     def alarm_loggers(self) -> tuple[str, ...]:
         """Every probe's alarm loggers, each once, in chain order."""
@@ -49,6 +62,10 @@ class ProbeChain(Sequence[Probe]):
     def rollout_layouts(self) -> dict[str, Layout]:
         """The rollout keys the probes add, with their layouts."""
         return {key: layout for probe in self.probes for key, layout in probe.rollout_layouts.items()}
+
+    def banner_lines(self, trainer: Any) -> list[LinePart]:
+        """Every probe's banner lines, in chain order (the console sorts them by place)."""
+        return [part for probe in self.probes for part in probe.banner_lines(trainer)]
 
     def __getitem__(self, index: int) -> Probe:  # type: ignore[override]
         return self.probes[index]
@@ -65,7 +82,7 @@ class ProbeChain(Sequence[Probe]):
 
     def _around(self, method: str, trainer: Any, args: tuple, innermost: Callable[[], Any]) -> Any:
         call = innermost
-        for probe in reversed(self.probes):
+        for probe in reversed(self.handlers(method)):
             call = partial(getattr(probe, method), trainer, *args, call)
         return call()
 
@@ -89,11 +106,11 @@ class ProbeChain(Sequence[Probe]):
             probe.attach(trainer)
 
     def train_begin(self, trainer: Any) -> None:
-        for probe in self.probes:
+        for probe in self.handlers("on_train_begin"):
             probe.on_train_begin(trainer)
 
     def train_end(self, trainer: Any) -> None:
-        for probe in self.probes:
+        for probe in self.handlers("on_train_end"):
             probe.on_train_end(trainer)
 
     # --- rollout --------------------------------------------------------------------------
@@ -102,15 +119,15 @@ class ProbeChain(Sequence[Probe]):
     ) -> dict[str, Any]:
         def scored(rows: list[Any]) -> dict[str, Any]:
             training = trainer.model.training
-            for probe in self.probes:
+            for probe in self.handlers("on_rollout_begin"):
                 probe.on_rollout_begin(trainer, training)
             batch = generate_and_score(rows)
-            for probe in self.probes:
+            for probe in self.handlers("on_rollout_end"):
                 batch = probe.on_rollout_end(trainer, batch)
             return batch
 
         call = scored
-        for probe in reversed(self.probes):
+        for probe in reversed(self.handlers("around_rollout")):
             call = partial(_rollout_step, probe, trainer, call)
         return call(prompts)
 
@@ -118,7 +135,7 @@ class ProbeChain(Sequence[Probe]):
         return self._around("around_generation", trainer, (), generate)
 
     def generated(self, trainer: Any, generation: Generation) -> None:
-        for probe in self.probes:
+        for probe in self.handlers("on_generation"):
             probe.on_generation(trainer, generation)
 
     def weight_sync(self, trainer: Any, sync: Callable[[], Any]) -> Any:
@@ -127,7 +144,7 @@ class ProbeChain(Sequence[Probe]):
     def no_grad_pass(
         self, trainer: Any, call: NoGradPass, forward: Callable[[], LogprobOutput]
     ) -> LogprobOutput:
-        for probe in self.probes:
+        for probe in self.handlers("answer_no_grad_pass"):
             call.answer = probe.answer_no_grad_pass(trainer, call)
             if call.answer is not None:
                 break
@@ -141,20 +158,37 @@ class ProbeChain(Sequence[Probe]):
 
     # --- updates ----------------------------------------------------------------------------
     def loss_inputs(self, trainer: Any, loss: LossCall) -> None:
-        for probe in self.probes:
+        for probe in self.handlers("on_loss_inputs"):
             probe.on_loss_inputs(trainer, loss)
 
     def policy_forward(self, trainer: Any, policy: PolicyForward) -> None:
-        for probe in self.probes:
+        for probe in self.handlers("on_policy_forward"):
             probe.on_policy_forward(trainer, policy)
 
     def loss(self, trainer: Any, loss: LossCall, value: torch.Tensor) -> None:
-        for probe in self.probes:
+        for probe in self.handlers("on_loss"):
             probe.on_loss(trainer, loss, value)
 
     def training_step_end(self, trainer: Any) -> None:
-        for probe in self.probes:
+        for probe in self.handlers("on_training_step_end"):
             probe.on_training_step_end(trainer)
+
+    # --- state kept across a resume ----------------------------------------------------------
+    def save_state(self, trainer: Any) -> None:
+        """Each stateful probe's `state()` into `trainer.state.stateful_callbacks`, in the shape
+        transformers writes an `ExportableState`'s (`{"args": ..., "attributes": ...}`, saved to
+        trainer_state.json with the checkpoint)."""
+        for probe in self.probes:
+            saved = probe.state() if probe.state_key else None
+            if saved is not None:
+                trainer.state.stateful_callbacks[probe.state_key] = {"args": {}, "attributes": saved}
+
+    def load_state(self, trainer: Any) -> None:
+        """The resumed checkpoint's saved states back into their probes (none on a fresh run)."""
+        saved = trainer.state.stateful_callbacks or {}
+        for probe in self.probes:
+            if probe.state_key and saved.get(probe.state_key):
+                probe.load_state(saved[probe.state_key]["attributes"])
 
     # --- evaluation, checkpoints, logs ---------------------------------------------------------
     def evaluate(self, trainer: Any, evaluate: Callable[[], T]) -> T:
@@ -165,9 +199,14 @@ class ProbeChain(Sequence[Probe]):
 
     def log(self, trainer: Any, logs: Mapping[str, Any]) -> dict[str, float]:
         added: dict[str, float] = {}
-        for probe in self.probes:
+        for probe in self.handlers("on_log"):
             added.update(probe.on_log(trainer, {**logs, **added}))
         return added
+
+
+def _overrides(probe: Probe, event: str) -> bool:
+    """The probe's class, or the probe itself, replaces `Probe`'s no-op for `event`."""
+    return getattr(type(probe), event) is not getattr(Probe, event) or event in getattr(probe, "__dict__", ())
 
 
 def check_order(probes: Sequence[Probe]) -> None:

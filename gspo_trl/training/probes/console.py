@@ -1,4 +1,4 @@
-"""The console and OUTPUT_DIR/metrics.jsonl as a probe (gspo_trl.training.reporting.console says
+"""The console and OUTPUT_DIR/metrics.jsonl as a probe (gspo_trl.training.reporting.console_lines says
 what is printed). Their callbacks run ahead of transformers' and the trackers': the banner and a
 fresh metrics.jsonl come before the held-out score logged at step 0. The console lets go of the
 alarm loggers at train end, after every callback's on_train_end (the final held-out score
@@ -11,8 +11,7 @@ from typing import Any
 from trl.trainer.utils import get_config_model_id
 
 from gspo_trl.training.probes.base import Probe, ProbeCallbacks
-from gspo_trl.training.probes.perf import PerfProbe
-from gspo_trl.training.reporting.console import ConsoleCallback, banner, remove_trl_printing
+from gspo_trl.training.reporting.console_lines import ConsoleCallback, banner, remove_trl_printing
 from gspo_trl.training.reporting.metrics_file import MetricsFileCallback
 
 
@@ -34,28 +33,27 @@ class ConsoleProbe(Probe):
 
     def attach(self, trainer: Any) -> None:
         remove_trl_printing(trainer)
-        self.console = ConsoleCallback(self.header(trainer), alarm_loggers=trainer.probes.alarm_loggers())
+        self.console = ConsoleCallback(
+            self.header(trainer), alarm_loggers=trainer.probes.alarm_loggers(), probes=trainer.probes
+        )
         self.metrics_file = MetricsFileCallback(trainer.args.output_dir)
 
     def header(self, trainer: Any) -> str:
-        """The start banner, and the plan's FLOP floor beside what the step line will show."""
+        """The start banner: the console's lines and each probe's `banner_lines`."""
         model_name = self.model_name or get_config_model_id(trainer.model.config)
         reward_names = self.reward_names if self.reward_names is not None else trainer.reward_func_names
         eval_rows = self.eval_rows
         if eval_rows is None:
             rows = trainer.eval_dataset
             eval_rows = len(rows) if rows is not None and hasattr(rows, "__len__") else 0
-        header = banner(trainer, model_name, list(reward_names), eval_rows)
-        perf = trainer.probes.find(PerfProbe)
-        if perf is not None:
-            header += "\n" + perf.meter.ceiling_line(trainer.args.max_completion_length)
-        return header
+        return banner(trainer, model_name, list(reward_names), eval_rows)
 
     def callbacks(self) -> ProbeCallbacks:
         return ProbeCallbacks(before_reporting=[self.console, self.metrics_file])
 
     def on_train_end(self, trainer: Any) -> None:
         self.console.close()
+        self.metrics_file.close()
 
 
 def install_console(

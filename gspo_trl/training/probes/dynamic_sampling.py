@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,13 +25,10 @@ import gspo_trl.core.metric_names as names
 from gspo_trl.config.sections import SamplingConfig
 from gspo_trl.core.errors import RecipeError
 from gspo_trl.training import rollout_rows
-from gspo_trl.training.probes.base import CheckpointSave, Generation, Probe
+from gspo_trl.training.probes.base import Generation, Probe
+from gspo_trl.training.reporting.line_parts import BANNER_GSPO, LinePart, logged_number
 
 logger = logging.getLogger(__name__)
-
-STATE_KEY = "GSPODynamicSampling"
-"""The refill stream's position in trainer_state.json (`TrainerState.stateful_callbacks`, which
-transformers saves with every checkpoint and loads on resume, transformers/trainer.py:3260-3269)."""
 
 
 class RefillStream:
@@ -92,12 +89,12 @@ class DynamicSamplingProbe(Probe):
 
     alarm_loggers = (__name__,)  # capped batches
     runs_before = (Probe,)  # outermost: every other probe sees each generation round as a rollout
+    state_key = "GSPODynamicSampling"  # the refill stream's position, saved with every checkpoint
 
     def __init__(self, config: SamplingConfig) -> None:
         self.config = config
         self.stream: RefillStream | None = None
         self.capped_streak = 0
-        self._restored = False
         self._rewards: torch.Tensor | None = None
         self._tokens: list[int] | None = None
         self.layouts = dict(rollout_rows.LAYOUTS)
@@ -114,9 +111,6 @@ class DynamicSamplingProbe(Probe):
             )
         self.dataset = dataset
         self.stream = RefillStream(len(dataset), trainer.args.seed)
-
-    def on_train_begin(self, trainer: Any) -> None:
-        self._restored = False
 
     # --- one round's rewards and token counts, as TRL computes them -----------------------------
     def on_generation(self, trainer: Any, generation: Generation) -> None:
@@ -141,7 +135,6 @@ class DynamicSamplingProbe(Probe):
     ) -> dict[str, Any]:
         if self.stream is None or not trainer.model.training:
             return proceed(prompts)
-        self._restore(trainer)
         accelerator, group = trainer.accelerator, trainer.num_generations
         world, rank = accelerator.num_processes, accelerator.process_index
         target = len(prompts) * world // group
@@ -266,18 +259,29 @@ class DynamicSamplingProbe(Probe):
                 drawn,
             )
 
-    def _restore(self, trainer: Any) -> None:
-        """Once per train(): the stream position a resumed checkpoint saved (none on a fresh run)."""
-        if self._restored:
-            return
-        self._restored = True
-        saved = (trainer.state.stateful_callbacks or {}).get(STATE_KEY)
-        if saved:
-            self.stream.drawn = int(saved["attributes"]["groups_drawn"])
-            self.capped_streak = int(saved["attributes"]["capped_streak"])
+    def banner_lines(self, trainer: Any) -> list[LinePart]:
+        if not self.config.dynamic:
+            return []
+        text = (
+            f"  sampling dynamic: groups whose rewards tie are dropped and refilled, up to "
+            f"{self.config.max_rounds} generation rounds per rollout batch"
+        )
+        return [LinePart(BANNER_GSPO + 13, text)]
 
-    def around_checkpoint_save(self, trainer: Any, save: CheckpointSave, proceed: Callable[[], None]) -> None:
+    def step_line_parts(self, logs: Mapping[str, Any]) -> list[LinePart]:
+        """`kept 40% in 2.0 rounds`: the share of groups kept, and the generation rounds."""
+        kept = logged_number(logs, names.DYNAMIC_KEEP_RATE)
+        if kept is None:
+            return []
+        rounds = logged_number(logs, names.DYNAMIC_ROUNDS)
+        return [LinePart(90, f"kept {kept:.0%}" + (f" in {rounds:.1f} rounds" if rounds is not None else ""))]
+
+    def state(self) -> dict[str, Any] | None:
+        if self.stream is None:
+            return None
+        return {"groups_drawn": self.stream.drawn, "capped_streak": self.capped_streak}
+
+    def load_state(self, attributes: Mapping[str, Any]) -> None:
         if self.stream is not None:
-            position = {"groups_drawn": self.stream.drawn, "capped_streak": self.capped_streak}
-            trainer.state.stateful_callbacks[STATE_KEY] = {"args": {}, "attributes": position}
-        proceed()
+            self.stream.drawn = int(attributes["groups_drawn"])
+            self.capped_streak = int(attributes["capped_streak"])

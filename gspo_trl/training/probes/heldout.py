@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import gspo_trl.core.metric_names as names
 from gspo_trl.training.heldout.scoring import HeldoutCallback, HeldoutSettings
 from gspo_trl.training.probes.base import Probe, ProbeCallbacks
+from gspo_trl.training.probes.perf import timed
 
 
 class HeldoutProbe(Probe):
@@ -21,7 +23,9 @@ class HeldoutProbe(Probe):
         self.callback: HeldoutCallback | None = None
 
     def attach(self, trainer: Any) -> None:
-        self.callback = HeldoutCallback(trainer, self.dataset, self.grader, self.settings)
+        self.callback = HeldoutCallback(
+            trainer, self.dataset, self.grader, self.settings, lambda: timed(trainer, names.PHASE_HELDOUT)
+        )
 
     def callbacks(self) -> ProbeCallbacks:
         return ProbeCallbacks(

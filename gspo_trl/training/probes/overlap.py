@@ -9,7 +9,8 @@ ENGINE_STALENESS = 1, pi_old is the trainer's. A resumed run starts with nothing
 does not wait for the thread, and a server that stops answering is one VLLMServerLost line (its
 /health polled while waiting). Events: attach (refusals; wraps the engine's `generate`),
 around_rollout (the rows), around_generation and around_weight_sync (wait for the request in
-flight; the sync records the version), on_rollout_end (tags), on_train_end, on_log.
+flight; the sync records the version), on_rollout_end (tags), on_train_end, on_log (the lag, shown
+in the step line as `stale 1.0 (max 1)`).
 """
 
 from __future__ import annotations
@@ -22,17 +23,20 @@ from typing import Any, ClassVar, TypeVar
 
 import torch
 
-from gspo_trl.config.sections import EngineConfig, SamplingConfig
+from gspo_trl.config.sections import SamplingConfig
+from gspo_trl.config.sections.engine_overlap import OverlapSettings
 from gspo_trl.core.errors import RecipeError, VLLMServerLost
-from gspo_trl.training.engine.staleness import (
+from gspo_trl.training.engine.vllm_server import health_problem, server_base_url
+from gspo_trl.training.probes.base import Probe
+from gspo_trl.training.probes.perf import PerfProbe
+from gspo_trl.training.probes.staleness import (
     ENGINE_STALENESS,
     ENGINE_VERSION,
     RolloutVersion,
     rollout_metrics,
+    stale_line_parts,
 )
-from gspo_trl.training.engine.vllm_server import health_problem, server_base_url
-from gspo_trl.training.probes.base import Probe
-from gspo_trl.training.probes.perf import PerfProbe
+from gspo_trl.training.reporting.line_parts import LinePart
 from gspo_trl.training.rollout_rows import ROW, Layout
 
 logger = logging.getLogger(__name__)
@@ -77,7 +81,7 @@ class OverlapProbe(Probe):
     alarm_loggers = (__name__,)
     runs_after = (PerfProbe,)  # the wait inside around_generation is timed as generation
 
-    def __init__(self, config: EngineConfig, sampling: SamplingConfig) -> None:
+    def __init__(self, config: OverlapSettings, sampling: SamplingConfig) -> None:
         self.config, self.sampling = config, sampling
         self.batches: Iterator[list[Any]] | None = None
         self._cursor: list[Any] | None = None
@@ -116,6 +120,10 @@ class OverlapProbe(Probe):
         self.server = server_base_url(trainer.args)
         generation = trainer.vllm_generation
         generation.generate = lambda *a, **k: self.engine_generate(trainer, generation, *a, **k)
+
+    def step_line_parts(self, logs: Mapping[str, Any]) -> list[LinePart]:
+        """`stale 1.0 (max 1)`, as engine.max_staleness shows its lag."""
+        return stale_line_parts(logs)
 
     # --- events -----------------------------------------------------------------------------------
     def around_rollout(self, trainer: Any, prompts: list[Any], proceed: Callable[[list[Any]], dict]) -> dict:

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 import gspo_trl.core.metric_names as names
 from gspo_trl.training.packed_rows import PackedLayout, pack_rows, packed_tokens, to_packed, unpack
 from gspo_trl.training.probes.base import LogprobOutput, Probe
+from gspo_trl.training.probes.routing import RoutingProbe
 
 MULTIMODAL_KEYS = (
     "pixel_values",
@@ -82,8 +83,8 @@ class PackingProbe(Probe):
                 f"packing: true runs text rows only; this batch has {', '.join(given)}: set packing: false"
             )
         single = one_sequence(model) or compute_aux_loss or self.widths is None
-        routing = getattr(trainer, "routing", None)
-        hooks = getattr(routing, "hooks", None)
+        routing = trainer.probes.find(RoutingProbe)
+        hooks = getattr(routing and routing.routing, "hooks", None)
         batch_size = batch_size or input_ids.size(0)
         logps, entropies, aux_losses = [], [], []
         for start in range(0, input_ids.size(0), batch_size):
@@ -121,7 +122,7 @@ class PackingProbe(Probe):
     ) -> Any:
         labels = ids.masked_fill(mask == 0, -100)
         labels[:, :-logits_to_keep] = -100
-        if layout is None:  # TRL's own inputs (grpo_trainer.py:1448, :1494-1495)
+        if layout is None:  # TRL's own inputs (trl/trainer/grpo_trainer.py:1448, :1494-1495)
             inputs = {"input_ids": ids, "attention_mask": mask, "labels": labels}
         else:
             inputs = {

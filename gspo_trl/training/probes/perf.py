@@ -4,6 +4,7 @@ each phase is timed around the TRL call its event comes from (probes.base lists 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
 
 import torch
@@ -18,9 +19,18 @@ from gspo_trl.training.probes.base import (
     Probe,
     ProbeCallbacks,
 )
+from gspo_trl.training.probes.packing import PackingProbe
+from gspo_trl.training.reporting.line_parts import BANNER_RUN, LinePart, logged_number
 from gspo_trl.training.reporting.phases import PerfMeter, UpdatePhaseCallback, trainer_model_shape
 
 T = TypeVar("T")
+
+
+def timed(trainer: Any, phase: str) -> AbstractContextManager:
+    """`trainer`'s phase, or nothing for a trainer without a PerfProbe (a plain GRPOTrainer)."""
+    probes = getattr(trainer, "probes", None)
+    perf = probes.find(PerfProbe) if probes is not None else None
+    return perf.meter.timer.phase(phase) if perf is not None and perf.meter is not None else nullcontext()
 
 
 class PerfProbe(Probe):
@@ -28,6 +38,8 @@ class PerfProbe(Probe):
 
     def __init__(self) -> None:
         self.meter: PerfMeter | None = None
+        self.packed = False
+        """`packing: true`: the updates' FLOPs count each row's own tokens, as its forwards run."""
 
     def attach(self, trainer: Any) -> None:
         self.meter = PerfMeter(
@@ -35,6 +47,19 @@ class PerfProbe(Probe):
             trainer_model_shape(trainer.model),
             bool(trainer.args.gradient_checkpointing),
         )
+        self.packed = trainer.probes.find(PackingProbe) is not None
+
+    def banner_lines(self, trainer: Any) -> list[LinePart]:
+        """The plan's FLOP floor beside what the step line will show (last in the banner)."""
+        return [LinePart(BANNER_RUN + 20, self.meter.ceiling_line(trainer.args.max_completion_length))]
+
+    def step_line_parts(self, logs: Mapping[str, Any]) -> list[LinePart]:
+        """`1,234 tok/s MFU 1.2%`: trained tokens per second per process, and the MFU."""
+        tokens_per_s = logged_number(logs, names.PERF_TRAINED_TOKENS_PER_S)
+        if tokens_per_s is None:
+            return []
+        mfu = logged_number(logs, names.PERF_MFU)
+        return [LinePart(100, f"{tokens_per_s:,.0f} tok/s" + (f" MFU {mfu:.1%}" if mfu is not None else ""))]
 
     def callbacks(self) -> ProbeCallbacks:
         return ProbeCallbacks(after_reporting=[UpdatePhaseCallback(self.meter.timer)])
@@ -68,7 +93,7 @@ class PerfProbe(Probe):
 
     def on_loss_inputs(self, trainer: Any, loss: LossCall) -> None:
         if loss.training:
-            self.meter.count_update(loss.batch)
+            self.meter.count_update(loss.batch, self.packed)
 
     def around_evaluate(self, trainer: Any, proceed: Callable[[], T]) -> T:
         """The Trainer's eval pass (the held-out callback times its own)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from transformers import TrainerCallback
 
@@ -20,24 +20,42 @@ from gspo_trl.core.metric_names import METRICS_FILE
 class MetricsFileCallback(TrainerCallback):
     """Appends every log event, all keys, to OUTPUT_DIR/metrics.jsonl (main process only).
 
-    A fresh run (step 0 at the start) truncates the file; a resumed run appends to it.
+    A fresh run (step 0 at the start) truncates the file; a resumed run appends to it. The file
+    stays open from on_train_begin to on_train_end (`close`; opening it for each event cost more
+    than writing it) and each line is flushed as it is written, so a reader sees every event at
+    once, and a run that dies loses none.
     """
 
     def __init__(self, output_dir: str | Path) -> None:
         self.path = Path(output_dir) / METRICS_FILE
+        self._file: TextIO | None = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if state.is_world_process_zero:
+            self.close()
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            if state.global_step == 0:
-                self.path.write_text("", encoding="utf-8")
+            self._file = self.path.open("w" if state.global_step == 0 else "a", encoding="utf-8")
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
         if not state.is_world_process_zero or not logs:
             return
         entry = {"step": state.global_step, **{k: _jsonable(v) for k, v in logs.items()}}
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(entry) + "\n")
+        line = json.dumps(entry) + "\n"
+        if self._file is None:  # a log outside train(): an evaluate() of its own, the final score
+            with self.path.open("a", encoding="utf-8") as handle:
+                handle.write(line)
+            return
+        self._file.write(line)
+        self._file.flush()
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the file (later events open it for their line); also when training raised."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 def _jsonable(value: Any) -> Any:

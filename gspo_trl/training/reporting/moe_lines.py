@@ -34,9 +34,9 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not math.isnan(value) else None
 
 
-def moe_banner_line(trainer: Any) -> str | None:
-    """`  MoE      routing replay: ...` for a model whose routing is measured; None otherwise."""
-    routing = getattr(trainer, "routing", None)
+def moe_banner_line(routing: Any) -> str | None:
+    """`  MoE      routing replay: ...` for a model whose routing is measured (`routing`: the run's
+    MoeRouting); None otherwise."""
     if routing is None or getattr(routing, "hooks", None) is None:
         return None
     return f"  MoE      routing replay {REPLAY_MEANING[routing.config.routing_replay]}"

@@ -7,9 +7,10 @@ synchronizes, so a phase owns its kernels' run time. `other` is the window's wal
 phases, so a window's phases sum to its `perf/wall_s`.
 
 Throughput is tokens over (window wall seconds x processes), tokens counted over every process;
-MFU is this process's update FLOPs (gspo_trl.model.sizing.flops, the count `gspo-trl plan` uses)
-over (update seconds x the device's peak, gspo_trl.model.sizing.flops.peak_tflops), 0-1. Each
-key, what it holds and the peers' formulas: docs/performance.md.
+MFU is this process's update FLOPs (gspo_trl.model.sizing.flops, the count `gspo-trl plan` uses;
+with `packing: true` over each row's own tokens) over (update seconds x the device's peak,
+gspo_trl.model.sizing.flops.peak_tflops), 0-1. Each key, what it holds and the peers' formulas:
+docs/performance.md.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import contextlib
 import dataclasses
 import logging
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -103,12 +105,6 @@ class PhaseTimer:
         return {**out, "wall": wall}
 
 
-def timed(trainer: Any, phase: str) -> contextlib.AbstractContextManager:
-    """`trainer`'s phase, or nothing for a trainer without a `perf` meter (a plain GRPOTrainer)."""
-    meter = getattr(trainer, "perf", None)
-    return meter.timer.phase(phase) if isinstance(meter, PerfMeter) else contextlib.nullcontext()
-
-
 def trainer_model_shape(model: Any) -> ModelShape | None:
     """The FLOP model's shape of a live model (its config), or None when the config lacks a field."""
     config = getattr(model, "config", None)
@@ -146,13 +142,20 @@ class PerfMeter:
     def count_generated(self, completion_ids: list) -> None:
         self.generated_tokens += sum(len(ids) for ids in completion_ids)
 
-    def count_update(self, inputs: dict[str, Any]) -> None:
-        """One minibatch a gradient is taken on: TRL's prepared inputs (prompt/completion ids, masks)."""
+    def count_update(self, inputs: dict[str, Any], packed: bool = False) -> None:
+        """One minibatch a gradient is taken on: TRL's prepared inputs (prompt/completion ids, masks).
+        `packed` (`packing: true`): its FLOPs over each row's own tokens, not the padded rectangle."""
         self.trained_tokens += inputs["prompt_mask"].sum() + inputs["completion_mask"].sum()
-        if self.shape is not None:
-            rows, prompt = inputs["prompt_ids"].shape
-            length = prompt + inputs["completion_ids"].shape[1]
-            self.update_flops += update_flops(self.shape, rows, length, self.gradient_checkpointing)
+        if self.shape is None:
+            return
+        if packed:  # the packing probe reads the row lengths on the host for its forward anyway
+            lengths = (inputs["prompt_mask"].sum(dim=1) + inputs["completion_mask"].sum(dim=1)).tolist()
+            for length, rows in sorted(Counter(lengths).items()):
+                self.update_flops += update_flops(self.shape, rows, length, self.gradient_checkpointing)
+            return
+        rows, prompt = inputs["prompt_ids"].shape
+        length = prompt + inputs["completion_ids"].shape[1]
+        self.update_flops += update_flops(self.shape, rows, length, self.gradient_checkpointing)
 
     def logs(self, accelerator: Any) -> dict[str, float]:
         """The window's `perf/*` entries (a collective when there are several processes)."""

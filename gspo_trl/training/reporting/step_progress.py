@@ -12,7 +12,7 @@ from typing import Any
 from transformers.trainer_callback import TrainerCallback
 
 from gspo_trl.core.progress import progress_bar
-from gspo_trl.training.reporting.console import remove_console
+from gspo_trl.training.reporting.console_lines import remove_console
 
 
 class StepProgressBar(TrainerCallback):

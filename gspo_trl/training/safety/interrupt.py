@@ -26,6 +26,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from gspo_trl.core.ranks import any_rank
+
 logger = logging.getLogger(__name__)
 
 
@@ -73,21 +75,9 @@ class StopOnInterrupt(TrainerCallback):
                 signal.signal(handled, previous)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        if _any_rank(self.requested, args):
+        if any_rank(self.requested, args.device):
             self.requested = True
             self.stopped_at_step = state.global_step
             control.should_save = True  # whatever save_strategy says: --resume needs it
             control.should_training_stop = True
         return control
-
-
-def _any_rank(flag: bool, args: Any) -> bool:
-    """True when any process of the launch has the flag set (the flag itself when alone)."""
-    import torch
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return flag
-    value = torch.tensor([1.0 if flag else 0.0], device=args.device)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return bool(value.item())

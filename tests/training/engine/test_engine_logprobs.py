@@ -63,7 +63,7 @@ def test_check_logprobs_gives_the_guards_verdict(name):
 
 
 def test_guard_pools_micro_batches_and_judges_once_per_rollout_batch():
-    guard = EngineMismatchGuard(EngineConfig(old_logprobs="engine"))
+    guard = EngineMismatchGuard(EngineConfig(old_logprobs="engine").old_logprobs_settings())
     assert guard.finish(EPS_LOW, EPS_HIGH) is None
     guard.observe(torch.tensor([1e-3, 1e-3]))
     guard.observe(torch.tensor([-1e-3, -1e-3]))

@@ -42,12 +42,13 @@ import json, sys
 import torch
 from datasets import Dataset
 from gspo_trl.config.sections import EngineConfig
+from gspo_trl.training.probes.old_logprobs import EngineLogprobsProbe
 from gspo_trl.diagnose.check_logprobs import _read_prompts, length_reward, trainer_logprobs
 from gspo_trl.core.errors import UserError
 from gspo_trl.model.tiny.dense import save_tiny_model
 from gspo_trl.model.vllm_cpu.shim import patch_trl_for_vllm_cpu
 from gspo_trl.training.config import GSPOConfig
-from gspo_trl.training.engine.logprobs import EngineOldLogprobs
+from gspo_trl.training.probes.old_logprobs import EngineOldLogprobs
 from gspo_trl.training.trainer import GSPOTrainer
 
 patch_trl_for_vllm_cpu()
@@ -101,9 +102,9 @@ def compute_loss_and_keep(model, inputs):
     return loss
 trainer._compute_loss = compute_loss_and_keep
 
-instrument(trainer.engine_logprobs)
+instrument(trainer.probes.find(EngineLogprobsProbe).engine)
 trainer.train()  # 1: matched
-engine = trainer.engine_logprobs
+engine = trainer.probes.find(EngineLogprobsProbe).engine
 verdicts = lambda: [v.__dict__ for v in engine.guard.verdicts]
 facts["matched"] = {"skipped": engine.forwards_skipped, "verdicts": verdicts(),
                     "logged": [h["gspo/engine_mismatch/mean"] for h in trainer.state.log_history
@@ -117,8 +118,9 @@ facts["recompute"] = {"skipped": engine.forwards_skipped, "verdicts": verdicts()
                       "active": engine.active}
 facts["observed"] = observed
 
-trainer.engine_logprobs = EngineOldLogprobs(trainer, EngineConfig(old_logprobs="engine", on_mismatch="stop"))
-instrument(trainer.engine_logprobs)  # 3: biased, on_mismatch stop
+stop = EngineConfig(old_logprobs="engine", on_mismatch="stop").old_logprobs_settings()
+trainer.probes.find(EngineLogprobsProbe).engine = EngineOldLogprobs(trainer, stop)
+instrument(trainer.probes.find(EngineLogprobsProbe).engine)  # 3: biased, on_mismatch stop
 trainer._last_loaded_step = -1
 try:
     trainer.train()

@@ -84,8 +84,8 @@ def server(model_dir, tmp_path_factory):
 def recorder():
     """A probe after the built-in ones: each training rollout batch's prompts and row tags, and
     each loss's (step, rows' versions and staleness)."""
-    from gspo_trl.training.engine.staleness import ENGINE_STALENESS, ENGINE_VERSION
     from gspo_trl.training.probes.base import Probe
+    from gspo_trl.training.probes.staleness import ENGINE_STALENESS, ENGINE_VERSION
 
     class Recorder(Probe):
         def __init__(self) -> None:

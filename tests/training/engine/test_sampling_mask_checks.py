@@ -45,6 +45,21 @@ REFUSALS = {
         {"engine": {"old_logprobs": "engine"}, "use_vllm": True, "top_k": 20},
         "engine.old_logprobs: engine with top_k=20",
     ),
+    "TRL's correction, top_p, even with replay": (
+        {
+            **VLLM,
+            "vllm_importance_sampling_correction": "true",
+            "top_p": "0.8",
+            "engine.sampling_masks": "replay",
+        },
+        {
+            "engine": {"sampling_masks": "replay"},
+            "use_vllm": True,
+            "vllm_importance_sampling_correction": True,
+            "top_p": 0.8,
+        },
+        "vllm_importance_sampling_correction: true with top_p=0.8",
+    ),
     "replay under a repetition penalty": (
         {"engine.sampling_masks": "replay", **VLLM, "top_p": "0.8", "repetition_penalty": "1.1"},
         {"engine": {"sampling_masks": "replay"}, "use_vllm": True, "top_p": 0.8, "repetition_penalty": 1.1},
@@ -89,6 +104,7 @@ ACCEPTED = {
     "correction, plain sampler": TRUNCATE,
     "correction, sampler reset to neutral": {**TRUNCATE, "top_p": "1.0", "top_k": "0"},
     "top_p with trainer pi_old and no correction": {**VLLM, "top_p": "0.8"},
+    "TRL's correction, plain sampler": {**VLLM, "vllm_importance_sampling_correction": "true"},
     "correction, top_p, replay": {**TRUNCATE, "top_p": "0.8", "engine.sampling_masks": "replay"},
     "engine log-probs, top_k, replay": {
         "engine.old_logprobs": "engine",

@@ -44,11 +44,12 @@ from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p_pytorch
 from gspo_trl.diagnose.check_logprobs import (
     _read_prompts, length_reward, sample_and_recompute, trainer_logprobs,
 )
+from gspo_trl.training.probes.old_logprobs import EngineLogprobsProbe
 from gspo_trl.model.tiny.dense import save_tiny_model
 from gspo_trl.model.vllm_cpu.shim import patch_trl_for_vllm_cpu
 from gspo_trl.training.config import GSPOConfig
 from gspo_trl.training.engine.sampling_filter import SamplerFilter, kept_mask
-from gspo_trl.training.engine.sampling_masks import SAMPLING_LOG_KEPT_MASS
+from gspo_trl.training.probes.sampling_masks import SAMPLING_LOG_KEPT_MASS
 from gspo_trl.training.trainer import GSPOTrainer
 
 patch_trl_for_vllm_cpu()
@@ -113,8 +114,9 @@ def checked_loss(model, inputs):
 trainer._compute_loss = checked_loss
 
 seen = []
-observe = trainer.engine_logprobs.guard.observe
-trainer.engine_logprobs.guard.observe = lambda log_s: (seen.append(log_s.abs().max().item()), observe(log_s))
+guard = trainer.probes.find(EngineLogprobsProbe).engine.guard
+observe = guard.observe
+guard.observe = lambda log_s: (seen.append(log_s.abs().max().item()), observe(log_s))
 def logged(key):
     return [h[key] for h in trainer.state.log_history if key in h]
 
@@ -124,7 +126,7 @@ trainer.train(resume_from_checkpoint=out + "/checkpoint-2")
 facts.update(
     row_checks=row_checks, guard_log_s=seen, global_step=trainer.state.global_step,
     kept_mass=logged("gspo/sampling_masks/kept_mass"), outside=logged("gspo/sampling_masks/sampled_outside"),
-    skipped=trainer.engine_logprobs.forwards_skipped,
+    skipped=trainer.probes.find(EngineLogprobsProbe).engine.forwards_skipped,
 )
 print("FACTS " + json.dumps(facts))
 """

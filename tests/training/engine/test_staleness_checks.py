@@ -1,6 +1,6 @@
 """`engine.max_staleness`: off by default, each refusal one line naming the keys, through the CLI's
 `gspo-trl validate` and through GSPOConfig alike (gspo_trl.config.sections.engine_staleness); and
-the schedule's arithmetic (gspo_trl.training.engine.staleness), fresh and resumed."""
+the schedule's arithmetic (gspo_trl.training.probes.staleness), fresh and resumed."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from gspo_trl.config.sections import EngineConfig
 from gspo_trl.core.errors import RecipeError
 from gspo_trl.training.config import GSPOConfig
-from gspo_trl.training.engine.staleness import StalenessSchedule
+from gspo_trl.training.probes.staleness import StalenessSchedule
 from gspo_trl.training.trainer import builtin_probes
 from tests._cli_helpers import gspo_trl_main, refused_alike
 

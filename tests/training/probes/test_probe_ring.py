@@ -12,16 +12,15 @@ from typing import Any
 import pytest
 
 from gspo_trl.config.sections import DiagnosticsConfig, EngineConfig, MoeConfig, SamplingConfig
-from gspo_trl.training.diagnostics import ClipAlarm
-from gspo_trl.training.engine.behaviour import BehaviourCorrection
-from gspo_trl.training.engine.logprobs import EngineOldLogprobs
 from gspo_trl.training.probes.base import Probe
 from gspo_trl.training.probes.chain import ProbeChain
+from gspo_trl.training.probes.correction import CorrectionRun
+from gspo_trl.training.probes.diagnostics import ClipAlarm
 from gspo_trl.training.probes.dynamic_sampling import DynamicSamplingProbe
+from gspo_trl.training.probes.old_logprobs import EngineOldLogprobs
 from gspo_trl.training.probes.perf import PerfProbe
-from gspo_trl.training.probes.routing import RoutingProbe
+from gspo_trl.training.probes.routing import RoutingAlarm, RoutingProbe
 from gspo_trl.training.probes.staleness import StalenessProbe
-from gspo_trl.training.routing import RoutingAlarm
 from tests._gspo_helpers import make_trainer, single_torch_thread, tiny_model_dir  # noqa: F401
 from tests._paths import ROOT
 
@@ -30,7 +29,7 @@ ALARMS = {
     "the engine mismatch guard": EngineOldLogprobs,
     "the MoE routing alarm": RoutingAlarm,
     "dynamic sampling's capped batches": DynamicSamplingProbe,
-    "the correction's max_rejected": BehaviourCorrection,
+    "the correction's max_rejected": CorrectionRun,
 }
 """Each built-in alarm and the class that warns it (on its module's logger)."""
 
@@ -56,7 +55,7 @@ def test_every_builtin_alarm_reaches_the_console(tmp_path, capsys) -> None:
 def test_a_chain_in_the_wrong_order_raises_one_line() -> None:
     routing, stale = (
         RoutingProbe(MoeConfig(), DiagnosticsConfig()),
-        StalenessProbe(EngineConfig(max_staleness=1)),
+        StalenessProbe(EngineConfig(max_staleness=1).staleness_settings()),
     )
     ProbeChain([DynamicSamplingProbe(SamplingConfig()), routing, stale, PerfProbe()])  # the right order
     wrong_orders = [

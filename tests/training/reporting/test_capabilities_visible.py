@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 import gspo_trl.core.metric_names as names
-from gspo_trl.training.reporting.console import step_line
+from gspo_trl.training.reporting.console_lines import step_line
 from tests._gspo_helpers import make_trainer, single_torch_thread, tiny_model_dir
+from tests.training.reporting._line_probes import line_probes
 
 __all__ = ["single_torch_thread"]
 
@@ -21,23 +22,23 @@ __all__ = ["single_torch_thread"]
         ({names.STALENESS_MEAN: 0.5, names.STALENESS_MAX: 1.0}, "stale 0.5 (max 1)"),
         (
             {
-                names.BEHAVIOUR_WEIGHT_MEAN: 1.0021,
-                names.BEHAVIOUR_WEIGHT_P1: 0.97,
-                names.BEHAVIOUR_WEIGHT_P99: 1.05,
+                names.CORRECTION_WEIGHT_MEAN: 1.0021,
+                names.CORRECTION_WEIGHT_P1: 0.97,
+                names.CORRECTION_WEIGHT_P99: 1.05,
             },
             "w_i 1.002 [0.97, 1.05]",
         ),
-        ({names.BEHAVIOUR_WEIGHT_MEAN: 0.999}, "w_i 0.999"),
+        ({names.CORRECTION_WEIGHT_MEAN: 0.999}, "w_i 0.999"),
     ],
     ids=["staleness", "w_i with its spread", "w_i alone"],
 )
 def test_the_step_line_shows_staleness_and_w_i(logs: dict, part: str) -> None:
-    line = step_line({"loss": 0.1, "reward": 0.5, **logs}, 10, 20, 1.0)
+    line = step_line({"loss": 0.1, "reward": 0.5, **logs}, 10, 20, 1.0, probes=line_probes())
     assert f" | {part} | " in line, line
 
 
 def test_off_they_are_not_shown() -> None:
-    line = step_line({"loss": 0.1, "reward": 0.5}, 10, 20, 1.0)
+    line = step_line({"loss": 0.1, "reward": 0.5}, 10, 20, 1.0, probes=line_probes())
     assert "stale" not in line and "w_i" not in line
 
 

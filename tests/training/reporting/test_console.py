@@ -13,8 +13,8 @@ from gspo_trl.config.recipe import load_recipe
 from gspo_trl.config.sections import DiagnosticsConfig
 from gspo_trl.diagnose import report
 from gspo_trl.training.build import build_trainer, train_recipe
-from gspo_trl.training.diagnostics import ClipAlarm
-from gspo_trl.training.reporting.console import (
+from gspo_trl.training.probes.diagnostics import ClipAlarm
+from gspo_trl.training.reporting.console_lines import (
     ZERO_VARIANCE_STEPS,
     ConsoleCallback,
     model_line,
@@ -23,6 +23,7 @@ from gspo_trl.training.reporting.console import (
 from gspo_trl.training.reporting.metrics_file import METRICS_FILE
 from tests._gspo_helpers import single_torch_thread  # noqa: F401  (fixture: one torch thread)
 from tests._paths import ROOT
+from tests.training.reporting._line_probes import line_probes
 
 TINY_RECIPE = ROOT / "recipes" / "tiny" / "reversal.yaml"
 MAX_LINE = 200
@@ -59,7 +60,7 @@ FULL_LOGS = {
 def test_step_line_is_short_and_shows_what_was_logged(
     logs, step, max_steps, seconds, heldout, expected, absent
 ) -> None:
-    line = step_line(logs, step, max_steps, seconds, heldout)
+    line = step_line(logs, step, max_steps, seconds, heldout, probes=line_probes())
     assert len(line) < MAX_LINE and "\n" not in line, line
     for text in expected:
         assert text in line, (text, line)
@@ -91,7 +92,9 @@ def _callback_run(console: ConsoleCallback, log_events: list[dict]) -> None:
 )
 def test_zero_variance_for_several_steps_raises_an_alarm(zero_variance, alarms) -> None:
     printed: list[str] = []
-    console = ConsoleCallback("banner", printer=lambda text, flush: printed.append(text))
+    console = ConsoleCallback(
+        "banner", printer=lambda text, flush: printed.append(text), probes=line_probes()
+    )
     _callback_run(console, [{"loss": 0.0, "gspo/zero_variance_groups": z} for z in zero_variance])
     assert len(console.alarms) == alarms
     assert sum(line.startswith("! ") and "zero reward variance" in line for line in printed) == alarms
@@ -101,7 +104,9 @@ def test_steps_between_rollouts_show_the_last_reward_marked_as_such() -> None:
     """TRL logs `reward` once per rollout batch: with logging_steps 1 and 4 updates per rollout
     batch, three step lines in four had no reward at all."""
     printed: list[str] = []
-    console = ConsoleCallback("banner", printer=lambda text, flush: printed.append(text))
+    console = ConsoleCallback(
+        "banner", printer=lambda text, flush: printed.append(text), probes=line_probes()
+    )
     update_only = {"loss": 0.0, "gspo/offpolicy/clip/region": 0.125}  # its own clip, no reward
     rollout = [{"loss": 0.0, "reward": 0.5, "reward_std": 0.25}] + [update_only] * 3
     _callback_run(console, [*rollout, {"loss": 0.0, "reward": 0.75, "reward_std": 0.1}, {"loss": 0.0}])
@@ -123,7 +128,9 @@ def logging_as_configured_by_nobody():
 @pytest.mark.usefixtures("logging_as_configured_by_nobody")
 def test_clip_alarm_prints_a_bang_line_instead_of_a_log_record(caplog: pytest.LogCaptureFixture) -> None:
     printed: list[str] = []
-    console = ConsoleCallback("banner", printer=lambda text, flush: printed.append(text), alarm_loggers=CLIP)
+    console = ConsoleCallback(
+        "banner", printer=lambda text, flush: printed.append(text), probes=line_probes(), alarm_loggers=CLIP
+    )
     config = DiagnosticsConfig(warn_after_steps=2)
     alarm = ClipAlarm(config)
     args = TrainingArguments(output_dir="unused", report_to="none")
@@ -142,8 +149,8 @@ def test_clip_alarm_prints_a_bang_line_instead_of_a_log_record(caplog: pytest.Lo
 @pytest.mark.usefixtures("logging_as_configured_by_nobody")
 def test_engine_mismatch_warning_is_a_bang_line(caplog: pytest.LogCaptureFixture) -> None:
     """The engine log-prob guard's warning (engine.on_mismatch: warn / recompute) stands out too."""
-    from gspo_trl.training.engine import logprobs as engine_logprobs
-    from gspo_trl.training.probes.engine import EngineLogprobsProbe
+    from gspo_trl.training.probes import old_logprobs as engine_logprobs
+    from gspo_trl.training.probes.old_logprobs import EngineLogprobsProbe
 
     printed: list[str] = []
     console = ConsoleCallback(
@@ -178,6 +185,8 @@ def test_four_step_run_prints_short_lines_and_writes_every_key(
     assert "reward " in step_lines[0] and "rollout of" not in step_lines[0]  # one rollout, 4 updates
     assert all("(rollout of step 1)" in line for line in step_lines[1:]), step_lines
     assert "held-out 0.000" in out and "ETA" in step_lines[-1]
+    last_heldout = max(i for i, line in enumerate(lines) if line.startswith("step 4/4 | held-out"))
+    assert last_heldout < lines.index(next(line for line in lines if line.startswith("done: "))), out
     assert all(len(line) < MAX_LINE for line in lines), max(lines, key=len)
     assert "{'loss'" not in out and "'gspo/" not in out  # TRL's dict printing is gone
 
@@ -241,13 +250,16 @@ def test_report_falls_back_to_trainer_state_without_metrics_file(tmp_path: Path)
 def test_an_earlier_logging_config_cannot_silence_the_clip_alarm() -> None:
     """dictConfig disables existing loggers by default; a library may raise a level: the alarm
     still reaches the console."""
-    alarm_logger = logging.getLogger("gspo_trl.training.diagnostics")
+    alarm_logger = logging.getLogger("gspo_trl.training.probes.diagnostics")
     was = alarm_logger.disabled, alarm_logger.level
     alarm_logger.disabled, _ = True, alarm_logger.setLevel(logging.ERROR)
     try:
         printed: list[str] = []
         console = ConsoleCallback(
-            "banner", printer=lambda text, flush: printed.append(text), alarm_loggers=CLIP
+            "banner",
+            printer=lambda text, flush: printed.append(text),
+            probes=line_probes(),
+            alarm_loggers=CLIP,
         )
         args = TrainingArguments(output_dir="unused", report_to="none")
         state, control = TrainerState(max_steps=4), TrainerControl()
@@ -268,10 +280,12 @@ def test_a_console_whose_run_raised_does_not_take_the_next_runs_alarms() -> None
     state, control = TrainerState(max_steps=4), TrainerControl()
     crashed: list[str] = []
     ConsoleCallback(
-        "old", printer=lambda text, flush: crashed.append(text), alarm_loggers=CLIP
+        "old", printer=lambda text, flush: crashed.append(text), probes=line_probes(), alarm_loggers=CLIP
     ).on_train_begin(args, state, control)
     printed: list[str] = []
-    console = ConsoleCallback("new", printer=lambda text, flush: printed.append(text), alarm_loggers=CLIP)
+    console = ConsoleCallback(
+        "new", printer=lambda text, flush: printed.append(text), probes=line_probes(), alarm_loggers=CLIP
+    )
     console.on_train_begin(args, state, control)
     ClipAlarm(DiagnosticsConfig(warn_after_steps=1)).update(
         {"clip/pos_adv": 0.9, "clip/region": 0.8}, 3e-4, 4e-4

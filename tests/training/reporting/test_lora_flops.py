@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from torch.utils.flop_counter import FlopCounterMode
 
+from gspo_trl.training.probes.perf import PerfProbe
 from tests._gspo_helpers import GSPO_ARGS, length_reward, tiny_model_dir
 
 
@@ -36,17 +37,19 @@ def test_lora_update_flops_match_torchs_count(tmp_path):
         train_dataset=Dataset.from_list([{"prompt": f"add {i} and {i + 3}"} for i in range(64)]),
         peft_config=LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"),
     )
-    assert trainer.perf.shape.lora_adapter_params > 0
+    assert trainer.probes.find(PerfProbe).meter.shape.lora_adapter_params > 0
     seen: dict[str, float] = {}
     training_step = trainer.training_step
 
     def counted_step(model, inputs, num_items):
         if trainer._step != 1:  # the second update reuses the buffered rollout: no generation inside
             return training_step(model, inputs, num_items)
-        before = trainer.perf.update_flops
+        before = trainer.probes.find(PerfProbe).meter.update_flops
         with FlopCounterMode(display=False) as counter:
             out = training_step(model, inputs, num_items)
-        seen.update(counted=counter.get_total_flops(), plan=trainer.perf.update_flops - before)
+        seen.update(
+            counted=counter.get_total_flops(), plan=trainer.probes.find(PerfProbe).meter.update_flops - before
+        )
         return out
 
     trainer.training_step = counted_step

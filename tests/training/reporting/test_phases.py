@@ -11,6 +11,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import gspo_trl.core.metric_names as names
 from gspo_trl.training.probes.console import install_console
+from gspo_trl.training.probes.perf import PerfProbe
 from gspo_trl.training.reporting.phases import PhaseTimer
 from tests._gspo_helpers import make_trainer, single_torch_thread, tiny_model_dir  # noqa: F401
 
@@ -97,10 +98,12 @@ def test_update_flops_match_torchs_count(tmp_path, gradient_checkpointing):
     def counted_step(model, inputs, num_items):
         if trainer._step != 1:  # the second update reuses the buffered rollout: no generation inside
             return training_step(model, inputs, num_items)
-        before = trainer.perf.update_flops
+        before = trainer.probes.find(PerfProbe).meter.update_flops
         with FlopCounterMode(display=False) as counter:
             out = training_step(model, inputs, num_items)
-        seen.update(counted=counter.get_total_flops(), plan=trainer.perf.update_flops - before)
+        seen.update(
+            counted=counter.get_total_flops(), plan=trainer.probes.find(PerfProbe).meter.update_flops - before
+        )
         return out
 
     trainer.training_step = counted_step

@@ -15,7 +15,7 @@ import pytest
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from gspo_trl.core.progress import progress_bar, vllm_progress
-from gspo_trl.training.reporting.console import ConsoleCallback
+from gspo_trl.training.reporting.console_lines import ConsoleCallback
 from gspo_trl.training.reporting.metrics_file import MetricsFileCallback
 from gspo_trl.training.reporting.step_progress import StepProgressBar, show_steps_as_bar
 from tests._gspo_helpers import single_torch_thread, tiny_model_dir  # noqa: F401 (fixture)

@@ -12,10 +12,11 @@ from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from gspo_trl.config.recipe import load_recipe
 from gspo_trl.training.build import train_recipe
-from gspo_trl.training.reporting.console import ConsoleCallback, step_line
+from gspo_trl.training.reporting.console_lines import ConsoleCallback, step_line
 from gspo_trl.training.reporting.reward_watch import CONSTANT_REWARD_ROLLOUTS, reward_means_part
 from tests._gspo_helpers import single_torch_thread  # noqa: F401  (fixture: one torch thread)
 from tests._paths import ROOT
+from tests.training.reporting._line_probes import line_probes
 
 
 def _rollout(math_std: float, math_mean: float = 0.5) -> dict:
@@ -44,10 +45,12 @@ def test_reward_means_part(logs, expected) -> None:
 
 
 def test_step_line_shows_each_reward_and_carries_it_between_rollouts() -> None:
-    line = step_line(_rollout(0.1), 4, 8, 1.0)
+    line = step_line(_rollout(0.1), 4, 8, 1.0, probes=line_probes())
     assert "reward 0.500 ±0.20 [math 0.50 format 0.00] |" in line, line
     printed: list[str] = []
-    console = ConsoleCallback("banner", printer=lambda text, flush: printed.append(text))
+    console = ConsoleCallback(
+        "banner", printer=lambda text, flush: printed.append(text), probes=line_probes()
+    )
     _drive(console, [_rollout(0.1), {"loss": 0.0}])
     assert "[math 0.50 format 0.00] (rollout of step 1)" in printed[-1], printed
 
@@ -75,7 +78,9 @@ def _drive(console: ConsoleCallback, events: list[dict]) -> None:
 )
 def test_a_reward_constant_over_several_rollouts_is_an_alarm(events, alarmed) -> None:
     printed: list[str] = []
-    console = ConsoleCallback("banner", printer=lambda text, flush: printed.append(text))
+    console = ConsoleCallback(
+        "banner", printer=lambda text, flush: printed.append(text), probes=line_probes()
+    )
     _drive(console, events)
     assert [alarm.split("'")[1] for alarm in console.alarms] == alarmed
     assert sum(line.startswith("! reward ") for line in printed) == len(alarmed)

@@ -210,7 +210,9 @@ def _fill(disk: Path, leave_bytes: int) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_disk_full_during_a_checkpoint_leaves_none_and_resume_continues(tmp_path: Path) -> None:
+def test_a_disk_full_during_a_checkpoint_leaves_none_and_resume_continues(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Run to checkpoint-2; fill the disk to half a checkpoint; resuming to step 4 dies saving
     checkpoint-4, which must not appear; free the disk; --resume finishes from checkpoint-2."""
     model = tiny_model_dir(tmp_path)
@@ -236,8 +238,9 @@ def test_a_disk_full_during_a_checkpoint_leaves_none_and_resume_continues(tmp_pa
             process = start([*command, *extra], log)
             return wait_or_kill(process, log, RUN_TIMEOUT_S), log.read_text(errors="replace")
 
-        # checkpoint-2 to start from, made in this process (a subprocess would only add ~15 s of
-        # imports); the two runs under test below are real `python -m gspo_trl.train` processes
+        # checkpoint-2 to start from, and the run that finishes once the disk is freed, in this
+        # process (a subprocess only adds ~15 s of imports); the run that dies mid-save is a real
+        # `python -m gspo_trl.train` process
         assert gspo_trl_main(["train", str(recipe), "--output_dir", str(out), *steps(2)]) == 0
         checkpoint_bytes = sum(f.stat().st_size for f in (out / "checkpoint-2").rglob("*") if f.is_file())
         filler = _fill(disk, checkpoint_bytes // 2)
@@ -249,7 +252,10 @@ def test_a_disk_full_during_a_checkpoint_leaves_none_and_resume_continues(tmp_pa
         assert latest_checkpoint(out) == out / "checkpoint-2"
 
         filler.unlink()
-        status, log = train(4, "--resume")
+        capsys.readouterr()
+        status = gspo_trl_main(["train", str(recipe), "--output_dir", str(out), *steps(4), "--resume"])
+        printed = capsys.readouterr()
+        log = printed.out + printed.err
         assert status == 0, log[-3000:]
         assert latest_checkpoint(out) == out / "checkpoint-4"
         state = json.loads((out / "trainer_state.json").read_text())

@@ -24,6 +24,7 @@ from tests._gspo_helpers import tiny_model_dir
 from tests.training.safety.test_resume import RUN_TIMEOUT_S
 from tests.training.test_distributed import (
     ACCELERATE,
+    assert_a_loadable_trained_checkpoint,
     deepspeed_ready,  # noqa: F401 - session fixture: DeepSpeed's CPU comm op built once, before launches
     free_port,
     kill_group,
@@ -78,7 +79,9 @@ def test_two_ranks_stop_at_one_step_save_and_resume(tmp_path: Path) -> None:
     SIGTERM to the run resumed from that checkpoint; each time both ranks stop at one step and
     save it, and `--resume` continues from the newest. Before SIGTERM was handled, that signal
     killed both ranks with nothing saved since the last checkpoint. (Both signals in one chain:
-    3 ZeRO-2 launches instead of 2 for each signal.)
+    3 ZeRO-2 launches instead of 2 for each signal.) The last launch, resumed to its end, saves
+    on schedule: that checkpoint is ZeRO-2's, written by both ranks, loadable and trained, as
+    test_distributed.py checks DDP's and ZeRO-3's (one ZeRO-2 launch fewer in the suite).
 
     ZeRO-2 (DeepSpeed saves and loads the optimizer itself): on CPU a plain DDP launch with
     --multi_gpu gives each rank the device `cpu:N`, which transformers passes to torch.load as
@@ -86,7 +89,8 @@ def test_two_ranks_stop_at_one_step_save_and_resume(tmp_path: Path) -> None:
     import json
     import re
 
-    recipe = write_mini_recipe(tmp_path, tiny_model_dir(tmp_path))
+    model = tiny_model_dir(tmp_path)
+    recipe = write_mini_recipe(tmp_path, model)
     out = tmp_path / "run"
 
     def launch(log: Path, *overrides: str) -> subprocess.Popen:
@@ -114,8 +118,12 @@ def test_two_ranks_stop_at_one_step_save_and_resume(tmp_path: Path) -> None:
     second = stop_both_ranks(signal.SIGTERM, resumed_log, first, "--resume")
     assert f"resuming from {out / f'checkpoint-{first}'}" in resumed_log.read_text(errors="replace")
 
-    final_log = tmp_path / "resume.log"
-    final = launch(final_log, "--max_steps", str(second + 2), "--resume")
+    final_log, last = tmp_path / "resume.log", second + 2
+    final = launch(
+        final_log, "--max_steps", str(last), "--resume", "--save_strategy", "steps", "--save_steps", str(last)
+    )
     assert wait_or_kill(final, final_log, RUN_TIMEOUT_S) == 0, tail(final_log)
-    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == second + 2
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == last
     assert f"resuming from {out / f'checkpoint-{second}'}" in final_log.read_text(errors="replace")
+    # the scheduled save of a 2-rank ZeRO-2 run (test_distributed.py's ZeRO-2 arm, now here)
+    assert_a_loadable_trained_checkpoint(out, last, model, final_log, deepspeed=True)

@@ -3,7 +3,8 @@ uninterrupted run ends - same step, same data order, same samples, same optimize
 same weights.
 
 Real processes and a real SIGKILL: the run is killed as soon as its first checkpoint is
-complete (polled, bounded), i.e. mid-training, and `gspo-trl train --resume` continues it.
+complete (polled, bounded), i.e. mid-training, and `gspo-trl train --resume` continues it (the
+uninterrupted reference runs the same arguments in the test's own process).
 Comparing the prompts and completions the reward saw after the resume point proves the
 data position and the RNG were restored (a different sampler position changes the prompts,
 a different RNG the sampled completions); the optimizer's Adam moments prove it was
@@ -57,6 +58,17 @@ def run_to_end(command: list[str], log: Path, reward_log: Path) -> None:
     assert status == 0, f"run failed ({status}); log tail:\n{tail(log)}"
 
 
+def run_here_to_end(command: list[str], reward_log: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The uninterrupted reference run: the same `gspo_trl.train` arguments, in this process (a
+    subprocess only added ~10 s of imports); the crashed and resumed runs stay real processes."""
+    from gspo_trl.cli.main import run_command
+    from gspo_trl.train import main
+
+    monkeypatch.setenv("GSPO_REWARD_LOG", str(reward_log))
+    args = command[command.index("gspo_trl.train") + 1 :]
+    assert run_command("train", main, args) == 0
+
+
 def kill_after_first_checkpoint(command: list[str], log: Path, reward_log: Path) -> None:
     """Start the run, SIGKILL it (launcher and children) once checkpoint-4 is complete."""
     output_dir = Path(command[command.index("--output_dir") + 1])
@@ -88,12 +100,14 @@ def reward_calls(path: Path) -> list[dict[str, Any]]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(3 * RUN_TIMEOUT_S + 60)
-def test_sigkilled_run_resumes_to_the_uninterrupted_result(tmp_path: Path) -> None:
+def test_sigkilled_run_resumes_to_the_uninterrupted_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     model = tiny_model_dir(tmp_path)
     recipe = write_mini_recipe(tmp_path, model)
     reference, crashed = tmp_path / "reference", tmp_path / "crashed"
 
-    run_to_end(train_command(recipe, reference), tmp_path / "reference.log", tmp_path / "reference.jsonl")
+    run_here_to_end(train_command(recipe, reference), tmp_path / "reference.jsonl", monkeypatch)
     kill_after_first_checkpoint(
         train_command(recipe, crashed), tmp_path / "crash.log", tmp_path / "crash.jsonl"
     )

@@ -2,7 +2,8 @@
 reward that changes directory, one that never returns, and Ctrl-C while one hangs.
 
 The table runs the real wrapper on real reward functions; the runs are real `gspo-trl train`
-processes on the tiny model, with the rewards in a module file the recipe names.
+runs on the tiny model (in this process where the reward returns, real processes where it
+hangs), with the rewards in a module file the recipe names.
 """
 
 from __future__ import annotations
@@ -140,25 +141,47 @@ def _train(command_dir: Path, recipe: Path, output_dir: str, **env: str) -> tupl
     return process.returncode, process.stderr
 
 
+def _train_here(
+    recipe: Path, output_dir: str, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> tuple[int, str]:
+    """`gspo-trl train` in this process (the CLI's own main, as tests/training/safety/test_faults.py
+    runs it): a subprocess only added ~10 s of imports per run. Returns the exit status and what
+    the user would read on stderr: the printed lines, then the log records (which pytest's own
+    handler takes in this process). The rewards that hang stay in real processes (_train), which
+    a stuck thread cannot outlive."""
+    from gspo_trl.cli.main import main as gspo_trl_main
+
+    argv = ["train", str(recipe), "--output_dir", output_dir]
+    with caplog.at_level(logging.INFO):
+        status = gspo_trl_main(
+            [*argv, "--max_steps", "2", "--steps_per_generation", "2", "--save_strategy", "no"]
+        )
+    return status, capsys.readouterr().err + caplog.text
+
+
 @pytest.mark.slow
-def test_train_refuses_an_n_by_1_reward_in_one_line(run_setup) -> None:
+def test_train_refuses_an_n_by_1_reward_in_one_line(run_setup, capsys, caplog) -> None:
     recipe, module = run_setup
-    status, err = _train(
-        recipe.parent, _recipe_with(recipe, f'"{module}:column"'), str(recipe.parent / "run")
-    )
+    column = _recipe_with(recipe, f'"{module}:column"')
+    status, err = _train_here(column, str(recipe.parent / "run"), capsys, caplog)
     assert status == 2 and "Traceback" not in err, err[-3000:]
     errors = [line for line in err.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "reward 'column' returned an array of shape (8, 1)" in errors[0], err[-3000:]
 
 
 @pytest.mark.slow
-def test_a_reward_that_changes_directory_does_not_move_the_run(run_setup) -> None:
+def test_a_reward_that_changes_directory_does_not_move_the_run(
+    run_setup, capsys, caplog, monkeypatch
+) -> None:
     recipe, module = run_setup
     work, elsewhere = recipe.parent / "work", recipe.parent / "elsewhere"
     work.mkdir()
     elsewhere.mkdir()
-    status, err = _train(work, _recipe_with(recipe, f'"{module}:wander"'), "run", WANDER_TO=str(elsewhere))
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("WANDER_TO", str(elsewhere))
+    status, err = _train_here(_recipe_with(recipe, f'"{module}:wander"'), "run", capsys, caplog)
     assert status == 0 and "Traceback" not in err, err[-3000:]
+    assert os.getcwd() == str(work)
     assert (work / "run" / "model.safetensors").is_file() and not (elsewhere / "run").exists()
     assert "reward 'wander' changed the working directory" in err
 

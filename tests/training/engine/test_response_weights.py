@@ -1,4 +1,4 @@
-"""The behaviour correction's arithmetic (gspo_trl.training.engine.correction), on hand-made log-probs."""
+"""engine.correction's arithmetic (gspo_trl.training.engine.response_weights), on hand-made log-probs."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 
-from gspo_trl.training.engine.correction import (
+from gspo_trl.training.engine.response_weights import (
     AUTO_FLOOR,
     AUTO_MARGIN,
     Thresholds,
     auto_thresholds,
-    behaviour_weights,
+    correction_weights,
     divergence_from_sequences,
     divergence_percentiles,
     response_divergence,
@@ -43,7 +43,7 @@ def test_weight_is_the_formula_on_hand_made_logprobs():
     k3 = lambda d: math.expm1(d) - d  # noqa: E731
     assert div.k3.tolist() == pytest.approx([(k3(0.1) + k3(-0.3)) / 2, k3(0.3), k3(0.05) / 2], abs=1e-15)
     assert div.lengths.tolist() == [2, 1, 2]
-    weights = behaviour_weights(div, "truncate", Thresholds(weight_max=10.0))
+    weights = correction_weights(div, "truncate", Thresholds(weight_max=10.0))
     assert weights.weight.tolist() == pytest.approx([math.exp(e) for e in expected], rel=1e-15)
 
 
@@ -69,7 +69,7 @@ def test_weight_does_not_depend_on_length_under_a_constant_gap_while_trls_produc
     masked = trl_sequence_weight(trl_sequence_log_weight(old, mu, mask), "sequence_mask", 3.0, None)
     zeroed = [n for n, w in zip(lengths, masked.tolist(), strict=True) if w == 0]
     assert zeroed == ([n for n in lengths if gap * n > math.log(3)])
-    kept = behaviour_weights(response_divergence(old, mu, mask), "reject", Thresholds(1.01, 0.99))
+    kept = correction_weights(response_divergence(old, mu, mask), "reject", Thresholds(1.01, 0.99))
     assert not kept.rejected.any()  # ours: the same weight, kept, at every length
 
 
@@ -79,13 +79,13 @@ def test_reject_masks_exactly_the_responses_outside_the_range():
     mu = torch.full_like(old, -1.0)
     div = response_divergence(old, mu, torch.ones_like(old))
     low, high = math.exp(-0.1), math.exp(0.05)
-    result = behaviour_weights(div, "reject", Thresholds(weight_max=high, weight_min=low))
+    result = correction_weights(div, "reject", Thresholds(weight_max=high, weight_min=low))
     outside = [not (-0.1 <= x <= 0.05) for x in log_w]
     assert result.rejected.tolist() == outside
     assert result.weight.tolist() == pytest.approx(
         [0 if o else math.exp(x) for x, o in zip(log_w, outside, strict=True)]
     )
-    truncated = behaviour_weights(div, "truncate", Thresholds(weight_max=high, weight_min=low))
+    truncated = correction_weights(div, "truncate", Thresholds(weight_max=high, weight_min=low))
     assert not truncated.rejected.any()  # truncate ignores weight_min and never zeroes
     assert truncated.truncated.tolist() == [x > 0.05 for x in log_w]
     assert truncated.weight.tolist() == pytest.approx([min(math.exp(x), high) for x in log_w])
@@ -106,7 +106,7 @@ def test_token_rules_reject_what_the_mean_hides(rule, value, rejected):
     mu = torch.full_like(old, -1.0)
     div = response_divergence(old, mu, torch.ones_like(old))
     assert div.log_weight.tolist() == pytest.approx([0.05, 0.06])
-    result = behaviour_weights(div, "truncate", Thresholds(weight_max=2.0, **{rule: value}))
+    result = correction_weights(div, "truncate", Thresholds(weight_max=2.0, **{rule: value}))
     assert result.rejected.tolist() == rejected
     assert result.weight[result.rejected].eq(0).all()
 
@@ -116,7 +116,7 @@ def test_engine_equal_to_trainer_gives_weight_exactly_one():
     mask = (torch.rand(8, 30) > 0.2).float()
     div = response_divergence(old, old.clone(), mask)
     for mode in ("truncate", "reject"):
-        result = behaviour_weights(div, mode, Thresholds(1.001, 0.999, 0.05, 1e-4))
+        result = correction_weights(div, mode, Thresholds(1.001, 0.999, 0.05, 1e-4))
         assert result.weight.eq(1.0).all() and not result.rejected.any() and not result.truncated.any()
 
 
@@ -137,7 +137,7 @@ def test_auto_thresholds_are_a_margin_over_the_measured_99th_percentile():
     assert auto["reject_max_token"] == pytest.approx(AUTO_MARGIN * p["max_token"])
     assert auto["reject_k3"] == pytest.approx(max(AUTO_MARGIN * p["k3"], AUTO_FLOOR["k3"]))
     # the calibrating batch itself: nothing rejected by the token rules it was measured on
-    result = behaviour_weights(div, "reject", Thresholds(**auto))
+    result = correction_weights(div, "reject", Thresholds(**auto))
     assert result.rejected.float().mean().item() <= 0.01
     assert set(auto_thresholds(p, {"reject_k3"})) == {"reject_k3"}
 
@@ -158,7 +158,7 @@ def test_thresholds_from_a_check_logprobs_report(tmp_path):
     from gspo_trl.config.sections import EngineConfig
     from gspo_trl.config.sections.engine_correction import CALIBRATION_KEY
     from gspo_trl.diagnose.check_logprobs import LogprobPairs, agreement_report
-    from gspo_trl.training.engine.behaviour import BehaviourCorrection
+    from gspo_trl.training.probes.correction import CorrectionRun
 
     torch.manual_seed(1)
     engine = [torch.randn(n, dtype=torch.float64) for n in (4, 9, 30) * 10]
@@ -168,6 +168,6 @@ def test_thresholds_from_a_check_logprobs_report(tmp_path):
     path = tmp_path / "check.json"
     path.write_text(json.dumps(report))
     config = EngineConfig(correction="reject", reject_k3="auto", thresholds_from=str(path))
-    correction = BehaviourCorrection(config, (64,))
+    correction = CorrectionRun(config.correction_settings(), (64,))
     chosen = auto_thresholds(report[CALIBRATION_KEY], {"weight_max", "weight_min", "reject_k3"})
     assert correction.thresholds == Thresholds(**chosen, how=f"auto from {path}")

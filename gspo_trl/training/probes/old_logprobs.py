@@ -1,4 +1,4 @@
-"""pi_old from the inference engine: vLLM's log-probs of the sampled tokens, no trainer forward.
+"""`engine.old_logprobs` as a probe: pi_old from vLLM's log-probs of the sampled tokens, no trainer forward.
 
 With `engine.old_logprobs: engine`, GSPOTrainer hands back vLLM's sampling log-probs
 (`sampling_per_token_logps`) where TRL 1.16 would recompute pi_old with a no-grad forward: `_generate`
@@ -18,13 +18,22 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from gspo_trl.config.sections import EngineConfig
+from gspo_trl.config.sections.engine import OldLogprobsSettings
 from gspo_trl.core.errors import RecipeError, UserError
 from gspo_trl.training.engine.mismatch import EngineMismatchGuard, MismatchVerdict
+from gspo_trl.training.probes.base import (
+    Generation,
+    LogprobOutput,
+    LossCall,
+    NoGradPass,
+    PolicyForward,
+    Probe,
+)
 
 logger = logging.getLogger(__name__)  # the console shows its warnings as `!` alarm lines
 
@@ -32,7 +41,7 @@ logger = logging.getLogger(__name__)  # the console shows its warnings as `!` al
 class EngineOldLogprobs:
     """Per-trainer state of engine-sourced pi_old: on/off, this rollout batch's log-probs, guard."""
 
-    def __init__(self, trainer: Any, config: EngineConfig) -> None:
+    def __init__(self, trainer: Any, config: OldLogprobsSettings) -> None:
         self.config = config
         self.guard = EngineMismatchGuard(config)
         self.active = config.from_engine and bool(getattr(trainer, "use_vllm", False))
@@ -47,7 +56,7 @@ class EngineOldLogprobs:
         """The trainer, once `on_mismatch: recompute` fired: switch at the next rollout batch."""
         if self.active:
             self._check_server_mode(trainer)
-            trainer.vllm_importance_sampling_correction = False
+            trainer.use_trl_vllm_correction(False)
             logger.info(
                 "engine.old_logprobs: engine: pi_old = vLLM's sampling log-probs (no recompute forward); "
                 "TRL's vLLM importance-sampling correction is off (its ratio would be 1)"
@@ -70,7 +79,7 @@ class EngineOldLogprobs:
     def begin_rollout(self, training: bool) -> None:
         if self._fall_back is not None:  # not earlier: the current buffer lacks TRL's IS ratios
             self.active = False
-            self._fall_back.vllm_importance_sampling_correction = self._trl_correction
+            self._fall_back.use_trl_vllm_correction(self._trl_correction)
             self._fall_back = None
         self._pending = self.active and training
         self._sampled = None
@@ -133,3 +142,72 @@ class EngineOldLogprobs:
             logger.warning("%s (engine.on_mismatch: warn; warned once)", message)
             self._warned = True
         return verdict
+
+
+def vllm_correction_summary(args: Any) -> str:
+    """One line naming TRL's vLLM importance-sampling correction as this run applies it."""
+    if not args.vllm_importance_sampling_correction:
+        return (
+            "vLLM importance-sampling correction: off (vllm_importance_sampling_correction: false; "
+            "the GSPO default, see docs/vllm.md); measure the engine/trainer gap with gspo-trl check-logprobs"
+        )
+    low = args.vllm_importance_sampling_clip_min
+    return (
+        f"vLLM importance-sampling correction: on, mode {args.vllm_importance_sampling_mode}, ratios "
+        f"outside [{low if low is not None else '-inf'}, {args.vllm_importance_sampling_clip_max}] "
+        "truncated or masked; it reweights the GSPO loss (sampling/importance_sampling_ratio/*)"
+    )
+
+
+class EngineLogprobsProbe(Probe):
+    """pi_old from the engine (when `config.from_engine` and the run uses vLLM) and its guard."""
+
+    alarm_loggers = (__name__,)  # the mismatch guard
+
+    def __init__(self, config: OldLogprobsSettings) -> None:
+        self.config = config
+        self.engine: EngineOldLogprobs | None = None
+        self._log_s: torch.Tensor | None = None
+
+    def attach(self, trainer: Any) -> None:
+        self.engine = EngineOldLogprobs(trainer, self.config)
+        if trainer.use_vllm and trainer.accelerator.is_main_process:
+            logger.info(vllm_correction_summary(trainer.args))
+
+    def around_rollout(
+        self, trainer: Any, prompts: list[Any], proceed: Callable[[list[Any]], dict[str, Any]]
+    ) -> dict[str, Any]:
+        try:
+            return proceed(prompts)
+        finally:
+            self.engine.end_rollout()
+
+    def on_rollout_begin(self, trainer: Any, training: bool) -> None:
+        self.engine.begin_rollout(training)
+
+    def on_generation(self, trainer: Any, generation: Generation) -> None:
+        self.engine.capture(generation.sampling_logprobs)
+
+    def answer_no_grad_pass(self, trainer: Any, call: NoGradPass) -> LogprobOutput | None:
+        if not self.engine.active:
+            return None
+        device = trainer.accelerator.device
+        old = self.engine.old_logprobs(call.model, trainer.model, call.logits_to_keep, device)
+        return None if old is None else (old, None, None)
+
+    def on_policy_forward(self, trainer: Any, policy: PolicyForward) -> None:
+        self._log_s = policy.log_s if policy.loss.training else None
+
+    def on_loss(self, trainer: Any, loss: LossCall, value: torch.Tensor) -> None:
+        """On the on-policy minibatch, log s_i is trainer minus engine: feed it to the guard and
+        judge once its last micro-batch is in."""
+        log_s, self._log_s = self._log_s, None
+        if not self.engine.active or log_s is None or loss.minibatch != 1:
+            return
+        log_s = log_s.float()
+        accelerator = trainer.accelerator
+        if accelerator.num_processes > 1:
+            log_s = accelerator.gather(accelerator.pad_across_processes(log_s, dim=0, pad_index=float("nan")))
+        self.engine.observe_on_policy(log_s)
+        if loss.last_micro_batch:
+            self.engine.finish_on_policy(trainer)

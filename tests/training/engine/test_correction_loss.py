@@ -17,13 +17,14 @@ import torch
 
 import gspo_trl.core.metric_names as names
 from gspo_trl.config.sections import EngineConfig
-from gspo_trl.training.engine.behaviour import BehaviourCorrection
+from gspo_trl.training.probes.correction import CorrectionProbe, CorrectionRun
+from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
 from tests._gspo_helpers import make_trainer, single_torch_thread, tiny_model_dir  # noqa: F401
 
 
 @pytest.fixture(scope="module")
 def rollout_and_trainer(tmp_path_factory):
-    root = tmp_path_factory.mktemp("behaviour")
+    root = tmp_path_factory.mktemp("correction")
     trainer = make_trainer(tiny_model_dir(root), root / "run", max_steps=1)
     trainer.model.train()
     rows = [{"prompt": f"add {i} and {i + 3}"} for i in range(4) for _ in range(trainer.num_generations)]
@@ -37,7 +38,8 @@ def rollout_and_trainer(tmp_path_factory):
 
 
 def loss_and_grad(trainer, rollout, config: EngineConfig) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    trainer.behaviour = BehaviourCorrection(config, trainer.diagnostics.length_buckets)
+    buckets = trainer.probes.find(DiagnosticsProbe).config.length_buckets
+    trainer.probes.find(CorrectionProbe).correction = CorrectionRun(config.correction_settings(), buckets)
     trainer.model.zero_grad()
     loss = trainer._compute_loss(trainer.model, rollout)
     loss.backward()
@@ -57,8 +59,8 @@ def test_engine_equal_to_trainer_leaves_the_loss_bit_identical(rollout_and_train
     matched = dict(rollout, sampling_per_token_logps=rollout["old_per_token_logps"].clone())
     off_loss, off_grads = loss_and_grad(trainer, matched, EngineConfig())
     on_loss, on_grads = loss_and_grad(trainer, matched, EngineConfig(**config))
-    summary = trainer.behaviour.finish_rollout()
-    assert summary[names.BEHAVIOUR_WEIGHT_MEAN] == 1.0 and summary[names.BEHAVIOUR_REJECTED] == 0.0
+    summary = trainer.probes.find(CorrectionProbe).correction.finish_rollout()
+    assert summary[names.CORRECTION_WEIGHT_MEAN] == 1.0 and summary[names.CORRECTION_REJECTED] == 0.0
     assert torch.equal(on_loss, off_loss)
     assert all(torch.equal(a, b) for a, b in zip(on_grads, off_grads, strict=True))
     assert "importance_sampling_ratio" not in rollout  # the weight went into the loss's copy only
@@ -89,27 +91,30 @@ def test_a_known_gap_weighs_each_response_once(rollout_and_trainer):
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-7)
     assert abs(expected.item() + per_response.mean().item()) > 1e-4  # the weights move it 100x the tolerance
 
-    summary = trainer.behaviour.finish_rollout()
+    summary = trainer.probes.find(CorrectionProbe).correction.finish_rollout()
     truncated = (gaps > 0.02 + 1e-9).float().mean().item()
-    assert summary[names.BEHAVIOUR_TRUNCATED] == pytest.approx(truncated)
-    assert summary[names.BEHAVIOUR_WEIGHT_MEAN] == pytest.approx(weights.mean().item(), rel=1e-6)
-    assert summary[names.BEHAVIOUR_REJECTED] == 0.0
+    assert summary[names.CORRECTION_TRUNCATED] == pytest.approx(truncated)
+    assert summary[names.CORRECTION_WEIGHT_MEAN] == pytest.approx(weights.mean().item(), rel=1e-6)
+    assert summary[names.CORRECTION_REJECTED] == 0.0
     assert all(names.is_metric_name(key) for key in summary)
 
 
 def test_the_banner_says_what_the_correction_compares_and_how_its_thresholds_are_chosen(rollout_and_trainer):
-    from gspo_trl.training.reporting.console import banner
+    from gspo_trl.training.reporting.console_lines import banner
 
     trainer, rollout = rollout_and_trainer
     config = EngineConfig(correction="reject", reject_k3="auto", weight_min=0.9)
-    trainer.behaviour = BehaviourCorrection(config, trainer.diagnostics.length_buckets)
+    buckets = trainer.probes.find(DiagnosticsProbe).config.length_buckets
+    trainer.probes.find(CorrectionProbe).correction = CorrectionRun(config.correction_settings(), buckets)
     (line,) = [x for x in banner(trainer, "tiny", ["r"], 0).splitlines() if x.startswith("  engine")]
     assert "correction reject, w_i = exp(mean_t(log pi_old - log mu))" in line
     assert "`auto` (reject_k3, weight_max) from the first rollout batch's measured mismatch" in line
-    trainer.behaviour.calibrate_rollout(
+    trainer.probes.find(CorrectionProbe).correction.calibrate_rollout(
         rollout["old_per_token_logps"], rollout["old_per_token_logps"], rollout["completion_mask"]
     )
     (line,) = [x for x in banner(trainer, "tiny", ["r"], 0).splitlines() if x.startswith("  engine")]
     assert "weight in [0.9, 1.001]" in line and "mean K3 0.0001 (auto from the first rollout batch)" in line
-    trainer.behaviour = BehaviourCorrection(EngineConfig(), trainer.diagnostics.length_buckets)
+    trainer.probes.find(CorrectionProbe).correction = CorrectionRun(
+        EngineConfig().correction_settings(), trainer.probes.find(DiagnosticsProbe).config.length_buckets
+    )
     assert "  engine" not in banner(trainer, "tiny", ["r"], 0)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from transformers import TrainerCallback
@@ -26,8 +26,13 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 import gspo_trl.core.metric_names as names
 from gspo_trl.config.batch import RolloutBatch
 from gspo_trl.core.progress import duration
-from gspo_trl.training.engine.staleness import describe as describe_staleness
-from gspo_trl.training.reporting.moe_lines import flips_part, moe_banner_line
+from gspo_trl.training.reporting.line_parts import (
+    BANNER_GSPO,
+    BANNER_RUN,
+    STEP_HELDOUT,
+    STEP_SECONDS,
+    LinePart,
+)
 from gspo_trl.training.reporting.reward_watch import ConstantRewardWatch, reward_means_part
 from gspo_trl.training.reporting.run_summary import RunTotals, summary_lines
 
@@ -38,9 +43,6 @@ HELDOUT_LOGGER = "gspo_trl.training.heldout.scoring"
 ZERO_VARIANCE_STEPS = 3
 """Consecutive logging steps with every group tied (zero variance) before the console warns."""
 
-CLIP_KEY = names.under(names.OFFPOLICY, names.CLIP_REGION)
-SPREAD_KEY = names.under(names.OFFPOLICY, names.log_ratio("std"))
-FLIP_KEY = names.under(names.OFFPOLICY, names.FLIP_RATE)
 ZERO_VARIANCE_KEY = names.ZERO_VARIANCE_GROUPS
 HELDOUT_KEY = names.HELDOUT_SCORE
 
@@ -57,6 +59,7 @@ def step_line(
     heldout: float | None = None,
     eta_seconds: float | None = None,
     last_reward: dict[str, Any] | None = None,
+    probes: Iterable[Any] = (),
 ) -> str:
     """One training log event as a compact line; fields that were not logged are left out.
 
@@ -64,63 +67,35 @@ def step_line(
     steps left (the console passes one from the average since the first step instead).
     `last_reward` (the `reward`, `reward_std` and `step` of the last event that logged a
     reward) is shown, marked with its step, when this event has none: TRL logs the reward
-    once per rollout batch (see ConsoleCallback).
+    once per rollout batch (see ConsoleCallback). `probes` add their parts (`step_line_parts`:
+    clip, expert flips, staleness, w_i, keep rate, tok/s ...), each at its place.
     """
     width = len(str(max_steps))
-    parts = [f"step {step:>{width}}/{max_steps}"]
+    parts = [LinePart(0, f"step {step:>{width}}/{max_steps}")]
     reward, carried, reward_logs = _number(logs.get("reward")), None, logs
     if reward is None and last_reward is not None:  # the rest of the line is still this event's
         reward, reward_logs, carried = last_reward["reward"], last_reward, last_reward["step"]
     if reward is not None:
         std = _number(reward_logs.get("reward_std"))
         each = reward_means_part(reward_logs)  # each reward's mean, with two or more
-        parts.append(
+        text = (
             f"reward {reward:.3f}"
             + (f" ±{std:.2f}" if std is not None else "")
             + (f" {each}" if each else "")
             + (f" (rollout of step {carried})" if carried is not None else "")
         )
+        parts.append(LinePart(STEP_HELDOUT - 10, text))
     if heldout is not None:
-        parts.append(f"held-out {heldout:.3f}")
-    clip = _number(logs.get(CLIP_KEY))
-    if clip is not None:
-        parts.append(f"clip {clip:.1%}")
-    spread = _number(logs.get(SPREAD_KEY))
-    if spread is not None:
-        parts.append(f"log s std {spread:.1e}")
-    flips = flips_part(logs)  # under replay: what the router would choose vs the replayed experts
-    if flips is not None:
-        parts.append(flips)
-    stale = _number(logs.get(names.STALENESS_MEAN))  # engine.max_staleness: rollouts' lag
-    if stale is not None:
-        most = _number(logs.get(names.STALENESS_MAX))
-        parts.append(f"stale {stale:.1f}" + (f" (max {most:.0f})" if most is not None else ""))
-    weight = _number(logs.get(names.BEHAVIOUR_WEIGHT_MEAN))  # engine.correction: w_i = pi_old / mu
-    if weight is not None:
-        low, high = (
-            _number(logs.get(names.BEHAVIOUR_WEIGHT_P1)),
-            _number(logs.get(names.BEHAVIOUR_WEIGHT_P99)),
-        )
-        spread = f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
-        parts.append(f"w_i {weight:.3f}{spread}")
-    zero = _number(logs.get(ZERO_VARIANCE_KEY))
-    if zero is not None:
-        parts.append(f"zero-var {zero:.0%}")
-    kept = _number(logs.get(names.DYNAMIC_KEEP_RATE))
-    if kept is not None:
-        rounds = _number(logs.get(names.DYNAMIC_ROUNDS))
-        parts.append(f"kept {kept:.0%}" + (f" in {rounds:.1f} rounds" if rounds is not None else ""))
-    tokens_per_s = _number(logs.get(names.PERF_TRAINED_TOKENS_PER_S))
-    if tokens_per_s is not None:
-        mfu = _number(logs.get(names.PERF_MFU))
-        parts.append(f"{tokens_per_s:,.0f} tok/s" + (f" MFU {mfu:.1%}" if mfu is not None else ""))
+        parts.append(LinePart(STEP_HELDOUT, f"held-out {heldout:.3f}"))
+    for probe in probes:
+        parts += probe.step_line_parts(logs)
     if seconds_per_step is not None:
-        parts.append(f"{seconds_per_step:.2f} s/step")
+        parts.append(LinePart(STEP_SECONDS, f"{seconds_per_step:.2f} s/step"))
     if eta_seconds is None and seconds_per_step is not None:
         eta_seconds = seconds_per_step * max(0, max_steps - step)
     if eta_seconds is not None:
-        parts.append(f"ETA {duration(eta_seconds)}")
-    return " | ".join(parts)
+        parts.append(LinePart(STEP_SECONDS + 10, f"ETA {duration(eta_seconds)}"))
+    return " | ".join(part.text for part in sorted(parts, key=lambda part: part.place))
 
 
 def model_line(model_name: str, lora: Any = None) -> str:
@@ -147,34 +122,27 @@ def banner(trainer: Any, model_name: str, reward_names: list[str], eval_rows: in
     eps = f"eps {trainer.epsilon_low:g}/{trainer.epsilon_high:g}"
     algorithm = "GSPO-token" if getattr(trainer, "gspo_token", False) else f"{level}-level ratio"
     length = f"{args.max_steps} steps" if args.max_steps > 0 else f"{args.num_train_epochs:g} epoch(s)"
-    moe = moe_banner_line(trainer)
-    correction = getattr(trainer, "behaviour", None)
-    engine = [f"  engine   correction {correction.describe()}"] if correction and correction.active else []
-    staleness = getattr(getattr(args, "engine", None), "max_staleness", 0)
-    if staleness:
-        engine.append(f"  engine   max_staleness {describe_staleness(staleness)}")
-    sampling = getattr(args, "sampling", None)
-    if getattr(sampling, "dynamic", False):
-        engine.append(
-            f"  sampling dynamic: groups whose rewards tie are dropped and refilled, up to "
-            f"{sampling.max_rounds} generation rounds per rollout batch"
-        )
-    return "\n".join(
-        [
-            "gspo-trl: training",
-            f"  model    {model_line(model_name, lora)}",
-            f"  data     {train_rows} training rows" + (f", {eval_rows} held-out" if eval_rows else ""),
-            f"  rewards  {', '.join(reward_names)}",
+    held_out = f", {eval_rows} held-out" if eval_rows else ""
+    lines = [
+        LinePart(0, "gspo-trl: training"),
+        LinePart(10, f"  model    {model_line(model_name, lora)}"),
+        LinePart(20, f"  data     {train_rows} training rows{held_out}"),
+        LinePart(30, f"  rewards  {', '.join(reward_names)}"),
+        LinePart(
+            BANNER_GSPO,
             f"  GSPO     {algorithm}, {eps}, {args.num_generations} per group, "
             f"{RolloutBatch.from_grpo_config(args).optimizer_updates} updates per rollout batch, "
             f"beta {args.beta:g}, "
             f"lr {args.learning_rate:g}",
-            *engine,
+        ),
+        LinePart(
+            BANNER_RUN,
             f"  run      {length} on {trainer.accelerator.num_processes} process(es), "
             f"logging every {args.logging_steps:g}, output {args.output_dir}",
-            *([moe] if moe else []),
-        ]
-    )
+        ),
+        *(part for probe in getattr(trainer, "probes", ()) for part in probe.banner_lines(trainer)),
+    ]
+    return "\n".join(line.text for line in sorted(lines, key=lambda line: line.place))
 
 
 class _AlarmFilter(logging.Filter):
@@ -215,9 +183,12 @@ class ConsoleCallback(TrainerCallback):
     "(rollout of step N)". metrics.jsonl keeps what TRL logged.
     """
 
-    def __init__(self, header: str, printer: Any = print, alarm_loggers: Sequence[str] = ()) -> None:
-        """`alarm_loggers`: whose warnings print as `!` lines (each probe's `alarm_loggers`)."""
-        self.header, self.printer = header, printer
+    def __init__(
+        self, header: str, printer: Any = print, alarm_loggers: Sequence[str] = (), probes: Iterable[Any] = ()
+    ) -> None:
+        """`alarm_loggers`: whose warnings print as `!` lines (each probe's `alarm_loggers`);
+        `probes`: whose `step_line_parts` the step line shows (the trainer's chain)."""
+        self.header, self.printer, self.probes = header, printer, probes
         self.alarms: list[str] = []
         self._last_time: float | None = None
         self._last_step = 0
@@ -228,6 +199,7 @@ class ConsoleCallback(TrainerCallback):
         self._last_reward: dict[str, Any] | None = None
         self._constant_rewards = ConstantRewardWatch()
         self._run_totals = RunTotals()
+        self._ending: list[str] = []
         self._filters: dict[str, logging.Filter] = {name: _AlarmFilter(self) for name in alarm_loggers}
         self._filters[HELDOUT_LOGGER] = _QuietInfo()
 
@@ -263,6 +235,12 @@ class ConsoleCallback(TrainerCallback):
             self._last_time, self._last_step = self._start
 
     def close(self) -> None:
+        """The run is over, every callback's on_train_end included: print its end lines (the
+        Trainer logs `train_runtime` before on_train_end, where the final held-out score is
+        measured) and let go of the alarm loggers."""
+        ending, self._ending = self._ending, []
+        for line in ending:
+            self._print(line)
         for name, log_filter in self._filters.items():
             logging.getLogger(name).removeFilter(log_filter)
 
@@ -276,10 +254,9 @@ class ConsoleCallback(TrainerCallback):
             else:
                 self._pending_heldout = {**logs, "step": step}
             return
-        if "train_runtime" in logs:
-            self._print(f"done: {step} steps in {duration(logs['train_runtime'])}")
-            for line in summary_lines(logs, self._run_totals, args.world_size):  # where the time went
-                self._print(line)
+        if "train_runtime" in logs:  # printed by close(): the final held-out score comes first
+            self._ending = [f"done: {step} steps in {duration(logs['train_runtime'])}"]
+            self._ending += summary_lines(logs, self._run_totals, args.world_size)  # where the time went
             return
         if "loss" not in logs:  # an evaluation or a custom log: metrics.jsonl and trackers have it
             return
@@ -308,7 +285,7 @@ class ConsoleCallback(TrainerCallback):
             }
         else:
             carried = self._last_reward
-        self._print(step_line(logs, step, state.max_steps, interval, heldout, eta, carried))
+        self._print(step_line(logs, step, state.max_steps, interval, heldout, eta, carried, self.probes))
         self._printed_step = step
         self._check_zero_variance(logs)
         for message in self._constant_rewards.update(logs):

@@ -38,6 +38,7 @@ DRIVER = """
 import json, sys
 from datasets import Dataset
 from gspo_trl.diagnose.check_logprobs import _read_prompts, length_reward
+from gspo_trl.training.probes.correction import CorrectionProbe
 from gspo_trl.model.tiny.dense import save_tiny_model
 from gspo_trl.model.vllm_cpu.shim import patch_trl_for_vllm_cpu
 from gspo_trl.training.config import GSPOConfig
@@ -63,8 +64,9 @@ def shifted(prompts):  # TRL's _generate result; [4] is vLLM's per-token samplin
 trainer._generate = shifted
 trainer.train()
 rows = [{k: v for k, v in h.items() if k.startswith("gspo/behaviour/")} for h in trainer.state.log_history]
-facts = {"logged": [r for r in rows if r], "thresholds": trainer.behaviour.thresholds.__dict__,
-         "summaries": trainer.behaviour.summaries}
+correction = trainer.probes.find(CorrectionProbe).correction
+facts = {"logged": [r for r in rows if r], "thresholds": correction.thresholds.__dict__,
+         "summaries": correction.summaries}
 print("FACTS=" + json.dumps(facts))
 """
 

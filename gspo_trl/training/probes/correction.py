@@ -1,6 +1,6 @@
-"""`engine.correction` in a run: weigh each response's loss for the engine/trainer gap, and log it.
+"""`engine.correction` as a probe: each response's loss weighed for the engine/trainer gap, and logged.
 
-The arithmetic is gspo_trl.training.engine.correction; this holds a run's state: the thresholds
+The arithmetic is gspo_trl.training.engine.response_weights's; this holds a run's state: the thresholds
 (fixed, or `auto` and calibrated once), the rows of the current rollout batch, and the alarm.
 - `old_logprobs: trainer`: d_t = log pi_old - log mu, TRL's recomputed pi_old against vLLM's
   sampling log-probs, both in TRL's rollout dict and split with it, so each update weighs its
@@ -17,24 +17,27 @@ mismatch").
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from typing import Any
 
 import torch
 
 import gspo_trl.core.metric_names as names
-from gspo_trl.config.sections import EngineConfig
-from gspo_trl.config.sections.engine_correction import THRESHOLD_KEYS, read_calibration
-from gspo_trl.training.diagnostics import bucket_labels
-from gspo_trl.training.engine.correction import (
+from gspo_trl.config.sections import DiagnosticsConfig
+from gspo_trl.config.sections.engine_correction import THRESHOLD_KEYS, CorrectionSettings, read_calibration
+from gspo_trl.training.engine.response_weights import (
     ResponseDivergence,
     Thresholds,
     auto_thresholds,
-    behaviour_weights,
+    correction_weights,
     divergence_percentiles,
     response_divergence,
+    summarize_weights,
 )
+from gspo_trl.training.probes.base import LossCall, PolicyForward, Probe
+from gspo_trl.training.probes.old_logprobs import EngineLogprobsProbe
+from gspo_trl.training.reporting.line_parts import BANNER_GSPO, LinePart, logged_number
 
 logger = logging.getLogger(__name__)  # warnings become the console's `!` alarm lines
 
@@ -46,11 +49,11 @@ def _identity(rows: torch.Tensor) -> torch.Tensor:
     return rows
 
 
-class BehaviourCorrection:
-    """One run's behaviour correction: `weigh` per update, `finish_rollout` per rollout batch."""
+class CorrectionRun:
+    """One run's engine.correction: `weigh` per update, `finish_rollout` per rollout batch."""
 
     def __init__(
-        self, config: EngineConfig, length_buckets: tuple[int, ...], gather: Gather = _identity
+        self, config: CorrectionSettings, length_buckets: tuple[int, ...], gather: Gather = _identity
     ) -> None:
         self.config = config
         self.active = config.corrects
@@ -129,7 +132,7 @@ class BehaviourCorrection:
         divergence = response_divergence(log_pi.detach(), log_mu, mask)
         if self.thresholds is None:
             self._calibrate(divergence, "auto from the first rollout batch")
-        result = behaviour_weights(divergence, self.config.correction, self.thresholds)
+        result = correction_weights(divergence, self.config.correction, self.thresholds)
         raw = torch.exp(divergence.log_weight)
         self._rows.append(
             torch.stack(
@@ -149,7 +152,7 @@ class BehaviourCorrection:
         rows = rows[~rows.isnan().any(dim=1)]
         metrics = summarize_weights(rows, self.length_buckets)
         self.summaries.append(metrics)
-        rejected = metrics[names.BEHAVIOUR_REJECTED]
+        rejected = metrics[names.CORRECTION_REJECTED]
         if rejected > self.config.max_rejected:
             self.rejection_alarms += 1
             if self.rejection_alarms == 1:
@@ -165,41 +168,92 @@ class BehaviourCorrection:
         return metrics
 
 
-@contextmanager
-def trl_loss_weight(trainer: Any, on: bool) -> Iterator[None]:
-    """Let TRL's loss apply `inputs["importance_sampling_ratio"]` for this call: it multiplies
-    `per_token_loss` by it only `if self.use_vllm and self.vllm_importance_sampling_correction and
-    self.loss_type != "vespo"` (grpo_trainer.py:3146-3147), the one read of that flag inside
-    `_compute_loss`. TRL's own correction is off whenever ours is on
-    (gspo_trl.config.sections.engine_correction), so its rollout code never sees the flag set."""
-    if not on:
-        yield
-        return
-    before = trainer.vllm_importance_sampling_correction
-    trainer.vllm_importance_sampling_correction = True
-    try:
-        yield
-    finally:
-        trainer.vllm_importance_sampling_correction = before
+class CorrectionProbe(Probe):
+    """engine.correction in a run (inert unless `engine.correction` is truncate or reject)."""
 
+    alarm_loggers = (__name__,)  # max_rejected
+    runs_after = (EngineLogprobsProbe,)  # its answer decides what pi_old is
 
-def summarize_weights(rows: torch.Tensor, length_buckets: tuple[int, ...]) -> dict[str, float]:
-    """`gspo/behaviour/*` from rows [weight, w_i, truncated, rejected, length], one per response."""
-    weight, raw, truncated, rejected, lengths = rows.double().unbind(1)
-    out = {
-        names.BEHAVIOUR_WEIGHT_MEAN: weight.mean().item(),
-        names.BEHAVIOUR_WEIGHT_P1: torch.quantile(raw, 0.01).item(),
-        names.BEHAVIOUR_WEIGHT_P99: torch.quantile(raw, 0.99).item(),
-        names.BEHAVIOUR_TRUNCATED: truncated.mean().item(),
-        names.BEHAVIOUR_REJECTED: rejected.mean().item(),
-    }
-    edges = [0, *length_buckets, float("inf")]
-    for label, low, high in zip(bucket_labels(length_buckets), edges[:-1], edges[1:], strict=True):
-        in_bucket = (lengths >= low) & (lengths < high)
-        if in_bucket.any():
-            for share, flags in (
-                (names.BEHAVIOUR_TRUNCATED, truncated),
-                (names.BEHAVIOUR_REJECTED, rejected),
-            ):
-                out[names.behaviour_by_length(share, label)] = flags[in_bucket].mean().item()
-    return out
+    def __init__(self, config: CorrectionSettings, diagnostics: DiagnosticsConfig | None = None) -> None:
+        self.config = config
+        self.correction = CorrectionRun(config, (diagnostics or DiagnosticsConfig()).length_buckets)
+        self._updates_per_rollout = 1
+        self._loss_weight = ExitStack()
+        self._summaries: list[dict[str, float]] = []
+
+    @property
+    def active(self) -> bool:
+        return self.correction.active
+
+    def attach(self, trainer: Any) -> None:
+        accelerator = trainer.accelerator
+        if accelerator.num_processes > 1:
+
+            def gather(rows: torch.Tensor) -> torch.Tensor:
+                padded = accelerator.pad_across_processes(
+                    rows.to(accelerator.device), dim=0, pad_index=float("nan")
+                )
+                return accelerator.gather(padded).cpu()
+
+            self.correction.gather = gather
+        args = trainer.args
+        generate_every = args.steps_per_generation * trainer.num_iterations
+        self._updates_per_rollout = generate_every // args.gradient_accumulation_steps
+
+    def banner_lines(self, trainer: Any) -> list[LinePart]:
+        if not self.correction.active:
+            return []
+        return [LinePart(BANNER_GSPO + 11, f"  engine   correction {self.correction.describe()}")]
+
+    def step_line_parts(self, logs: Mapping[str, Any]) -> list[LinePart]:
+        """`w_i 0.998 [0.95, 1.02]`: the correction's weight w_i = pi_old / mu, mean [p1, p99]."""
+        weight = logged_number(logs, names.CORRECTION_WEIGHT_MEAN)
+        if weight is None:
+            return []
+        low = logged_number(logs, names.CORRECTION_WEIGHT_P1)
+        high = logged_number(logs, names.CORRECTION_WEIGHT_P99)
+        spread = f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
+        return [LinePart(70, f"w_i {weight:.3f}{spread}")]
+
+    def on_rollout_end(self, trainer: Any, batch: dict[str, Any]) -> dict[str, Any]:
+        if self.active and trainer.model.training:
+            mask = batch["completion_mask"] * batch.get("tool_mask", 1)
+            self.correction.calibrate_rollout(
+                batch.get("old_per_token_logps"), batch.get("sampling_per_token_logps"), mask
+            )
+        return batch
+
+    def on_loss_inputs(self, trainer: Any, loss: LossCall) -> None:
+        if self.active and loss.training:
+            self._loss_weight.enter_context(trainer.trl_loss_weight())
+
+    def on_policy_forward(self, trainer: Any, policy: PolicyForward) -> None:
+        if not (self.active and policy.loss.training):
+            return
+        engine = trainer.probes.find(EngineLogprobsProbe)
+        from_engine = engine is not None and engine.engine.active  # pi_old = mu: compare the update's own
+        pi = policy.logps if from_engine or policy.old_logps is None else policy.old_logps
+        inputs = policy.loss.inputs
+        inputs["importance_sampling_ratio"] = self.correction.weigh(
+            pi, inputs.get("sampling_per_token_logps"), policy.scored_mask
+        )
+
+    def on_loss(self, trainer: Any, loss: LossCall, value: torch.Tensor) -> None:
+        self._loss_weight.close()
+        if (
+            self.active
+            and loss.training
+            and loss.last_micro_batch
+            and loss.minibatch == self._updates_per_rollout
+        ):
+            self._summaries.append(self.correction.finish_rollout())
+
+    def on_train_end(self, trainer: Any) -> None:
+        self._loss_weight.close()  # also when the loss raised
+
+    def on_log(self, trainer: Any, logs: Any) -> dict[str, float]:
+        summaries, self._summaries = [s for s in self._summaries if s], []
+        keys = {key for s in summaries for key in s}
+        return {
+            key: sum(s[key] for s in summaries if key in s) / sum(key in s for s in summaries) for key in keys
+        }

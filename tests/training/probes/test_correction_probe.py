@@ -1,6 +1,6 @@
-"""BehaviourProbe (engine.correction as a probe) driven through the probe protocol's events on a
+"""CorrectionProbe (engine.correction as a probe) driven through the probe protocol's events on a
 real rollout of the tiny model, then TRL's own loss: the same weighted loss as the trainer wiring
-(tests/training/engine/test_behaviour_loss.py), TRL's flag restored, the metrics given at `on_log`.
+(tests/training/engine/test_correction_loss.py), TRL's flag restored, the metrics given at `on_log`.
 
 The dispatcher that sends these events from GSPOTrainer is the probes branch's (issue 29); here
 the events are sent by hand, in the order probes/base.py documents."""
@@ -16,7 +16,8 @@ from trl import GRPOTrainer
 import gspo_trl.core.metric_names as names
 from gspo_trl.config.sections import EngineConfig
 from gspo_trl.training.probes.base import LossCall, PolicyForward
-from gspo_trl.training.probes.behaviour import BehaviourProbe
+from gspo_trl.training.probes.correction import CorrectionProbe
+from gspo_trl.training.probes.diagnostics import DiagnosticsProbe
 from tests._gspo_helpers import make_trainer, single_torch_thread, tiny_model_dir  # noqa: F401
 
 
@@ -38,7 +39,10 @@ def test_probe_weighs_the_loss_and_reports_the_rollout_batch(trainer_and_rollout
     gaps = torch.linspace(-0.02, 0.03, old.shape[0])
     batch = dict(rollout, sampling_per_token_logps=old - gaps.unsqueeze(1))
     cap = math.exp(0.02)
-    probe = BehaviourProbe(EngineConfig(correction="truncate", weight_max=cap), trainer.diagnostics)
+    probe = CorrectionProbe(
+        EngineConfig(correction="truncate", weight_max=cap).correction_settings(),
+        trainer.probes.find(DiagnosticsProbe).config,
+    )
     probe.attach(trainer)
     assert probe.on_rollout_end(trainer, batch) is batch  # thresholds fixed: nothing to calibrate
 
@@ -63,14 +67,16 @@ def test_probe_weighs_the_loss_and_reports_the_rollout_batch(trainer_and_rollout
     assert loss.item() == pytest.approx(-(weights * per_response).mean().item(), rel=1e-5, abs=1e-7)
 
     logged = probe.on_log(trainer, {})
-    assert logged[names.BEHAVIOUR_TRUNCATED] == pytest.approx((gaps > 0.02 + 1e-9).float().mean().item())
-    assert logged[names.BEHAVIOUR_WEIGHT_MEAN] == pytest.approx(weights.mean().item(), rel=1e-6)
+    assert logged[names.CORRECTION_TRUNCATED] == pytest.approx((gaps > 0.02 + 1e-9).float().mean().item())
+    assert logged[names.CORRECTION_WEIGHT_MEAN] == pytest.approx(weights.mean().item(), rel=1e-6)
     assert probe.on_log(trainer, {}) == {}  # each rollout batch is logged once
 
 
 def test_an_off_probe_does_nothing(trainer_and_rollout):
     trainer, rollout = trainer_and_rollout
-    probe = BehaviourProbe(EngineConfig(), trainer.diagnostics)
+    probe = CorrectionProbe(
+        EngineConfig().correction_settings(), trainer.probes.find(DiagnosticsProbe).config
+    )
     probe.attach(trainer)
     call = LossCall(inputs=dict(rollout), batch=rollout, training=True, minibatch=4, last_micro_batch=True)
     probe.on_loss_inputs(trainer, call)

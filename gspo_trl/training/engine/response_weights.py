@@ -1,4 +1,4 @@
-"""The behaviour correction GSPO needs: one length-normalised weight per response, pure functions.
+"""engine.correction's arithmetic: one length-normalised weight per response, pure functions.
 
 vLLM samples with other kernels (often another precision) than the trainer, so the policy mu that
 drew the tokens is not pi_old. With d_t = log pi_old(y_t) - log mu(y_t) on a response's scored
@@ -6,10 +6,10 @@ tokens the weight is w_i = exp(mean_t d_t), length-normalised like s_i, so a con
 every response the same weight; TRL 1.16's sequence modes use exp(SUM_t d_t), which zeroes long
 responses first (`trl_sequence_log_weight` keeps that rule for side-by-side figures).
 
-Modes (`behaviour_weights`): `truncate` (min(w_i, C)), `reject` (w_i inside [C_min, C_max], 0
+Modes (`correction_weights`): `truncate` (min(w_i, C)), `reject` (w_i inside [C_min, C_max], 0
 outside), and two token rules from verl and AReaL: a response's largest |d_t|, and its mean
 K3 = exp(d_t) - 1 - d_t. `auto_thresholds` sets bounds from a measured mismatch.
-gspo_trl.training.engine.behaviour applies the weight in the loss; this module has no trainer
+gspo_trl.training.probes.correction applies the weight in the loss; this module has no trainer
 state. Why and how measured: docs/engine-logprobs.md ("Correcting the mismatch").
 """
 
@@ -20,7 +20,9 @@ from dataclasses import dataclass
 
 import torch
 
+import gspo_trl.core.metric_names as names
 from gspo_trl.config.sections.engine_correction import CORRECTION_MODES
+from gspo_trl.training.ratio_stats import bucket_labels
 
 AUTO_MARGIN = 2.0
 """`auto` thresholds: this many times the 99th percentile of each statistic on the calibrating
@@ -76,7 +78,7 @@ class Thresholds:
 
 
 @dataclass(frozen=True)
-class BehaviourWeights:
+class CorrectionWeights:
     """The correction of one batch of responses (shape (B,)): weight, and why it differs from w_i."""
 
     weight: torch.Tensor
@@ -91,7 +93,7 @@ def token_log_ratio(log_pi_old: torch.Tensor, log_mu: torch.Tensor, mask: torch.
     """d_t = log pi_old - log mu on scored tokens, 0 elsewhere (B, T), float64.
 
     A token the engine could not score (NaN) counts as d_t = 0, as TRL does
-    (`torch.nan_to_num(per_token_logps_diff, nan=0.0)`, grpo_trainer.py:2665)."""
+    (`torch.nan_to_num(per_token_logps_diff, nan=0.0)`, trl/trainer/grpo_trainer.py:2665)."""
     d = (log_pi_old.double() - log_mu.double()) * mask.double()
     return torch.nan_to_num(d, nan=0.0)
 
@@ -116,15 +118,16 @@ def response_divergence(
 def trl_sequence_log_weight(
     log_pi_old: torch.Tensor, log_mu: torch.Tensor, mask: torch.Tensor
 ) -> torch.Tensor:
-    """TRL's sequence-mode log weight, SUM_t d_t (grpo_trainer.py:2668), for comparison only."""
+    """TRL's sequence-mode log weight, SUM_t d_t (trl/trainer/grpo_trainer.py:2668), for comparison only."""
     return token_log_ratio(log_pi_old, log_mu, mask).sum(-1)
 
 
 def trl_sequence_weight(
     log_weight_sum: torch.Tensor, mode: str, clip_max: float, clip_min: float | None
 ) -> torch.Tensor:
-    """TRL's `sequence_truncate` / `sequence_mask` weight from SUM_t d_t (grpo_trainer.py:2674-2703):
-    truncate clamps exp(sum) to [clip_min, clip_max]; mask sets it to 0 outside that range."""
+    """TRL's `sequence_truncate` / `sequence_mask` weight from SUM_t d_t
+    (trl/trainer/grpo_trainer.py:2674-2703): truncate clamps exp(sum) to [clip_min, clip_max]; mask
+    sets it to 0 outside that range."""
     ratio = torch.exp(log_weight_sum.double())
     if mode == "sequence_truncate":
         return ratio.clamp(min=clip_min, max=clip_max)
@@ -134,7 +137,9 @@ def trl_sequence_weight(
     return ratio.masked_fill((ratio < low) | (ratio > clip_max), 0.0)
 
 
-def behaviour_weights(divergence: ResponseDivergence, mode: str, thresholds: Thresholds) -> BehaviourWeights:
+def correction_weights(
+    divergence: ResponseDivergence, mode: str, thresholds: Thresholds
+) -> CorrectionWeights:
     """Each response's loss weight under `mode` (truncate | reject) and `thresholds`.
 
     truncate: min(w_i, weight_max). reject: w_i inside [weight_min, weight_max], 0 outside. In both
@@ -172,7 +177,7 @@ def behaviour_weights(divergence: ResponseDivergence, mode: str, thresholds: Thr
     if thresholds.reject_k3 is not None:
         rejected |= divergence.k3 > thresholds.reject_k3
     truncated &= ~rejected
-    return BehaviourWeights(w.masked_fill(rejected, 0.0), truncated, rejected)
+    return CorrectionWeights(w.masked_fill(rejected, 0.0), truncated, rejected)
 
 
 def divergence_percentiles(divergence: ResponseDivergence) -> dict[str, float]:
@@ -221,3 +226,25 @@ def divergence_from_sequences(
         mu[row, : e.numel()] = e.double()
         mask[row, : t.numel()] = 1.0
     return response_divergence(old, mu, mask)
+
+
+def summarize_weights(rows: torch.Tensor, length_buckets: tuple[int, ...]) -> dict[str, float]:
+    """`gspo/behaviour/*` from rows [weight, w_i, truncated, rejected, length], one per response."""
+    weight, raw, truncated, rejected, lengths = rows.double().unbind(1)
+    out = {
+        names.CORRECTION_WEIGHT_MEAN: weight.mean().item(),
+        names.CORRECTION_WEIGHT_P1: torch.quantile(raw, 0.01).item(),
+        names.CORRECTION_WEIGHT_P99: torch.quantile(raw, 0.99).item(),
+        names.CORRECTION_TRUNCATED: truncated.mean().item(),
+        names.CORRECTION_REJECTED: rejected.mean().item(),
+    }
+    edges = [0, *length_buckets, float("inf")]
+    for label, low, high in zip(bucket_labels(length_buckets), edges[:-1], edges[1:], strict=True):
+        in_bucket = (lengths >= low) & (lengths < high)
+        if in_bucket.any():
+            for share, flags in (
+                (names.CORRECTION_TRUNCATED, truncated),
+                (names.CORRECTION_REJECTED, rejected),
+            ):
+                out[names.correction_by_length(share, label)] = flags[in_bucket].mean().item()
+    return out

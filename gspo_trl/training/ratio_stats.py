@@ -1,4 +1,5 @@
-"""GSPO diagnostics: configuration, pure statistics over log s_i, and the clip-rate alarm.
+"""GSPO diagnostics' numbers: pure statistics over log s_i (DiagnosticsProbe logs them, and raises
+the clip-rate alarm; `gspo-trl calibrate` and `check-logprobs` share them).
 
 GSPO clips whole responses on the sequence ratio s_i = exp(mean_t log(pi_new / pi_old)).
 What goes wrong in practice (docs/gspo.md, "What to watch") is visible only in the
@@ -25,7 +26,6 @@ import numpy as np
 import torch
 
 import gspo_trl.core.metric_names as names
-from gspo_trl.config.sections import DiagnosticsConfig
 
 logger = logging.getLogger(__name__)
 
@@ -210,54 +210,3 @@ def summarize_rows(
     stats[names.ENTROPY] = float(ent.sum() / max(tok.sum(), 1.0))
     stats[names.RESPONSES] = float(rows.shape[0])
     return {k: v for k, v in stats.items() if not math.isnan(v)}
-
-
-class ClipAlarm:
-    """Warns once per kind when off-policy clipping says eps (or the LR) is wrong.
-
-    Fed one pooled off-policy summary per logging step. "everything clipped": more than
-    `warn_clip_fraction` of positive-advantage responses clipped for `warn_after_steps`
-    consecutive steps (the extra minibatches are wasted). "nothing clipped": zero clipped
-    responses for `warn_no_clip_steps` consecutive steps (the trust region does nothing).
-    """
-
-    def __init__(self, config: DiagnosticsConfig) -> None:
-        self.config = config
-        self.high_streak = 0
-        self.none_streak = 0
-        self.warned: set[str] = set()
-        self.recent: list[float] = []
-
-    def update(self, offpolicy: dict[str, float], eps_low: float, eps_high: float) -> str | None:
-        """Advance the streaks with one step's pooled off-policy stats; return a warning or None."""
-        pos = offpolicy.get(names.CLIP_POS_ADV)
-        region = offpolicy.get(names.CLIP_REGION)
-        if pos is not None and pos > self.config.warn_clip_fraction:
-            self.high_streak += 1
-            self.recent = [*self.recent, pos][-self.config.warn_after_steps :]
-        else:
-            self.high_streak, self.recent = 0, []
-        self.none_streak = self.none_streak + 1 if region == 0.0 else 0
-        p5 = offpolicy.get(names.log_ratio("p5"), math.nan)
-        p95 = offpolicy.get(names.log_ratio("p95"), math.nan)
-        message = None
-        if self.high_streak >= self.config.warn_after_steps and "high" not in self.warned:
-            self.warned.add("high")
-            message = (
-                f"GSPO: off-policy minibatches clipped {', '.join(f'{p:.0%}' for p in self.recent)} of "
-                f"positive-advantage responses over the last {self.high_streak} logging steps "
-                f"(threshold {self.config.warn_clip_fraction:.0%}; eps_low={eps_low:g}, "
-                f"eps_high={eps_high:g}; log s_i p5/p95 = {p5:.2e}/{p95:.2e}). "
-                "The extra minibatches are mostly wasted: widen epsilon_high "
-                "(see `gspo-trl calibrate`) or lower the learning rate."
-            )
-        elif self.none_streak >= self.config.warn_no_clip_steps and "none" not in self.warned:
-            self.warned.add("none")
-            message = (
-                f"GSPO: no off-policy response clipped in {self.none_streak} consecutive logging steps "
-                f"(eps_low={eps_low:g}, eps_high={eps_high:g}; log s_i p5/p95 = {p5:.2e}/{p95:.2e}). "
-                "The trust region does nothing: consider fewer, larger steps or a narrower range."
-            )
-        if message:
-            logger.warning(message)
-        return message
