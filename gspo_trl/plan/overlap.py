@@ -8,7 +8,7 @@ the training GPUs, so there overlapped = synchronous and the plan says so. The w
 not timed in either figure. On the server node G is a decode floor per data-parallel replica at
 `trl vllm-serve`'s memory share and vLLM's max_num_seqs. Every figure is a floor at peak rates,
 not a measurement. The TRL and vLLM defaults it reads: docs/plan.md ("Step time: synchronous vs
-overlapped"); what would run the overlap: docs/async.md.
+overlapped"); `engine.overlap: one_step` runs the overlap, its measured ratio in docs/async.md.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ from gspo_trl.plan.vllm_memory import vllm_plan
 
 VLLM_SERVE_GPU_MEMORY_UTILIZATION = 0.9
 """`trl vllm-serve`'s default `gpu_memory_utilization` (module docstring)."""
+MEASURED = "engine.overlap: one_step; measured ratio: docs/async.md, scripts/bench_overlap.py"
+"""Where the overlapped figure's measured counterpart is: the plan quotes a floor, the experiment
+the ratio a real server and trainer reached (on CPU, each on a core of its own)."""
 VLLM_SERVE_MAX_NUM_SEQS = 1024
 """vLLM's default max_num_seqs for `vllm serve` on a >= 70 GiB non-A100 GPU (module docstring)."""
 
@@ -180,7 +183,7 @@ def format_step_time(step: StepTime) -> list[str]:
         lines.append(
             f"  speedup        {step.speedup:.2f}x; per optimizer step ({updates:g} per batch): "
             f"{step.synchronous / updates:.1f} s -> {step.overlapped / updates:.1f} s "
-            "(docs/async.md: not a pipeline gspo-trl runs)"
+            f"({MEASURED})"
         )
     else:
         lines.append(

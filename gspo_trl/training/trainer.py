@@ -44,6 +44,7 @@ from gspo_trl.training.probes.dynamic_sampling import DynamicSamplingProbe
 from gspo_trl.training.probes.gspo_token import GspoTokenProbe
 from gspo_trl.training.probes.non_finite import NonFiniteProbe
 from gspo_trl.training.probes.old_logprobs import EngineLogprobsProbe
+from gspo_trl.training.probes.overlap import OverlapProbe
 from gspo_trl.training.probes.packing import PackingProbe
 from gspo_trl.training.probes.perf import PerfProbe
 from gspo_trl.training.probes.resume_warnings import ResumeIntervalsProbe
@@ -69,8 +70,12 @@ def builtin_probes(args: Any) -> list[Probe]:
     # the order constraints are each probe's runs_after / runs_before, checked by ProbeChain
     stale: list[Probe] = [StalenessProbe(engine.staleness_settings())] if engine.max_staleness > 0 else []
     packing: list[Probe] = [PackingProbe()] if getattr(args, "packing", False) else []
+    sampling = _section(args, "sampling", SamplingConfig)
+    overlap: list[Probe] = (
+        [OverlapProbe(engine.overlap_settings(), sampling)] if engine.overlap != "off" else []
+    )
     return [
-        DynamicSamplingProbe(_section(args, "sampling", SamplingConfig)),
+        DynamicSamplingProbe(sampling),
         *probes,
         DiagnosticsProbe(diagnostics),
         EngineLogprobsProbe(engine.old_logprobs_settings()),
@@ -80,6 +85,7 @@ def builtin_probes(args: Any) -> list[Probe]:
         *stale,
         *packing,
         PerfProbe(),
+        *overlap,
         StagedCheckpointsProbe(),
         NonFiniteProbe(),
         ResumeIntervalsProbe(),
@@ -213,7 +219,8 @@ class GSPOTrainer(GRPOTrainer):
         the next rollout does not sync again; also when the engine's weights sleep
         (`self._llm_weights_sleeping = True`, trl/generation/vllm_generation.py:752)."""
         engine = self.vllm_generation
-        if self.state.global_step != self._last_loaded_step or engine._llm_weights_sleeping:
+        sleeping = getattr(engine, "_llm_weights_sleeping", False)  # colocate only; a server never sleeps
+        if self.state.global_step != self._last_loaded_step or sleeping:
             engine.sync_weights()
             self._last_loaded_step = self.state.global_step
 
@@ -243,6 +250,41 @@ class GSPOTrainer(GRPOTrainer):
             yield
         finally:
             self.vllm_importance_sampling_correction = before
+
+    # --- the training prompts ahead of time (engine.overlap) -------------------------------------
+    def generation_batches(self) -> Iterator[list[Any]] | None:
+        """The training dataloader's items again, in the order the run will see them, epoch after
+        epoch, from a second sampler built as TRL builds the run's
+        (`batch_size=self._train_batch_size * self.args.steps_per_generation` (grpo_trainer.py:1275),
+        `sampler_fn=self._get_train_sampler` (:1276), `shuffle=self.shuffle_dataset, seed=self.args.seed`
+        (:1314-1315)): the same seed gives the same permutations, and a new `iter()` per epoch
+        continues its generator as the run's does. None for an iterable dataset (no sampler to replay)."""
+        from torch.utils.data import DataLoader, IterableDataset
+
+        dataset = self.train_dataset
+        if isinstance(dataset, IterableDataset):
+            return None
+        dataset = self._remove_unused_columns(dataset, description="Training")
+        loader = DataLoader(
+            dataset,
+            batch_size=self._train_batch_size * self.args.steps_per_generation,
+            sampler=self._get_train_sampler(dataset),
+            collate_fn=self.data_collator,
+            drop_last=self.args.dataloader_drop_last,
+        )
+
+        def forever() -> Iterator[list[Any]]:
+            while True:
+                yield from loader
+
+        return forever()
+
+    def tokenize_prompts(self, prompts: list[Any]) -> tuple[list[list[int]], Any, dict[str, Any]]:
+        """TRL's own tokenization of a rollout batch's prompts, as `_generate` does it
+        (`prompt_ids, images, multimodal_fields = self._tokenize_prompts(prompts)`, grpo_trainer.py:2221)."""
+        import copy
+
+        return self._tokenize_prompts(copy.deepcopy(prompts))
 
     # --- rollout ---------------------------------------------------------------------------------
     def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:

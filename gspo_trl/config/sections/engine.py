@@ -10,6 +10,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gspo_trl.config.sections.engine_correction import CorrectionSettings, check_correction_settings
+from gspo_trl.config.sections.engine_overlap import (
+    OverlapSettings,
+    check_overlap_settings,
+    check_overlap_value,
+)
 from gspo_trl.config.sections.engine_sampler import SamplingMaskSettings, check_sampler_settings
 from gspo_trl.config.sections.engine_staleness import StalenessSettings, check_staleness_settings
 from gspo_trl.core.errors import RecipeError
@@ -87,6 +92,12 @@ class EngineConfig:
         every one, so a rollout batch is sampled by a policy 0 to d rollout batches old, as an
         asynchronous pipeline of depth d would sample it; 0: synced every rollout batch (TRL's way).
 
+    Overlap (off by default; gspo_trl.training.probes.overlap, checked by
+    gspo_trl.config.sections.engine_overlap, docs/async.md "Overlap in server mode"):
+    overlap: `off` or `one_step` (vllm_mode: server only; docs/async.md): the server generates
+        rollout batch k+1 while the trainer trains on batch k, so each row after the first batch
+        is sampled exactly one policy version old.
+
     Sampling masks (gspo_trl.config.sections.engine_sampler, docs/engine-logprobs.md "Top-p, top-k
     and min-p"):
     sampling_masks: `off` or `replay`: re-apply the sampler's top_k/top_p/min_p filter to the
@@ -108,6 +119,7 @@ class EngineConfig:
     max_rejected: float = 0.1
     max_staleness: int = 0
     sampling_masks: str = "off"
+    overlap: str = "off"
 
     def __post_init__(self) -> None:
         if self.old_logprobs not in OLD_LOGPROBS_SOURCES:
@@ -131,6 +143,7 @@ class EngineConfig:
                 f"engine.max_staleness must be a whole number of rollout batches from 0 (the engine synced "
                 f"every rollout batch) to {MAX_STALENESS}, got {self.max_staleness!r}"
             )
+        check_overlap_value(self.overlap)
 
     @property
     def from_engine(self) -> bool:
@@ -170,12 +183,17 @@ class EngineConfig:
         """engine.sampling_masks: SamplingMaskProbe's."""
         return SamplingMaskSettings(self.sampling_masks)
 
+    def overlap_settings(self) -> OverlapSettings:
+        """engine.overlap: OverlapProbe's."""
+        return OverlapSettings(self.overlap)
+
 
 def check_engine_settings(config: EngineConfig, training: Mapping[str, Any]) -> None:
     """Engine log-probs need vLLM and an unreshaped (or replayed) sampler (`training`: the GRPOConfig
     fields); the correction's keys (gspo_trl.config.sections.engine_correction)."""
     check_correction_settings(config, training)
     check_staleness_settings(config, training)
+    check_overlap_settings(config, training)
     if config.from_engine and not training.get("use_vllm"):
         raise RecipeError(
             "engine.old_logprobs: engine takes pi_old from vLLM's sampling log-probs; set use_vllm: true "

@@ -186,3 +186,8 @@ def server_loss_in_one_line(args: Any) -> Iterator[None]:
         raise VLLMServerLost(
             f"the vLLM server at {base_url} stopped answering during training ({reason}); {kept}"
         ) from None
+
+
+def health_problem(base_url: str, timeout_s: float = CHECK_TIMEOUT_S) -> str | None:
+    """None when the server at `base_url` answers its health check now, else why not (one phrase)."""
+    return _answers(f"{base_url.rstrip('/')}/health", timeout_s)

@@ -171,6 +171,15 @@ def rollout_metrics(versions: list[RolloutVersion]) -> dict[str, float]:
     }
 
 
+def stale_line_parts(logs: Mapping[str, Any]) -> list[LinePart]:
+    """`stale 0.5 (max 1)`: the rollouts' lag in rollout batches (this probe's and OverlapProbe's)."""
+    stale = logged_number(logs, names.STALENESS_MEAN)
+    if stale is None:
+        return []
+    most = logged_number(logs, names.STALENESS_MAX)
+    return [LinePart(60, f"stale {stale:.1f}" + (f" (max {most:.0f})" if most is not None else ""))]
+
+
 class StalenessProbe(Probe):
     """Delays the engine's weight syncs to every max_staleness + 1 rollout batches, and logs the lag."""
 
@@ -201,12 +210,7 @@ class StalenessProbe(Probe):
         return [LinePart(BANNER_GSPO + 12, line)]
 
     def step_line_parts(self, logs: Mapping[str, Any]) -> list[LinePart]:
-        """`stale 0.5 (max 1)`: the rollouts' lag in rollout batches."""
-        stale = logged_number(logs, names.STALENESS_MEAN)
-        if stale is None:
-            return []
-        most = logged_number(logs, names.STALENESS_MAX)
-        return [LinePart(60, f"stale {stale:.1f}" + (f" (max {most:.0f})" if most is not None else ""))]
+        return stale_line_parts(logs)
 
     def on_rollout_begin(self, trainer: Any, training: bool) -> None:
         self._in_rollout = True

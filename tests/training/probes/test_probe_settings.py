@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from gspo_trl.config.sections import EngineConfig
 from gspo_trl.config.sections.engine import OldLogprobsSettings
 from gspo_trl.config.sections.engine_correction import CorrectionSettings
+from gspo_trl.config.sections.engine_overlap import OverlapSettings
 from gspo_trl.config.sections.engine_sampler import SamplingMaskSettings
 from gspo_trl.config.sections.engine_staleness import StalenessSettings
 from gspo_trl.training.trainer import builtin_probes
@@ -18,6 +19,7 @@ CAPABILITIES = {
     "SamplingMaskProbe": SamplingMaskSettings,
     "CorrectionProbe": CorrectionSettings,
     "StalenessProbe": StalenessSettings,
+    "OverlapProbe": OverlapSettings,
 }
 DERIVED = {"from_engine"}
 """A setting computed from another capability's key (the correction needs to know pi_old's source)."""
@@ -25,7 +27,15 @@ DERIVED = {"from_engine"}
 
 def test_each_engine_probe_receives_only_its_capabilitys_settings() -> None:
     engine = EngineConfig(correction="truncate", max_staleness=1, sampling_masks="replay", weight_max=2.0)
-    probes = builtin_probes(SimpleNamespace(engine=engine))
+    # the overlap and staleness refuse each other (check_engine_settings): one run each
+    probes = [
+        *builtin_probes(SimpleNamespace(engine=engine)),
+        *[
+            p
+            for p in builtin_probes(SimpleNamespace(engine=EngineConfig(overlap="one_step")))
+            if type(p).__name__ == "OverlapProbe"
+        ],
+    ]
     given = {type(p).__name__: type(p.config) for p in probes if type(p).__name__ in CAPABILITIES}
     assert given == CAPABILITIES
     whole = [type(p).__name__ for p in probes for v in vars(p).values() if isinstance(v, EngineConfig)]

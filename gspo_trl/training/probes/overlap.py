@@ -1,0 +1,268 @@
+"""`engine.overlap: one_step` as a probe: the vLLM server generates rollout batch k+1 while the
+trainer trains on batch k (docs/async.md "Overlap in server mode").
+
+After batch k's weight sync and generation, batch k+1's prompts (read ahead from a second copy of
+the run's sampler, `GSPOTrainer.generation_batches`: same order, same seed) go to the server from a
+daemon thread. At batch k+1 the result is used only if its token prompts are exactly the batch's
+(else dropped and generated now); every row after the first batch is tagged ENGINE_VERSION /
+ENGINE_STALENESS = 1, pi_old is the trainer's. A resumed run starts with nothing in flight, Ctrl-C
+does not wait for the thread, and a server that stops answering is one VLLMServerLost line (its
+/health polled while waiting). Events: attach (refusals; wraps the engine's `generate`),
+around_rollout (the rows), around_generation and around_weight_sync (wait for the request in
+flight; the sync records the version), on_rollout_end (tags), on_train_end, on_log (the lag, shown
+in the step line as `stale 1.0 (max 1)`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, ClassVar, TypeVar
+
+import torch
+
+from gspo_trl.config.sections import SamplingConfig
+from gspo_trl.config.sections.engine_overlap import OverlapSettings
+from gspo_trl.core.errors import RecipeError, VLLMServerLost
+from gspo_trl.training.engine.vllm_server import health_problem, server_base_url
+from gspo_trl.training.probes.base import Probe
+from gspo_trl.training.probes.perf import PerfProbe
+from gspo_trl.training.probes.staleness import (
+    ENGINE_STALENESS,
+    ENGINE_VERSION,
+    RolloutVersion,
+    rollout_metrics,
+    stale_line_parts,
+)
+from gspo_trl.training.reporting.line_parts import LinePart
+from gspo_trl.training.rollout_rows import ROW, Layout
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+HEALTH_EVERY_S = 2.0
+"""While waiting for the request in flight, how often the server's /health is asked."""
+
+
+class Request:
+    """One background generation: its token prompts, the engine version it was sent to, its outcome."""
+
+    def __init__(self, key: tuple, version: int, call: Callable[[], tuple]) -> None:
+        self.key, self.version = key, version
+        self.result: tuple | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(call,), name="gspo-overlap", daemon=True)
+        self.thread.start()
+
+    def _run(self, call: Callable[[], tuple]) -> None:
+        try:
+            self.result = call()
+        except BaseException as error:  # reported by the trainer's thread when it waits
+            self.error = error
+
+
+def _key(prompt_ids: list[list[int]], num_generations: int) -> tuple:
+    return tuple(tuple(ids) for ids in prompt_ids), num_generations
+
+
+def _prompts(rows: list[Any]) -> list[Any] | None:
+    try:
+        return [row["prompt"] for row in rows]
+    except (KeyError, TypeError):
+        return None
+
+
+class OverlapProbe(Probe):
+    """Generates the next rollout batch on the server while this one trains; tags the lag."""
+
+    rollout_layouts: ClassVar[dict[str, Layout]] = {ENGINE_VERSION: ROW, ENGINE_STALENESS: ROW}
+    alarm_loggers = (__name__,)
+    runs_after = (PerfProbe,)  # the wait inside around_generation is timed as generation
+
+    def __init__(self, config: OverlapSettings, sampling: SamplingConfig) -> None:
+        self.config, self.sampling = config, sampling
+        self.batches: Iterator[list[Any]] | None = None
+        self._cursor: list[Any] | None = None
+        """The replayed sampler's current item (not yet matched), None: draw the next."""
+        self.in_flight: Request | None = None
+        self.engine_step: int | None = None
+        """The optimizer step whose weights the server holds (None: not synced by this process)."""
+        self._rows: list[Any] | None = None
+        self._used: tuple[int, int] | None = None
+        """(version, staleness) of this rollout batch's generation."""
+        self.history: list[RolloutVersion] = []
+        """Every training rollout batch of this process (tests and scripts/bench_overlap.py read it)."""
+        self._logged = 0
+        self.dropped = 0
+        """Background generations dropped because their prompts were not the batch's."""
+
+    # --- setup ------------------------------------------------------------------------------------
+    def attach(self, trainer: Any) -> None:
+        if trainer.accelerator.num_processes > 1:
+            raise RecipeError(
+                "engine.overlap: one_step runs with one trainer process, got "
+                f"{trainer.accelerator.num_processes}; launch one (the server generates for it) "
+                "or set engine.overlap: off"
+            )
+        if self.sampling.dynamic:
+            raise RecipeError(
+                "engine.overlap: one_step with sampling.dynamic: true: refill rounds draw prompts the "
+                "overlap cannot send ahead; turn one of them off"
+            )
+        self.batches = trainer.generation_batches()
+        if self.batches is None:
+            raise RecipeError(
+                "engine.overlap: one_step needs a map-style training dataset (its sampler replays the "
+                "next rollout batch's prompts); a streamed dataset cannot: use engine.overlap: off"
+            )
+        self.server = server_base_url(trainer.args)
+        generation = trainer.vllm_generation
+        generation.generate = lambda *a, **k: self.engine_generate(trainer, generation, *a, **k)
+
+    def step_line_parts(self, logs: Mapping[str, Any]) -> list[LinePart]:
+        """`stale 1.0 (max 1)`, as engine.max_staleness shows its lag."""
+        return stale_line_parts(logs)
+
+    # --- events -----------------------------------------------------------------------------------
+    def around_rollout(self, trainer: Any, prompts: list[Any], proceed: Callable[[list[Any]], dict]) -> dict:
+        self._rows = prompts if trainer.model.training else None
+        return proceed(prompts)
+
+    def around_generation(self, trainer: Any, proceed: Callable[[], tuple]) -> tuple:
+        self._wait()
+        return proceed()
+
+    def around_weight_sync(self, trainer: Any, proceed: Callable[[], T]) -> T:
+        self._wait()  # never change the server's weights under a generation
+        problem = health_problem(self.server, timeout_s=5.0)
+        if problem is not None:
+            raise self._lost(problem, "before a weight sync")
+        result = proceed()
+        self.engine_step = trainer.state.global_step
+        return result
+
+    def on_rollout_end(self, trainer: Any, batch: dict[str, Any]) -> dict[str, Any]:
+        if not trainer.model.training or self._used is None:
+            return batch
+        version, staleness = self._used
+        rollout = self.history[-1].rollout + 1 if self.history else 0
+        self.history.append(RolloutVersion(rollout, trainer.state.global_step, rollout - staleness, version))
+        rows = batch["completion_ids"]
+        for key, value in ((ENGINE_VERSION, version), (ENGINE_STALENESS, staleness)):
+            batch[key] = torch.full((rows.shape[0],), value, dtype=torch.long, device=rows.device)
+        self._used = None
+        return batch
+
+    def on_train_end(self, trainer: Any) -> None:
+        self.in_flight = None  # a daemon thread: an interrupted or failed run does not wait for it
+
+    def on_log(self, trainer: Any, logs: Mapping[str, Any]) -> dict[str, float]:
+        if not trainer.model.training:
+            return {}
+        new, self._logged = self.history[self._logged :], len(self.history)
+        return rollout_metrics(new)
+
+    # --- the engine's generate ----------------------------------------------------------------------
+    def engine_generate(
+        self, trainer: Any, generation: Any, prompts: list, images: Any, num_generations: int, **kw: Any
+    ) -> tuple:
+        """TRL's `vllm_generation.generate`, answered by the request in flight when it holds these prompts."""
+        training = trainer.model.training
+        request = self._take(_key(prompts, num_generations)) if training and images is None else None
+        if request is None:
+            self._wait()
+            if training:
+                self._drop()
+            result = type(generation).generate(generation, prompts, images, num_generations, **kw)
+            self._used = (self.engine_step if self.engine_step is not None else trainer.state.global_step, 0)
+        else:
+            result = request.result
+            self._used = (request.version, 1)
+        if training:
+            self._send_next(trainer, generation, num_generations)
+        return result
+
+    def _take(self, key: tuple) -> Request | None:
+        self._wait()
+        request = self.in_flight
+        if request is None or request.key != key:
+            return None
+        self.in_flight = None
+        return request
+
+    def _drop(self) -> None:
+        if self.in_flight is not None:
+            self.dropped += 1
+            logger.info("engine.overlap: the generation in flight held other prompts; generated now")
+            self.in_flight = None
+
+    def _send_next(self, trainer: Any, generation: Any, num_generations: int) -> None:
+        rows = self._next_rows(trainer)
+        prompts = _prompts(rows) if rows is not None else None
+        if prompts is None:
+            return
+        prompt_ids, images, multimodal = trainer.tokenize_prompts(prompts)
+        if images is not None or multimodal:
+            return  # images go to the server with their features: generated when their batch comes
+        version = self.engine_step if self.engine_step is not None else trainer.state.global_step
+
+        def call() -> tuple:
+            return type(generation).generate(generation, prompt_ids, None, num_generations)
+
+        self.in_flight = Request(_key(prompt_ids, num_generations), version, call)
+
+    def _next_rows(self, trainer: Any) -> list[Any] | None:
+        """The replayed sampler's item one rollout batch after this one's rows, or None when the
+        rows are not found within the run's length (the next batch is then generated as today)."""
+        current = _prompts(self._rows or [])
+        if current is None:
+            return None
+        args = trainer.args
+        generate_every = args.steps_per_generation * trainer.num_iterations
+        limit = max(1, trainer.state.max_steps) * args.gradient_accumulation_steps + 2 * generate_every
+        for _ in range(limit):
+            item = self._cursor if self._cursor is not None else next(self.batches)
+            self._cursor = None
+            if _prompts(item) == current:
+                break
+        else:
+            logger.warning(
+                "engine.overlap: this rollout batch's prompts are not in the replayed sampler; "
+                "the next batch is generated without overlap"
+            )
+            self.batches = trainer.generation_batches()
+            return None
+        for _ in range(generate_every - 1):
+            next(self.batches)
+        self._cursor = next(self.batches)
+        return self._cursor
+
+    # --- waiting -------------------------------------------------------------------------------------
+    def _wait(self) -> None:
+        """Until the request in flight is done; its error, or a server gone from /health, is one line."""
+        request = self.in_flight
+        if request is None:
+            return
+        last_check = time.monotonic()
+        while request.thread.is_alive():
+            request.thread.join(timeout=0.2)
+            if request.thread.is_alive() and time.monotonic() - last_check >= HEALTH_EVERY_S:
+                last_check = time.monotonic()
+                problem = health_problem(self.server, timeout_s=5.0)
+                if problem is not None:
+                    self.in_flight = None
+                    raise self._lost(problem, "while it generated the next rollout batch")
+        if request.error is not None:
+            self.in_flight = None
+            error = request.error
+            raise self._lost(f"{type(error).__name__}: {str(error)[:200]}", "during a generation")
+
+    def _lost(self, problem: str, when: str) -> VLLMServerLost:
+        problem = " ".join(problem.split())
+        return VLLMServerLost(
+            f"the vLLM server at {self.server} stopped answering {when} (engine.overlap: one_step): "
+            f"{problem}; "
+            "the checkpoints saved so far are kept: restart the server, then rerun with --resume"
+        )
