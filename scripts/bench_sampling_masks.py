@@ -141,7 +141,7 @@ def mean_of(key):
 print("RESULT=" + json.dumps({
     "before": history[0][1], "after": history[-1][1], "seconds": seconds,
     "kept_mass": mean_of(names.SAMPLING_KEPT_MASS),
-    "weight_mean": mean_of(names.BEHAVIOUR_WEIGHT_MEAN),
+    "weight_mean": mean_of(names.CORRECTION_WEIGHT_MEAN),
     "clip": mean_of(names.under(names.OFFPOLICY, names.CLIP_REGION)),
 }))
 """

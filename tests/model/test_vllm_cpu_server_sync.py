@@ -21,13 +21,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests._gloo_server import gloo_server
 from tests._paths import ROOT
 from tests.model.test_vllm_cpu import (
     free_port,
-    process_group_gone,
-    stop_process_group,
     vllm_env,
-    wait_until_healthy,
 )
 
 pytestmark = [
@@ -54,39 +52,8 @@ def model_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def server(model_dir, tmp_path_factory):
     """`trl vllm-serve` on CPU with the gloo backend; yields its base URL; always stopped."""
-    from gspo_trl.model.vllm_cpu.shim import vllm_metadata_alias
-
-    alias = vllm_metadata_alias(tmp_path_factory.mktemp("alias"))
-    env = vllm_env(PYTHONPATH=os.pathsep.join(filter(None, [str(alias), os.environ.get("PYTHONPATH")])))
-    port = free_port()
-    log_path = model_dir.parent / "server.log"
-    log = log_path.open("w")
-    command = [
-        str(Path(sys.executable).with_name("trl")),
-        "vllm-serve",
-        "--model",
-        str(model_dir),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--max_model_len",
-        "128",
-        "--dtype",
-        "float32",
-        "--enforce_eager",
-        "true",
-        "--weight-transfer-config",
-        '{"backend": "gloo"}',  # after TRL's own '{"backend": "nccl"}': the last one counts
-    ]
-    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        wait_until_healthy(f"http://127.0.0.1:{port}/health", process, timeout=300)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop_process_group(process)
-        log.close()
-        assert process_group_gone(process.pid, timeout=30), "server processes left behind"
+    with gloo_server(model_dir, tmp_path_factory.mktemp("alias")) as (url, _):
+        yield url
 
 
 def largest_gap(client, model, prompts: list[list[int]]) -> float:

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from importlib.util import find_spec
 from pathlib import Path
@@ -22,13 +20,10 @@ from typing import Any
 
 import pytest
 
+from tests._gloo_server import gloo_server
 from tests._gspo_helpers import make_trainer, single_torch_thread  # noqa: F401 (fixture)
 from tests.model.test_vllm_cpu import (
     free_port,
-    process_group_gone,
-    stop_process_group,
-    vllm_env,
-    wait_until_healthy,
 )
 
 pytestmark = [
@@ -60,25 +55,12 @@ def model_dir(tmp_path_factory) -> Path:
 def server(model_dir, tmp_path_factory):
     """`trl vllm-serve` on CPU with the gloo backend: (base URL, process); always stopped."""
     from gspo_trl.model.vllm_cpu.gloo_weight_sync import patch_vllm_client_for_gloo
-    from gspo_trl.model.vllm_cpu.shim import patch_trl_for_vllm_cpu, vllm_metadata_alias
+    from gspo_trl.model.vllm_cpu.shim import patch_trl_for_vllm_cpu
 
-    alias = vllm_metadata_alias(tmp_path_factory.mktemp("alias"))
-    env = vllm_env(PYTHONPATH=os.pathsep.join(filter(None, [str(alias), os.environ.get("PYTHONPATH")])))
-    port = free_port()
-    log = (model_dir.parent / "server.log").open("w")
-    command = [str(Path(sys.executable).with_name("trl")), "vllm-serve", "--model", str(model_dir)]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--max_model_len", "128", "--dtype", "float32"]
-    command += ["--enforce_eager", "true", "--weight-transfer-config", '{"backend": "gloo"}']
-    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        wait_until_healthy(f"http://127.0.0.1:{port}/health", process, timeout=300)
+    with gloo_server(model_dir, tmp_path_factory.mktemp("alias")) as (url, process):
         assert patch_trl_for_vllm_cpu()
         patch_vllm_client_for_gloo()
-        yield f"http://127.0.0.1:{port}", process
-    finally:
-        stop_process_group(process)
-        log.close()
-        assert process_group_gone(process.pid, timeout=30), "server processes left behind"
+        yield url, process
 
 
 def recorder():
