@@ -94,7 +94,11 @@ def test_gpu_launches_are_exercised_on_cpu_elsewhere(command: str) -> None:
     config = words[words.index("--config_file") + 1]
     recipe = words[words.index("--config") + 1]
     assert (ROOT / config).is_file() and (ROOT / recipe).is_file()
-    assert Path(config).name in (ROOT / "tests" / "training" / "test_distributed.py").read_text()
+    launches = [
+        ROOT / "tests" / "training" / "test_distributed.py",
+        ROOT / "tests" / "training" / "safety" / "test_interrupt.py",
+    ]
+    assert any(Path(config).name in test.read_text() for test in launches), f"{config}: no test launches it"
     fixture_tests = (ROOT / "tests" / "data" / "test_recipe_fixtures.py").read_text()
     assert 'RECIPES = sorted((ROOT / "recipes").glob("**/*.yaml"))' in fixture_tests  # every recipe runs
 

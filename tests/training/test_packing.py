@@ -124,7 +124,8 @@ def test_mfu_counts_each_rows_own_tokens_when_packed(trainers):
         before = perf.meter.update_flops
         perf.on_loss_inputs(trainer, LossCall(dict(batch), batch, True, 1, True))
         counted.append(perf.meter.update_flops - before)
-    shape, checkpointing = trainers[0].perf.shape, trainers[0].perf.gradient_checkpointing
+    meter = trainers[0].probes.find(PerfProbe).meter
+    shape, checkpointing = meter.shape, meter.gradient_checkpointing
     lengths = (batch["prompt_mask"].sum(1) + batch["completion_mask"].sum(1)).tolist()
     width = batch["prompt_ids"].shape[1] + batch["completion_ids"].shape[1]
     assert counted[0] == update_flops(shape, len(lengths), width, checkpointing)
