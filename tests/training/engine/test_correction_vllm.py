@@ -15,14 +15,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from importlib.util import find_spec
 
 import pytest
 
-from tests._paths import ROOT
+from tests._vllm_driver import driver_facts
 
 pytestmark = [
     pytest.mark.vllm,
@@ -72,18 +69,7 @@ print("FACTS=" + json.dumps(facts))
 
 
 def run(tmp_path, engine: dict) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "GSPO_TRL_DISABLE_VLLM_CPU_SHIM"}
-    env.update(HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1", TOKENIZERS_PARALLELISM="false")
-    proc = subprocess.run(
-        [sys.executable, "-c", DRIVER, str(tmp_path), str(SHIFT), json.dumps(engine)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    assert proc.returncode == 0 and "FACTS=" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return json.loads(proc.stdout.split("FACTS=", 1)[1])
+    return driver_facts(DRIVER, str(tmp_path), str(SHIFT), json.dumps(engine))
 
 
 def test_truncate_cuts_exactly_the_shifted_half(tmp_path):

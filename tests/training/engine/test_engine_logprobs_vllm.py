@@ -15,15 +15,11 @@ process group in the process it lives in. Skipped only when vLLM is not importab
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from importlib.util import find_spec
 
 import pytest
 
-from tests._paths import ROOT
+from tests._vllm_driver import driver_facts
 
 pytestmark = [
     pytest.mark.vllm,
@@ -133,18 +129,7 @@ print("FACTS=" + json.dumps(facts))
 
 @pytest.fixture(scope="module")
 def facts(tmp_path_factory) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "GSPO_TRL_DISABLE_VLLM_CPU_SHIM"}
-    env.update(HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1", TOKENIZERS_PARALLELISM="false")
-    proc = subprocess.run(
-        [sys.executable, "-c", DRIVER % {"shift": SHIFT}, str(tmp_path_factory.mktemp("engine"))],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    assert proc.returncode == 0 and "FACTS=" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return json.loads(proc.stdout.split("FACTS=", 1)[1])
+    return driver_facts(DRIVER % {"shift": SHIFT}, str(tmp_path_factory.mktemp("engine")))
 
 
 def test_matched_engine_skips_the_forward_and_passes_the_guard(facts):
