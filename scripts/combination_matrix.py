@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     model_dirs = models(out / "models")
     full = covering_array()
-    cpu = covering_array(cpu_factors())
+    cpu = covering_array(cpu_factors(), keep_needs=True)
     cells = full + cpu
     product = math.prod(len(f.levels) for f in FACTORS)
     print(f"{len(FACTORS)} factors: {len(full)} cells cover every pair (full product {product}); "
@@ -227,8 +227,8 @@ def main(argv: list[str] | None = None) -> int:
                     outcome = "accepted (levels a CPU does not train: not trained here)"
             failed += problem is not None
             print(f"cell {index:2d} {'FAIL' if problem else 'ok  '} {outcome}: {cell.name or '(defaults)'}")
-            if problem:
-                print(f"        {problem}")
+            if problem or verdicts.validate:
+                print(f"        {problem or verdicts.validate[0]}")
             sys.stdout.flush()
     finally:
         servers.stop()
