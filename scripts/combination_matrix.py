@@ -2,7 +2,8 @@
 gspo_trl.diagnose.combinations.FACTORS, asked of validate, plan and GSPOConfig (they must agree),
 and every accepted cell a CPU can train run for real: `gspo-trl train` on the tiny dense or MoE
 model, 2 optimizer steps (4, two rollout batches, under the overlap), with its invariants checked
-(exit 0, finite loss, the metrics its capabilities log). 2 ranks and ZeRO-2/3 go through
+(exit 0, finite losses, the banner's process count, DeepSpeed's optimizer shards in a ZeRO cell's
+checkpoint, the metrics its capabilities log: lag 1 under the overlap). 2 ranks and ZeRO-2/3 go through
 `accelerate launch` (gloo ranks), vLLM colocate through the CPU shim, and the server cells against
 ONE gloo vLLM-CPU server per model (dense, MoE), started when the first cell needs it and stopped
 at the end, on Ctrl-C or SIGTERM too. A cell past CELL_TIMEOUT_S is killed and failed. Cells with
@@ -62,6 +63,9 @@ EXPECTED_METRICS = {
     "overlap": ("one_step", "gspo/staleness/max", 1.0),
 }
 """Per factor: the level whose run must log the metric (and the value some row must show)."""
+ZERO_FLAGS = ["--save_strategy", "steps", "--save_steps", "2"]
+ZERO_SHARDS = "checkpoint-2/global_step*/*zero_pp_rank_*optim_states.pt"
+"""A ZeRO cell saves step 2: DeepSpeed's own optimizer shards show its engine trained the run."""
 
 
 def models(root: Path) -> dict[str, str]:
@@ -139,6 +143,7 @@ def cell_command(cell: Cell, overrides: dict, out: Path) -> list[str]:
     flags = [*override_argv(overrides), *TRAIN_FLAGS, "--output_dir", str(out), "--overwrite"]
     flags += OVERLAP_FLAGS if cell.levels.get("overlap") == "one_step" else []
     zero, ranks = cell.levels.get("zero", "none"), cell.levels.get("ranks", "1")
+    flags += ZERO_FLAGS if zero != "none" else []
     if zero == "none" and ranks == "1":
         return [sys.executable, "-m", "gspo_trl", "train", RECIPE, *flags]
     config = "configs/cpu_2proc.yaml" if zero == "none" else f"configs/{zero}.yaml"
@@ -181,6 +186,11 @@ def train_cell(cell: Cell, model_dirs: dict[str, str], out: Path, servers: Serve
     losses = [row["loss"] for row in rows if "loss" in row]
     if len(losses) < 2 or not all(math.isfinite(x) for x in losses):
         return f"losses {losses}: expected 2 or more, finite"
+    processes = f"on {cell.levels.get('ranks', '1')} process(es)"
+    if processes not in log.read_text(errors="replace"):
+        return f"the banner does not say {processes!r}"
+    if cell.levels.get("zero", "none") != "none" and not list(out.glob(ZERO_SHARDS)):
+        return f"no DeepSpeed optimizer shards ({ZERO_SHARDS}) in {out}"
     for factor, (level, metric, value) in EXPECTED_METRICS.items():
         seen = [row[metric] for row in rows if metric in row]
         if cell.levels.get(factor) == level and (not seen or (value is not None and value not in seen)):
