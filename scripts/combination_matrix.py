@@ -155,10 +155,12 @@ def cell_command(cell: Cell, overrides: dict, out: Path) -> list[str]:
 
 
 def failure_line(log: Path) -> str:
-    """The run's last `error:` line, else its last line."""
-    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
-    errors = [line for line in lines if "error:" in line.lower()]
-    return (errors or lines or ["(no output)"])[-1].strip()[:300]
+    """The run's last `error:` line (gspo-trl's one-line refusals), else its last line naming an
+    error (a traceback's), else its last line."""
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    ours = [line for line in lines if line.startswith("error:")]
+    named = [line for line in lines if "Error" in line or "error:" in line]
+    return (ours or named or lines or ["(no output)"])[-1][:300]
 
 
 def train_cell(cell: Cell, model_dirs: dict[str, str], out: Path, servers: Servers) -> str | None:
