@@ -113,7 +113,7 @@ class Servers:
             work = self.out / f"server-{kind}"
             work.mkdir(parents=True, exist_ok=True)
             self.running[kind] = start_server(Path(self.model_dirs[kind]), work)
-            print(f"server ({kind}): {self.running[kind][1]}, log {work / 'server.log'}", flush=True)
+            print(f"started a vLLM server ({kind}): {self.running[kind][1]}, log {work / 'server.log'}")
         return self.running[kind][1]
 
     def stop(self) -> None:
@@ -236,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
                     outcome = f"trained ({time.monotonic() - started:.0f} s)"
                 else:
                     not_run += 1
-                    outcome = "accepted (levels a CPU does not train: not trained here)"
+                    why = "--quick" if cell.cpu else "levels a CPU does not train"
+                    outcome = f"accepted (not trained: {why})"
             failed += problem is not None
             print(f"cell {index:2d} {'FAIL' if problem else 'ok  '} {outcome}: {cell.name or '(defaults)'}")
             if problem or verdicts.validate:

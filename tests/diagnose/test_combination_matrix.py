@@ -77,4 +77,4 @@ def test_the_matrix_script_quick_mode(tmp_path, capsys):
     assert script.main(["--quick", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert " 0 failed, " in out and " refused alike, 1 trained, " in out, out
-    assert "cell  0 ok   trained" in out and "server (" not in out, out  # the defaults: no server started
+    assert "cell  0 ok   trained" in out and "started a vLLM server" not in out, out  # the defaults
