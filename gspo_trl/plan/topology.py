@@ -11,10 +11,8 @@ has the memory planned, else the table's first row of that memory, else H100, sa
 
 With `vllm_mode: server` one node runs `trl vllm-serve` and trains nothing (TRL's server mode;
 the shipped slurm script puts it on the last node), so the training world is (nodes - 1) x
-GPUs per node. "nodes" in flags and `launch:` counts that node; an accelerate config's
-`num_machines` does not (accelerate launches training processes only). Unstated (a CPU recipe's
-`launch:` gives no hardware), a server-mode run is planned on 2 nodes, the server's and one that
-trains, as `validate` and `train` accept it (docs/combinations.md).
+GPUs per node. "nodes" in flags and `launch:` counts that node (unstated: 2, the server's and one
+that trains); an accelerate config's `num_machines` does not (it launches training processes only).
 """
 
 from __future__ import annotations
