@@ -66,12 +66,16 @@ def start_server(model: Path, work: Path) -> tuple[subprocess.Popen, str]:
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 400
-    while time.monotonic() < deadline and server.poll() is None:
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2):
-                return server, url
-        except OSError:
-            time.sleep(1)
+    try:
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2):
+                    return server, url
+            except OSError:
+                time.sleep(1)
+    except BaseException:  # Ctrl-C or SIGTERM while it starts: no server left behind
+        os.killpg(server.pid, signal.SIGKILL)
+        raise
     os.killpg(server.pid, signal.SIGKILL)
     raise SystemExit(f"the server did not come up in 400 s: see {work / 'server.log'}")
 

@@ -25,11 +25,13 @@ from gspo_trl.core.errors import UserError
 @dataclass(frozen=True)
 class Factor:
     """A capability or mode: its levels, each with the `--key value` overrides that turn it on
-    (the first level is the default, no override). `cpu`: levels a CPU run can train."""
+    (the first level is the default, no override). `cpu`: levels a CPU run can train. `needs`:
+    level -> (another factor, the only levels of it the recipe checks accept beside it)."""
 
     name: str
     levels: dict[str, dict[str, Any]]
     cpu: tuple[str, ...] = ()
+    needs: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
 
 
 def _deepspeed(stage: str) -> dict[str, Any]:
@@ -37,6 +39,10 @@ def _deepspeed(stage: str) -> dict[str, Any]:
     command = f"accelerate launch --config_file {config} -m gspo_trl train recipes/tiny/reversal.yaml"
     return {"launch.accelerate_config": config, "launch.command": command}
 
+
+SERVER_URL = "http://127.0.0.1:8000"
+"""The server cells' `vllm_server_base_url` on the refusal side (nothing is asked of it there);
+scripts/combination_matrix.py points the trained cells at the server it starts."""
 
 FACTORS: tuple[Factor, ...] = (
     Factor("dynamic_sampling", {"off": {}, "on": {"sampling.dynamic": True}}, ("off", "on")),
@@ -60,13 +66,34 @@ FACTORS: tuple[Factor, ...] = (
     Factor(
         "lora", {"off": {}, "on": {"model.lora": {"r": 8, "target_modules": "all-linear"}}}, ("off", "on")
     ),
+    # zero, ranks, vllm, overlap: the script launches these on CPU (accelerate with gloo ranks,
+    # DeepSpeed's CPU ops, vLLM-CPU through the shim, one gloo vLLM-CPU server per model)
     Factor(
         "zero",
         {"none": {}, "zero2": _deepspeed("zero2"), "zero3": _deepspeed("zero3")},
-        ("none",),
+        ("none", "zero2", "zero3"),
     ),
-    Factor("ranks", {"1": {}, "2": {"launch.gpus_per_node": 2}}, ("1",)),
-    Factor("vllm", {"off": {}, "colocate": {"use_vllm": True, "vllm_mode": "colocate"}}, ("off",)),
+    Factor("ranks", {"1": {}, "2": {"launch.gpus_per_node": 2}}, ("1", "2")),
+    Factor(
+        "vllm",
+        {
+            "off": {},
+            "colocate": {"use_vllm": True, "vllm_mode": "colocate"},
+            "server": {
+                "use_vllm": True,
+                "vllm_mode": "server",
+                "vllm_server_base_url": SERVER_URL,
+                "launch.nodes": 2,  # the server's node and one that trains
+            },
+        },
+        ("off", "colocate", "server"),
+    ),
+    Factor(
+        "overlap",
+        {"off": {}, "one_step": {"engine.overlap": "one_step"}},
+        ("off", "one_step"),
+        needs={"one_step": ("vllm", ("server",))},
+    ),
     Factor("heldout", {"on": {}, "off": {"heldout.every_steps": 0}}, ("on", "off")),
     Factor(
         "trl_eval",
@@ -106,28 +133,45 @@ class Cell:
 
     @property
     def cpu(self) -> bool:
-        """Every level trainable on a CPU (no vLLM, DeepSpeed, second rank or fp16)."""
+        """Every level among its factor's `cpu` levels: the short real runs the script trains here."""
         return all(self.levels.get(factor.name, _default(factor.name)) in factor.cpu for factor in FACTORS)
 
 
 def cpu_factors(factors: Sequence[Factor] = FACTORS) -> tuple[Factor, ...]:
     """The factors cut to the levels a CPU can train (for the training side of the matrix on a
     machine without a GPU: its pairs are covered by short real runs)."""
-    return tuple(Factor(f.name, {k: v for k, v in f.levels.items() if k in f.cpu}, f.cpu) for f in factors)
+    return tuple(
+        Factor(f.name, {k: v for k, v in f.levels.items() if k in f.cpu}, f.cpu, f.needs) for f in factors
+    )
 
 
 def _default(name: str) -> str:
     return next(iter(next(f for f in FACTORS if f.name == name).levels))
 
 
-def covering_array(factors: Sequence[Factor] = FACTORS) -> list[Cell]:
+def covering_array(factors: Sequence[Factor] = FACTORS, keep_needs: bool = False) -> list[Cell]:
     """Cells covering every pair of levels of every two factors at least once, built greedily
     (AETG's rule: each new cell starts from an uncovered pair and picks, factor by factor, the
-    level that covers the most still-uncovered pairs; ties go to the earlier level). Deterministic."""
+    level that covers the most still-uncovered pairs; ties go to the earlier level). Deterministic.
+    `keep_needs` (the cells to train): no pair a factor's `needs` rules out, sought or built, so
+    that no refused cell carries away pairs that then never train."""
     names = [f.name for f in factors]
     levels = {f.name: list(f.levels) for f in factors}
+    needs = {(f.name, level): need for f in factors for level, need in f.needs.items()} if keep_needs else {}
+
+    def allowed(a: str, x: str, b: str, y: str) -> bool:
+        for (mine, level), (other, its) in (((a, x), (b, y)), ((b, y), (a, x))):
+            factor, accepted = needs.get((mine, level), (other, (its,)))
+            if factor == other and its not in accepted:
+                return False
+        return True
+
     uncovered = {
-        ((a, x), (b, y)) for a, b in itertools.combinations(names, 2) for x in levels[a] for y in levels[b]
+        ((a, x), (b, y))
+        for a, b in itertools.combinations(names, 2)
+        for x in levels[a]
+        for y in levels[b]
+        if allowed(a, x, b, y)
     }
     cells = []
     while uncovered:
@@ -136,10 +180,9 @@ def covering_array(factors: Sequence[Factor] = FACTORS) -> list[Cell]:
         for name in names:
             if name in chosen:
                 continue
-            gains = [
-                sum(_pair(o, chosen[o], name, level) in uncovered for o in chosen) for level in levels[name]
-            ]
-            chosen[name] = levels[name][gains.index(max(gains))]
+            fits = [lv for lv in levels[name] if all(allowed(o, chosen[o], name, lv) for o in chosen)]
+            gains = [sum(_pair(o, chosen[o], name, level) in uncovered for o in chosen) for level in fits]
+            chosen[name] = fits[gains.index(max(gains))]
         ordered = {name: chosen[name] for name in names}
         for p, q in itertools.combinations(names, 2):
             uncovered.discard(((p, ordered[p]), (q, ordered[q])))

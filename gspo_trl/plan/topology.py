@@ -11,8 +11,8 @@ has the memory planned, else the table's first row of that memory, else H100, sa
 
 With `vllm_mode: server` one node runs `trl vllm-serve` and trains nothing (TRL's server mode;
 the shipped slurm script puts it on the last node), so the training world is (nodes - 1) x
-GPUs per node. "nodes" in flags and `launch:` counts that node; an accelerate config's
-`num_machines` does not (accelerate launches training processes only).
+GPUs per node. "nodes" in flags and `launch:` counts that node (unstated: 2, the server's and one
+that trains); an accelerate config's `num_machines` does not (it launches training processes only).
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def resolve_topology(
         (accelerate_nodes(explicit), explicit_source),
         (hardware.nodes if hardware else None, "launch.nodes"),
         (accelerate_nodes(from_recipe), recipe_source),
-        (1, "assumed"),
+        (2, "assumed: the vLLM server's and one that trains") if server else (1, "assumed"),
     )
     gpu_count, gpu_source = _first(
         (gpus_per_node, "--gpus-per-node"),

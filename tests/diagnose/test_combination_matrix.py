@@ -1,6 +1,7 @@
 """The combination matrix (gspo_trl.diagnose.combinations, docs/combinations.md): the covering array
 covers every pair, every cell is accepted alike or refused alike by validate, plan and GSPOConfig
-(on main, plan planned 12 of the 13 refused cells), and scripts/combination_matrix.py --quick
+(on main, plan planned 12 of the 13 refused cells; and refused a CPU server-mode cell validate
+accepts), every cell the script trains is accepted, and scripts/combination_matrix.py --quick
 trains its one cell."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from tests._gspo_helpers import tiny_model_dir
 from tests._scripts import load_script
 
 CELLS = covering_array()
+CPU_CELLS = covering_array(cpu_factors(), keep_needs=True)
 script = load_script("combination_matrix")
 
 
@@ -26,12 +28,25 @@ def model_dirs(tmp_path_factory):
     return {"dense": str(tiny_model_dir(root)), "moe": str(save_tiny_moe(root / "moe", spec))}
 
 
-@pytest.mark.parametrize("factors", [FACTORS, cpu_factors()], ids=["all", "cpu"])
-def test_the_covering_array_covers_every_pair_in_fewer_cells_than_the_product(factors):
-    cells = covering_array(factors)
+def ruled_out(a, x, b, y) -> bool:
+    """A factor's `needs` forbids levels x of a and y of b together."""
+    needs = {(f.name, level): need for f in FACTORS for level, need in f.needs.items()}
+    return any(
+        needs.get(mine, (None, ()))[0] == other and its not in needs[mine][1]
+        for mine, other, its in (((a, x), b, y), ((b, y), a, x))
+    )
+
+
+@pytest.mark.parametrize(
+    ("factors", "keep_needs"), [(FACTORS, False), (cpu_factors(), True)], ids=["all", "cpu"]
+)
+def test_the_covering_array_covers_every_pair_in_fewer_cells_than_the_product(factors, keep_needs):
+    cells = covering_array(factors, keep_needs=keep_needs)
     for a, b in itertools.combinations(factors, 2):
         seen = {(c.levels[a.name], c.levels[b.name]) for c in cells}
-        assert seen == set(itertools.product(a.levels, b.levels)), (a.name, b.name)
+        pairs = set(itertools.product(a.levels, b.levels))
+        wanted = {(x, y) for x, y in pairs if not (keep_needs and ruled_out(a.name, x, b.name, y))}
+        assert seen == wanted, (a.name, b.name)
     assert len(cells) <= 4 * max(len(f.levels) for f in factors) ** 2
 
 
@@ -42,6 +57,18 @@ def test_every_cell_is_refused_alike_by_validate_plan_and_gspo_config(model_dirs
     refused = [v for v in verdicts.values() if v.validate is not None]
     assert refused and all(len(v.validate) >= 1 and v.plan == v.validate for v in refused)
     assert any(v.validate is None for v in verdicts.values())
+    server = [name for name, v in verdicts.items() if "vllm=server" in name and v.validate is None]
+    assert server, "no vllm=server cell is accepted"
+
+
+def test_every_cell_the_script_trains_is_accepted_alike(model_dirs):
+    """The CPU cells keep to the factors' `needs`: none is refused, so no pair goes untrained
+    because the cell that carried it was refused (a new refusal: add the pair to `needs`)."""
+    assert all(cell.cpu for cell in CPU_CELLS)
+    for cell in CPU_CELLS:
+        verdicts = refusals(cell, script.RECIPE, model_dirs, script.plan_errors)
+        assert verdicts.validate is None and verdicts.disagreement() is None, (cell.name, verdicts)
+    assert {"server", "colocate"} <= {c.levels["vllm"] for c in CPU_CELLS}
 
 
 @pytest.mark.slow
@@ -49,4 +76,5 @@ def test_every_cell_is_refused_alike_by_validate_plan_and_gspo_config(model_dirs
 def test_the_matrix_script_quick_mode(tmp_path, capsys):
     assert script.main(["--quick", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert " 0 failed, 1 trained" in out and "cell  0 ok   trained" in out, out
+    assert " 0 failed, " in out and " refused alike, 1 trained, " in out, out
+    assert "cell  0 ok   trained" in out and "started a vLLM server" not in out, out  # the defaults

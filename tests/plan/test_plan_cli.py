@@ -48,6 +48,18 @@ def test_eight_b_serves_vllm_from_its_second_node(capsys):
     assert "updates   4 optimizer update(s)" in out
 
 
+def test_a_cpu_server_recipe_is_planned_on_an_assumed_server_node_as_validate_accepts_it(capsys):
+    """Nodes unstated (a CPU recipe's launch: gives no hardware): one node assumed for the server
+    and one to train; it used to assume 1 and refuse what validate and train accept."""
+    vllm = ["--use_vllm", "true", "--vllm_mode", "server"]
+    server = [*vllm, "--vllm_server_base_url", "http://127.0.0.1:8000"]
+    status, out, err = run_plan(capsys, "tiny/reversal", *server)
+    assert status == 0, out + err
+    assert "nodes: assumed: the vLLM server's and one that trains" in out and "1 training node(s)" in out, out
+    status, out, err = run_plan(capsys, "tiny/reversal", *server, "--nodes", "1")
+    assert status == 2 and "no node is left to train" in err, out + err
+
+
 # (id, argv, exit status, words in stdout, words in stderr)
 BROKEN = [
     (
