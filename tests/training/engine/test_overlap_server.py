@@ -5,8 +5,9 @@ One server for the module (its start dominates: 20-40 s on 2 cores); the trainer
 dense model, 2 prompts x 4 samples per rollout batch, 2 optimizer steps each. In order: overlap
 off is today's server-mode run bit for bit; overlapped, every row after the first batch is exactly
 one version old, in the synchronous run's prompt order; a resume drops what was in flight and redoes
-it; Ctrl-C with a request in flight stops as today; and (last: it kills the server) a server that
-dies mid-request is one `error:` line.
+it; Ctrl-C with a request in flight stops as today; dynamic sampling's refill rounds run beside the
+request in flight (lag 0); and (last: it kills the server) a server that dies mid-request is one
+`error:` line.
 """
 
 from __future__ import annotations
@@ -186,22 +187,6 @@ def test_ctrl_c_with_a_request_in_flight_stops_with_a_checkpoint(model_dir, serv
     assert time.monotonic() - start < 120
 
 
-def test_a_server_that_dies_mid_request_is_one_error_line(model_dir, server, tmp_path, capfd):
-    from gspo_trl.cli.main import run_command
-
-    probe = recorder()
-    probe.on_rollout = lambda trainer: os.killpg(server[1].pid, signal.SIGKILL)  # batch 1 in flight
-    out = tmp_path / "run"
-    start = time.monotonic()
-    code = run_command("train", lambda argv: train(model_dir, server, out, "one_step", probes=[probe]), [])
-    err = capfd.readouterr().err.strip().splitlines()
-
-    assert code == 2 and time.monotonic() - start < 60
-    lines = [line for line in err if line.startswith("error:")]
-    assert len(lines) == 1 and "stopped answering" in lines[0] and "engine.overlap" in lines[0], err[-5:]
-    assert "Traceback" not in "\n".join(err)
-
-
 def test_dynamic_sampling_refills_beside_the_request_in_flight_lag_zero(model_dir, server, tmp_path):
     """`tied i` prompts tie (tests/training/_dynamic_sampling_run.py): most rollout batches take
     refill rounds. The prefetched first round is used for every batch after the first (nothing
@@ -245,3 +230,19 @@ def test_dynamic_sampling_refills_beside_the_request_in_flight_lag_zero(model_di
     for step, _, lags in tags.losses:
         assert logged[step + 1]["gspo/staleness/mean"] == sum(lags) / len(lags)
         assert logged[step + 1]["gspo/staleness/max"] == max(lags)
+
+
+def test_a_server_that_dies_mid_request_is_one_error_line(model_dir, server, tmp_path, capfd):
+    from gspo_trl.cli.main import run_command
+
+    probe = recorder()
+    probe.on_rollout = lambda trainer: os.killpg(server[1].pid, signal.SIGKILL)  # batch 1 in flight
+    out = tmp_path / "run"
+    start = time.monotonic()
+    code = run_command("train", lambda argv: train(model_dir, server, out, "one_step", probes=[probe]), [])
+    err = capfd.readouterr().err.strip().splitlines()
+
+    assert code == 2 and time.monotonic() - start < 60
+    lines = [line for line in err if line.startswith("error:")]
+    assert len(lines) == 1 and "stopped answering" in lines[0] and "engine.overlap" in lines[0], err[-5:]
+    assert "Traceback" not in "\n".join(err)
