@@ -6,12 +6,12 @@ the run's sampler, `GSPOTrainer.generation_batches`: same order, same seed) go t
 daemon thread. At batch k+1 the result is used only if its token prompts are exactly the batch's
 (else dropped and generated now); every row after the first batch is tagged ENGINE_VERSION /
 ENGINE_STALENESS = 1, pi_old is the trainer's. A refill round of dynamic sampling is generated at
-once, beside the request in flight, by this batch's weights: its rows are tagged lag 0. A resumed run starts with nothing in flight, Ctrl-C
-does not wait for the thread, and a server that stops answering is one VLLMServerLost line (its
-/health polled while waiting). Events: attach (refusals; wraps the engine's `generate`),
-around_rollout (the rows), around_generation and around_weight_sync (wait for the request in
-flight; the sync records the version), on_rollout_end (tags), on_loss_inputs (rows' lags), on_log
-(the lag, shown in the step line as `stale 1.0 (max 1)`).
+once, beside the request in flight, by this batch's weights (lag 0). A resumed run starts with
+nothing in flight, Ctrl-C does not wait for the thread, and a server that stops answering is one
+VLLMServerLost line (its /health polled while waiting). Events: attach (refusals; wraps the
+engine's `generate`), around_rollout (the rows), around_generation and around_weight_sync (wait
+for the request in flight; the sync records the version), on_rollout_end (tags), on_loss_inputs
+(rows' lags), on_log (the lag, shown in the step line as `stale 1.0 (max 1)`).
 """
 
 from __future__ import annotations
