@@ -10,8 +10,8 @@ once, beside the request in flight, by this batch's weights (lag 0). A resumed r
 nothing in flight, Ctrl-C does not wait for the thread, and a server that stops answering is one
 VLLMServerLost line (its /health polled while waiting). Events: attach (refusals; wraps the
 engine's `generate`), around_rollout (the rows), around_generation and around_weight_sync (wait
-for the request in flight; the sync records the version), on_rollout_end (tags), on_loss_inputs
-(rows' lags), on_log (the lag, shown in the step line as `stale 1.0 (max 1)`).
+for the request in flight; the sync records the version), on_rollout_end (tags), on_train_end,
+on_loss_inputs (rows' lags), on_log (the lag, shown in the step line as `stale 1.0 (max 1)`).
 """
 
 from __future__ import annotations
