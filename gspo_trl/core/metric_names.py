@@ -110,7 +110,8 @@ STALENESS = f"{GSPO}/staleness"
 STALENESS_MEAN = f"{STALENESS}/mean"
 STALENESS_MAX = f"{STALENESS}/max"
 """engine.max_staleness: rollout batches the engine's weights lagged the trainer's, over the rollout
-batches generated since the last log (0 .. max_staleness)."""
+batches generated since the last log (0 .. max_staleness); under engine.overlap with sampling.dynamic,
+over the rows trained since the last log (refill rows lag 0, prefetched rows 1)."""
 STALENESS_UPDATES = f"{STALENESS}/updates"
 """The same lag in optimizer steps (mean)."""
 STALENESS_ENGINE_STEP = f"{STALENESS}/engine_step"

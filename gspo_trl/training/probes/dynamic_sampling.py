@@ -95,6 +95,8 @@ class DynamicSamplingProbe(Probe):
         self.config = config
         self.stream: RefillStream | None = None
         self.capped_streak = 0
+        self.refilling = False
+        """True while a refill round generates (OverlapProbe generates it now, beside its request)."""
         self._rewards: torch.Tensor | None = None
         self._tokens: list[int] | None = None
         self.layouts = dict(rollout_rows.LAYOUTS)
@@ -140,15 +142,19 @@ class DynamicSamplingProbe(Probe):
         target = len(prompts) * world // group
         step = world // math.gcd(group, world)  # groups whose rows split evenly over the ranks
         rounds = [self._round(trainer, proceed, prompts)]
-        while len(rounds) < self.config.max_rounds:
-            kept = int(sum(int(r.informative.sum()) for r in rounds))
-            drawn = sum(len(r.informative) for r in rounds)
-            if kept >= target:
-                break
-            indices = self.stream.draw(refill_size(target - kept, kept, drawn, target, step))
-            rows = [self.dataset[i] for i in indices for _ in range(group)]
-            share = len(rows) // world
-            rounds.append(self._round(trainer, proceed, rows[rank * share : (rank + 1) * share]))
+        try:
+            while len(rounds) < self.config.max_rounds:
+                kept = int(sum(int(r.informative.sum()) for r in rounds))
+                drawn = sum(len(r.informative) for r in rounds)
+                if kept >= target:
+                    break
+                indices = self.stream.draw(refill_size(target - kept, kept, drawn, target, step))
+                rows = [self.dataset[i] for i in indices for _ in range(group)]
+                share = len(rows) // world
+                self.refilling = True
+                rounds.append(self._round(trainer, proceed, rows[rank * share : (rank + 1) * share]))
+        finally:
+            self.refilling = False
         return self._assemble(trainer, rounds, target)
 
     def _assemble(self, trainer: Any, rounds: list[Round], target: int) -> dict[str, Any]:

@@ -5,12 +5,13 @@ After batch k's weight sync and generation, batch k+1's prompts (read ahead from
 the run's sampler, `GSPOTrainer.generation_batches`: same order, same seed) go to the server from a
 daemon thread. At batch k+1 the result is used only if its token prompts are exactly the batch's
 (else dropped and generated now); every row after the first batch is tagged ENGINE_VERSION /
-ENGINE_STALENESS = 1, pi_old is the trainer's. A resumed run starts with nothing in flight, Ctrl-C
-does not wait for the thread, and a server that stops answering is one VLLMServerLost line (its
-/health polled while waiting). Events: attach (refusals; wraps the engine's `generate`),
-around_rollout (the rows), around_generation and around_weight_sync (wait for the request in
-flight; the sync records the version), on_rollout_end (tags), on_train_end, on_log (the lag, shown
-in the step line as `stale 1.0 (max 1)`).
+ENGINE_STALENESS = 1, pi_old is the trainer's. A refill round of dynamic sampling is generated at
+once, beside the request in flight, by this batch's weights (lag 0). A resumed run starts with
+nothing in flight, Ctrl-C does not wait for the thread, and a server that stops answering is one
+VLLMServerLost line (its /health polled while waiting). Events: attach (refusals; wraps the
+engine's `generate`), around_rollout (the rows), around_generation and around_weight_sync (wait
+for the request in flight; the sync records the version), on_rollout_end (tags), on_train_end,
+on_loss_inputs (rows' lags), on_log (the lag, shown in the step line as `stale 1.0 (max 1)`).
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ from typing import Any, ClassVar, TypeVar
 
 import torch
 
+import gspo_trl.core.metric_names as names
 from gspo_trl.config.sections import SamplingConfig
 from gspo_trl.config.sections.engine_overlap import OverlapSettings
 from gspo_trl.core.errors import RecipeError, VLLMServerLost
 from gspo_trl.training.engine.vllm_server import health_problem, server_base_url
-from gspo_trl.training.probes.base import Probe
+from gspo_trl.training.probes.base import LossCall, Probe
+from gspo_trl.training.probes.dynamic_sampling import DynamicSamplingProbe
 from gspo_trl.training.probes.perf import PerfProbe
 from gspo_trl.training.probes.staleness import (
     ENGINE_STALENESS,
@@ -95,6 +98,11 @@ class OverlapProbe(Probe):
         self.history: list[RolloutVersion] = []
         """Every training rollout batch of this process (tests and scripts/bench_overlap.py read it)."""
         self._logged = 0
+        self.dynamic: DynamicSamplingProbe | None = None
+        self._refill = False
+        """This generation is a refill round of dynamic sampling (not the rollout batch's first)."""
+        self._row_lags: list[torch.Tensor] = []
+        """sampling.dynamic: the trained rows' ENGINE_STALENESS since the last log."""
         self.dropped = 0
         """Background generations dropped because their prompts were not the batch's."""
 
@@ -106,11 +114,7 @@ class OverlapProbe(Probe):
                 f"{trainer.accelerator.num_processes}; launch one (the server generates for it) "
                 "or set engine.overlap: off"
             )
-        if self.sampling.dynamic:
-            raise RecipeError(
-                "engine.overlap: one_step with sampling.dynamic: true: refill rounds draw prompts the "
-                "overlap cannot send ahead; turn one of them off"
-            )
+        self.dynamic = trainer.probes.find(DynamicSamplingProbe) if self.sampling.dynamic else None
         self.batches = trainer.generation_batches()
         if self.batches is None:
             raise RecipeError(
@@ -127,11 +131,15 @@ class OverlapProbe(Probe):
 
     # --- events -----------------------------------------------------------------------------------
     def around_rollout(self, trainer: Any, prompts: list[Any], proceed: Callable[[list[Any]], dict]) -> dict:
-        self._rows = prompts if trainer.model.training else None
+        training = trainer.model.training
+        self._refill = training and self.dynamic is not None and self.dynamic.refilling
+        if not self._refill:  # a refill round's rows are not the sampler's: the next batch is found by these
+            self._rows = prompts if training else None
         return proceed(prompts)
 
     def around_generation(self, trainer: Any, proceed: Callable[[], tuple]) -> tuple:
-        self._wait()
+        if not self._refill:  # a refill round runs beside the request in flight, on the same weights
+            self._wait()
         return proceed()
 
     def around_weight_sync(self, trainer: Any, proceed: Callable[[], T]) -> T:
@@ -147,8 +155,10 @@ class OverlapProbe(Probe):
         if not trainer.model.training or self._used is None:
             return batch
         version, staleness = self._used
-        rollout = self.history[-1].rollout + 1 if self.history else 0
-        self.history.append(RolloutVersion(rollout, trainer.state.global_step, rollout - staleness, version))
+        if not self._refill:  # a refill round belongs to the rollout batch its first round began
+            rollout = self.history[-1].rollout + 1 if self.history else 0
+            step = trainer.state.global_step
+            self.history.append(RolloutVersion(rollout, step, rollout - staleness, version))
         rows = batch["completion_ids"]
         for key, value in ((ENGINE_VERSION, version), (ENGINE_STALENESS, staleness)):
             batch[key] = torch.full((rows.shape[0],), value, dtype=torch.long, device=rows.device)
@@ -158,11 +168,22 @@ class OverlapProbe(Probe):
     def on_train_end(self, trainer: Any) -> None:
         self.in_flight = None  # a daemon thread: an interrupted or failed run does not wait for it
 
+    def on_loss_inputs(self, trainer: Any, loss: LossCall) -> None:
+        if self.dynamic is not None and loss.training and ENGINE_STALENESS in loss.inputs:
+            self._row_lags.append(loss.inputs[ENGINE_STALENESS].detach().cpu())
+
     def on_log(self, trainer: Any, logs: Mapping[str, Any]) -> dict[str, float]:
+        """The lag per rollout batch; with dynamic sampling, whose batches mix prefetched rows (lag 1)
+        and refill rows (lag 0), mean and max are over the rows trained since the last log."""
         if not trainer.model.training:
             return {}
         new, self._logged = self.history[self._logged :], len(self.history)
-        return rollout_metrics(new)
+        metrics = rollout_metrics(new)
+        if self._row_lags:
+            lags, self._row_lags = torch.cat(self._row_lags).double(), []
+            metrics[names.STALENESS_MEAN] = lags.mean().item()
+            metrics[names.STALENESS_MAX] = lags.max().item()
+        return metrics
 
     # --- the engine's generate ----------------------------------------------------------------------
     def engine_generate(
@@ -170,6 +191,10 @@ class OverlapProbe(Probe):
     ) -> tuple:
         """TRL's `vllm_generation.generate`, answered by the request in flight when it holds these prompts."""
         training = trainer.model.training
+        if training and self._refill:  # not the batch's first round: generated now, nothing dropped or sent
+            result = type(generation).generate(generation, prompts, images, num_generations, **kw)
+            self._used = (self.engine_step if self.engine_step is not None else trainer.state.global_step, 0)
+            return result
         request = self._take(_key(prompts, num_generations)) if training and images is None else None
         if request is None:
             self._wait()

@@ -70,3 +70,14 @@ def test_off_by_default_and_accepted_in_server_mode(tmp_path):
     names = [type(p).__name__ for p in builtin_probes(GSPOConfig(**base, engine={"overlap": "one_step"}))]
     assert names.index("PerfProbe") < names.index("OverlapProbe")
     assert "OverlapProbe" not in [type(p).__name__ for p in builtin_probes(GSPOConfig(**base))]
+
+
+def test_dynamic_sampling_is_accepted_and_runs_outside_the_overlap(tmp_path):
+    """Refill rounds are no longer refused (test_overlap_server.py runs them against a real server):
+    dynamic sampling wraps every probe, so the overlap sees each generation round of a batch."""
+    dynamic = {"engine.overlap": "one_step", "sampling.dynamic": "true", **SERVER}
+    assert gspo_trl_main(["validate", *argv(dynamic)]) == 0
+    base = dict(output_dir=str(tmp_path), use_cpu=True, report_to="none", **SERVED)
+    args = GSPOConfig(**base, engine={"overlap": "one_step"}, sampling={"dynamic": True})
+    names = [type(p).__name__ for p in builtin_probes(args)]
+    assert names.index("DynamicSamplingProbe") < names.index("OverlapProbe")

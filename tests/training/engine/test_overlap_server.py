@@ -5,8 +5,9 @@ One server for the module (its start dominates: 20-40 s on 2 cores); the trainer
 dense model, 2 prompts x 4 samples per rollout batch, 2 optimizer steps each. In order: overlap
 off is today's server-mode run bit for bit; overlapped, every row after the first batch is exactly
 one version old, in the synchronous run's prompt order; a resume drops what was in flight and redoes
-it; Ctrl-C with a request in flight stops as today; and (last: it kills the server) a server that
-dies mid-request is one `error:` line.
+it; Ctrl-C with a request in flight stops as today; dynamic sampling's refill rounds run beside the
+request in flight (lag 0); and (last: it kills the server) a server that dies mid-request is one
+`error:` line.
 """
 
 from __future__ import annotations
@@ -184,6 +185,51 @@ def test_ctrl_c_with_a_request_in_flight_stops_with_a_checkpoint(model_dir, serv
 
     assert code == 130 and (out / "checkpoint-1").is_dir()
     assert time.monotonic() - start < 120
+
+
+def test_dynamic_sampling_refills_beside_the_request_in_flight_lag_zero(model_dir, server, tmp_path):
+    """`tied i` prompts tie (tests/training/_dynamic_sampling_run.py): most rollout batches take
+    refill rounds. The prefetched first round is used for every batch after the first (nothing
+    dropped), its rows lag 1, refill rows lag 0 (this batch's weights), the logged lag is the
+    trained rows', and the prompts are the synchronous run's (same seed, no overlap)."""
+    from gspo_trl.training.probes.overlap import OverlapProbe
+    from tests.training._dynamic_sampling_run import build
+
+    dynamic = {"dynamic": True, "max_rounds": 8}
+    tags = recorder()
+    served = dict(use_vllm=True, vllm_mode="server", vllm_server_base_url=server[0])
+    trainer, rounds = build(
+        model_dir, tmp_path / "overlap", "tto", dynamic, probes=[tags], max_steps=6,
+        engine={"overlap": "one_step"}, vllm_group_port=free_port(), **served,
+    )  # fmt: skip
+    try:
+        trainer.train()
+    finally:
+        trainer.vllm_generation.vllm_client.gspo_gloo_group = None
+    synchronous, sync_rounds = build(model_dir, tmp_path / "sync", "tto", dynamic, max_steps=6)
+    synchronous.train()
+
+    overlap = trainer.probes.find(OverlapProbe)
+    assert [v.staleness for v in overlap.history] == [0, 1, 1] and overlap.dropped == 0
+    assert rounds.rounds == sync_rounds.rounds  # first rounds in the sampler's order, refills the stream's
+    firsts = {step: prompts for step, prompts in rounds.rounds[::-1]}  # each batch's first round
+    refills = {step: set() for step in firsts}
+    for step, prompts in rounds.rounds:
+        refills[step].update(prompts if prompts is not firsts[step] else ())
+    seen = set()
+    for minibatch, (step, _, lags) in zip(rounds.minibatches, tags.losses, strict=True):
+        batch = step - step % 2
+        for prompt, lag in zip(minibatch["prompts"], lags, strict=True):
+            if batch > 0 and prompt not in refills[batch]:
+                assert lag == 1, (step, prompt)
+            elif prompt not in firsts[batch]:
+                assert lag == 0, (step, prompt)
+            seen.add((batch > 0, lag))
+    assert {(True, 0), (True, 1)} <= seen, seen  # kept refill and prefetched rows after the first batch
+    logged = {row["step"]: row for row in trainer.state.log_history if "gspo/staleness/mean" in row}
+    for step, _, lags in tags.losses:
+        assert logged[step + 1]["gspo/staleness/mean"] == sum(lags) / len(lags)
+        assert logged[step + 1]["gspo/staleness/max"] == max(lags)
 
 
 def test_a_server_that_dies_mid_request_is_one_error_line(model_dir, server, tmp_path, capfd):
