@@ -291,14 +291,15 @@ def interrupted_run(
         data["engine"] = {**data.get("engine", {}), "overlap": "one_step"}
     path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))
-    syncs_before, _ = requests_seen(work)
+    syncs_before, answered_before = requests_seen(work)
     log = (work / f"{name}.log").open("w+")
     command = train_command(path, launch)
     trainer = subprocess.Popen(command, env=env(), stdout=log, stderr=log, start_new_session=True)
     deadline = time.monotonic() + 300
     while trainer.poll() is None and time.monotonic() < deadline:
         syncs, answered = requests_seen(work)
-        if syncs >= syncs_before + 2 and answered < syncs:
+        syncs, answered = syncs - syncs_before, answered - answered_before
+        if syncs >= 2 and (overlap or answered < syncs):  # overlapped: a request is almost always out
             break
         time.sleep(0.02)  # poll interval: a generate request here lasts ~1 s
     signalled = time.monotonic()
@@ -311,15 +312,19 @@ def interrupted_run(
         status = trainer.wait(timeout=300)
     except subprocess.TimeoutExpired:
         os.killpg(trainer.pid, signal.SIGKILL)
+        for pid in subprocess.run(["pgrep", "-f", str(path)], capture_output=True, text=True).stdout.split():
+            os.kill(int(pid), signal.SIGKILL)
         return f"{name}: HUNG (killed after 300 s)"
     seconds = time.monotonic() - signalled
     log.seek(0)
     lines = log.read().splitlines()
     said = [line for line in lines if line.startswith(("error:", "gspo-trl train:")) or "Interrupted" in line]
     tracebacks = sum("Traceback" in line for line in lines)
-    left = subprocess.run(["pgrep", "-g", str(trainer.pid)], capture_output=True, text=True).stdout.split()
+    time.sleep(2)  # torchrun's ranks run in sessions of their own: found by their recipe's path
+    left = subprocess.run(["pgrep", "-f", str(path)], capture_output=True, text=True).stdout.split()
     if left:  # a rank still waiting in a collective: the hang this check is for
-        os.killpg(trainer.pid, signal.SIGKILL)
+        for pid in left:
+            os.kill(int(pid), signal.SIGKILL)
         return f"{name}: {len(left)} process(es) of the launch left running after it exited (killed)"
     kept = sorted(p.name for p in output_dir.glob("checkpoint-*"))
     outcome = f"exit {status} {seconds:.0f} s after the signal, {tracebacks} traceback(s)"

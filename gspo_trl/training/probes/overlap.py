@@ -2,9 +2,10 @@
 trainer trains on batch k (docs/async.md "Overlap in server mode").
 
 After batch k's weight sync and generation, batch k+1's prompts (read ahead from a second copy of
-the run's sampler, `GSPOTrainer.generation_batches`: same order, same seed) go to the server from a
-daemon thread. At batch k+1 the result is used only if its token prompts are exactly the batch's
-(else dropped and generated now); every row after the first batch is tagged ENGINE_VERSION /
+the run's sampler, `GSPOTrainer.generation_batches`: same order, same seed, each rank its share)
+are gathered on the main thread and go to the server from rank 0's daemon thread, which makes TRL's
+request and no collective. At batch k+1 rank 0 broadcasts the result (or its one error line), used
+only if every rank agrees it holds exactly its batch's token prompts (else generated now); every row after the first batch is tagged ENGINE_VERSION /
 ENGINE_STALENESS = 1, pi_old is the trainer's. A resumed run starts with nothing in flight, Ctrl-C
 does not wait for the thread, and a server that stops answering is one VLLMServerLost line (its
 /health polled while waiting). Events: attach (refusals; wraps the engine's `generate`),
