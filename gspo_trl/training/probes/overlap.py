@@ -2,16 +2,16 @@
 trainer trains on batch k (docs/async.md "Overlap in server mode").
 
 After batch k's weight sync and generation, batch k+1's prompts (read ahead from a second copy of
-the run's sampler, `GSPOTrainer.generation_batches`: same order, same seed, each rank its share)
-are gathered on the main thread and go to the server from rank 0's daemon thread, which makes TRL's
+the run's sampler, `GSPOTrainer.generation_batches`: same order, same seed, each rank its share) are
+gathered on the main thread and go to the server from rank 0's daemon thread, which makes TRL's
 request and no collective. At batch k+1 rank 0 broadcasts the result (or its one error line), used
-only if every rank agrees it holds exactly its batch's token prompts (else generated now); every row after the first batch is tagged ENGINE_VERSION /
-ENGINE_STALENESS = 1, pi_old is the trainer's. A resumed run starts with nothing in flight, Ctrl-C
-does not wait for the thread, and a server that stops answering is one VLLMServerLost line (its
-/health polled while waiting). Events: attach (refusals; wraps the engine's `generate`),
-around_rollout (the rows), around_generation and around_weight_sync (wait for the request in
-flight; the sync records the version), on_rollout_end (tags), on_train_end, on_log (the lag, shown
-in the step line as `stale 1.0 (max 1)`).
+only if every rank agrees it holds exactly its batch's token prompts (else generated now); every row
+after the first batch is tagged ENGINE_VERSION / ENGINE_STALENESS = 1, pi_old is the trainer's. A
+resumed run starts with nothing in flight, Ctrl-C does not wait for the thread, and a server that
+stops answering is one VLLMServerLost line (its /health polled while waiting). Events: attach
+(refusals; wraps the engine's `generate`), around_rollout (the rows), around_generation and
+around_weight_sync (wait for the request in flight; the sync records the version), on_rollout_end
+(tags), on_train_end, on_log (the lag, shown in the step line as `stale 1.0 (max 1)`).
 """
 
 from __future__ import annotations
