@@ -3,10 +3,11 @@ a sync, a 1-process, a 2-rank and a ZeRO-3 trainer, Ctrl-C during a rollout, the
 
     python scripts/check_server_mode.py [--checks sync,one_process,...] [--keep DIR]
 
-Checks: sync, one_process, two_rank, zero3, interrupt, death (all by default). Each prints one
+Checks: sync, one_process, two_rank, two_rank_overlap, zero3, interrupt, death, two_rank_death (all
+by default; a check after one that killed the server starts a new one). Each prints one
 line: the trainer/server log-prob gap per rollout batch (TRL's
 `sampling/sampling_logp_difference/max`, nats), before and after a sync, or what a failure path
-printed, its exit status and seconds. `death` kills the server, so it runs last. ZeRO-3 needs
+printed, its exit status and seconds. ZeRO-3 needs
 DeepSpeed (skipped, said, without it). About 5 minutes on 2 cores. The suite's share:
 tests/model/test_vllm_cpu_server_sync.py.
 """
@@ -30,7 +31,16 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "gspo_trl" / "recipes" / "tiny" / "reversal.yaml"
-CHECKS = ("sync", "one_process", "two_rank", "zero3", "interrupt", "death")
+CHECKS = (
+    "sync",
+    "one_process",
+    "two_rank",
+    "two_rank_overlap",
+    "zero3",
+    "interrupt",
+    "death",
+    "two_rank_death",
+)
 GAP = "sampling/sampling_logp_difference/max"
 
 
@@ -119,6 +129,78 @@ def run_training(name: str, data: dict, work: Path, launch: list[str] | None = N
     return f"{name}: exit 0 in {seconds:.0f} s; log-prob gap after each sync (nats): {shown}"
 
 
+def record_ranks(recipe_path: str, out: str) -> int:
+    """Inside `accelerate launch` (this script with --record): train the recipe as `gspo-trl
+    train` does, with a probe writing each rank's trained prompts per rollout batch and each loss's
+    row lags and versions to OUT/rank{N}.json."""
+    from gspo_trl.config.recipe import load_recipe
+    from gspo_trl.training.build import train_claimed
+    from gspo_trl.training.preflight import preflight
+    from gspo_trl.training.probes.base import Probe
+    from gspo_trl.training.probes.staleness import ENGINE_STALENESS, ENGINE_VERSION
+
+    seen: dict[str, list] = {"prompts": [], "lags": [], "versions": []}
+
+    class Record(Probe):
+        def around_rollout(self, trainer, prompts, proceed):
+            if trainer.model.training:
+                seen["prompts"].append([row["prompt"] for row in prompts])
+            return proceed(prompts)
+
+        def on_loss_inputs(self, trainer, loss):
+            if loss.training and ENGINE_VERSION in loss.inputs:
+                seen["lags"].append(sorted(set(loss.inputs[ENGINE_STALENESS].tolist())))
+                seen["versions"].append(sorted(set(loss.inputs[ENGINE_VERSION].tolist())))
+
+    recipe = load_recipe(recipe_path, [], partial=True)
+    train_claimed(recipe, preflight(recipe), None, probes=[Record()])
+    rank = int(os.environ.get("RANK", "0"))
+    Path(out, f"rank{rank}.json").write_text(json.dumps(seen))
+    return 0
+
+
+def recorded_run(name: str, data: dict, work: Path) -> tuple[str, list[dict]]:
+    """A 2-rank launch of `record_ranks`: ("", each rank's record), or (the failure line, [])."""
+    path = work / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    head = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port())]
+    head += ["--config_file", str(ROOT / "gspo_trl" / "configs" / "cpu_2proc.yaml")]
+    command = [*head, str(Path(__file__).resolve()), "--record", str(path), str(work / name)]
+    (work / name).mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(command, env=env(), capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        (work / f"{name}.log").write_text(proc.stdout + proc.stderr)
+        return f"{name}: FAILED, exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}", []
+    return "", [json.loads((work / name / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+def check_two_rank_overlap(model: Path, url: str, work: Path) -> str:
+    """2 ranks against the one server, synchronous then `engine.overlap: one_step` (same seeds, 3
+    rollout batches): each rank's trained prompts, and every row's lag after the first batch."""
+    seeded = dict(max_steps=6, generation_kwargs={"seed": 11})
+    started = time.monotonic()
+    failed, synchronous = recorded_run(
+        "two_rank_sync", recipe(model, url, work / "two_rank_sync", **seeded), work
+    )
+    if failed:
+        return failed
+    middle = time.monotonic()
+    data = recipe(model, url, work / "two_rank_overlap", **seeded)
+    data["engine"] = {**data.get("engine", {}), "overlap": "one_step"}
+    failed, overlapped = recorded_run("two_rank_overlap", data, work)
+    if failed:
+        return failed
+    same = [o["prompts"] == s["prompts"] for o, s in zip(overlapped, synchronous, strict=True)]
+    lags = [[lag for lags in o["lags"] for lag in lags] for o in overlapped]
+    seconds = f"{middle - started:.0f} s synchronous, {time.monotonic() - middle:.0f} s overlapped"
+    return (
+        f"two_rank_overlap: {seconds}; each rank's prompts as the synchronous run's: {same}; "
+        f"distinct ranks' prompts: {overlapped[0]['prompts'] != overlapped[1]['prompts']}; "
+        f"row lags per loss, rank 0 {lags[0]}, rank 1 {lags[1]}; "
+        f"row versions, rank 0 {overlapped[0]['versions']}, rank 1 {overlapped[1]['versions']}"
+    )
+
+
 def gap_before_and_after_a_sync(url: str, policy: object) -> tuple[float, float]:
     """TRL's VLLMClient (gloo) asks the server to sample, then syncs `policy` into it and asks
     again: the largest sampled-token gap to `policy`'s fp32 log-probs each time, nats."""
@@ -193,22 +275,35 @@ def requests_seen(work: Path) -> tuple[int, int]:
     return log.count('"POST /reset_prefix_cache'), log.count('"POST /v1/completions')
 
 
-def interrupted_run(model: Path, url: str, work: Path, kill_server: subprocess.Popen | None) -> str:
+def interrupted_run(
+    model: Path,
+    url: str,
+    work: Path,
+    kill_server: subprocess.Popen | None,
+    name: str | None = None,
+    launch: list[str] | None = None,
+    overlap: bool = False,
+) -> str:
     """A long run; once its second rollout's generate request is in flight (its sync answered,
-    its completions not yet), SIGINT (Ctrl-C) to the trainer, or SIGKILL to the whole server."""
-    name = "death" if kill_server else "interrupt"
+    its completions not yet), SIGINT (Ctrl-C) to the trainer, or SIGKILL to the whole server.
+    With `launch`, the trainer is that accelerate launch (2 ranks: every rank must end)."""
+    name = name or ("death" if kill_server else "interrupt")
     output_dir = work / name
     data = recipe(model, url, output_dir, max_steps=400, save_strategy="steps", save_steps=2)
     data.update(max_completion_length=100, num_generations=8, per_device_train_batch_size=16)
+    if overlap:
+        data["engine"] = {**data.get("engine", {}), "overlap": "one_step"}
     path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))
-    syncs_before, _ = requests_seen(work)
+    syncs_before, answered_before = requests_seen(work)
     log = (work / f"{name}.log").open("w+")
-    trainer = subprocess.Popen(train_command(path), env=env(), stdout=log, stderr=log, start_new_session=True)
+    command = train_command(path, launch)
+    trainer = subprocess.Popen(command, env=env(), stdout=log, stderr=log, start_new_session=True)
     deadline = time.monotonic() + 300
     while trainer.poll() is None and time.monotonic() < deadline:
         syncs, answered = requests_seen(work)
-        if syncs >= syncs_before + 2 and answered < syncs:
+        syncs, answered = syncs - syncs_before, answered - answered_before
+        if syncs >= 2 and (overlap or answered < syncs):  # overlapped: a request is almost always out
             break
         time.sleep(0.02)  # poll interval: a generate request here lasts ~1 s
     signalled = time.monotonic()
@@ -221,18 +316,28 @@ def interrupted_run(model: Path, url: str, work: Path, kill_server: subprocess.P
         status = trainer.wait(timeout=300)
     except subprocess.TimeoutExpired:
         os.killpg(trainer.pid, signal.SIGKILL)
+        for pid in subprocess.run(["pgrep", "-f", str(path)], capture_output=True, text=True).stdout.split():
+            os.kill(int(pid), signal.SIGKILL)
         return f"{name}: HUNG (killed after 300 s)"
     seconds = time.monotonic() - signalled
     log.seek(0)
     lines = log.read().splitlines()
     said = [line for line in lines if line.startswith(("error:", "gspo-trl train:")) or "Interrupted" in line]
-    tracebacks = sum(line.startswith("Traceback") for line in lines)
+    tracebacks = sum("Traceback" in line for line in lines)
+    time.sleep(2)  # torchrun's ranks run in sessions of their own: found by their recipe's path
+    left = subprocess.run(["pgrep", "-f", str(path)], capture_output=True, text=True).stdout.split()
+    if left:  # a rank still waiting in a collective: the hang this check is for
+        for pid in left:
+            os.kill(int(pid), signal.SIGKILL)
+        return f"{name}: {len(left)} process(es) of the launch left running after it exited (killed)"
     kept = sorted(p.name for p in output_dir.glob("checkpoint-*"))
     outcome = f"exit {status} {seconds:.0f} s after the signal, {tracebacks} traceback(s)"
     return f"{name}: {in_flight}; {outcome}, checkpoints {kept}; said: {said}"
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None and sys.argv[1:2] == ["--record"]:
+        return record_ranks(sys.argv[2], sys.argv[3])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checks", default=",".join(CHECKS), help=f"comma-separated, of {', '.join(CHECKS)}")
     parser.add_argument("--keep", type=Path, help="work in DIR and keep it (logs, runs)")
@@ -249,17 +354,29 @@ def main(argv: list[str] | None = None) -> int:
     zero3 = ["--config_file", str(ROOT / "gspo_trl" / "configs" / "zero3.yaml"), "--num_processes", "2"]
     try:
         for check in checks:
+            if server.poll() is not None:  # killed by the check before: a fresh one
+                server, url = start_server(model, work)
             if check == "sync":
                 line = check_sync(model, url, work)
             elif check == "one_process":
                 line = check_one_process(model, url, work)
             elif check == "two_rank":
                 line = run_training("two_rank", recipe(model, url, work / "two_rank"), work, cpu_2proc)
+            elif check == "two_rank_overlap":
+                line = check_two_rank_overlap(model, url, work)
             elif check == "zero3" and find_spec("deepspeed") is None:
                 line = "zero3: skipped, DeepSpeed not installed (DS_BUILD_OPS=0 pip install deepspeed)"
             elif check == "zero3":
                 zero3 += ["--mixed_precision", "no"]
                 line = run_training("zero3", recipe(model, url, work / "zero3"), work, zero3)
+            elif check == "two_rank_death":
+                lines = []
+                for overlap in (False, True):
+                    if server.poll() is not None:
+                        server, url = start_server(model, work)
+                    name = "two_rank_overlap_death" if overlap else "two_rank_death"
+                    lines.append(interrupted_run(model, url, work, server, name, cpu_2proc, overlap))
+                line = "\n".join(lines)
             else:
                 line = interrupted_run(model, url, work, server if check == "death" else None)
             print(line, flush=True)

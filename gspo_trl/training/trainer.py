@@ -258,7 +258,12 @@ class GSPOTrainer(GRPOTrainer):
         (`batch_size=self._train_batch_size * self.args.steps_per_generation` (grpo_trainer.py:1275),
         `sampler_fn=self._get_train_sampler` (:1276), `shuffle=self.shuffle_dataset, seed=self.args.seed`
         (:1314-1315)): the same seed gives the same permutations, and a new `iter()` per epoch
-        continues its generator as the run's does. None for an iterable dataset (no sampler to replay)."""
+        continues its generator as the run's does. With several processes, this process's share:
+        accelerate's prepared loader hands out the sampler's batches round-robin (`if idx %
+        self.num_processes == self.process_index: batch_to_yield = batch`, accelerate/data_loader.py:217-218).
+        None for an iterable dataset (no sampler to replay)."""
+        from itertools import islice
+
         from torch.utils.data import DataLoader, IterableDataset
 
         dataset = self.train_dataset
@@ -273,9 +278,11 @@ class GSPOTrainer(GRPOTrainer):
             drop_last=self.args.dataloader_drop_last,
         )
 
+        rank, ranks = self.accelerator.process_index, self.accelerator.num_processes
+
         def forever() -> Iterator[list[Any]]:
             while True:
-                yield from loader
+                yield from islice(loader, rank, None, ranks)
 
         return forever()
 

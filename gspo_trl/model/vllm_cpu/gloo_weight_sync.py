@@ -23,7 +23,8 @@ import functools
 import ipaddress
 import logging
 import socket
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -184,6 +185,28 @@ def _init_gloo(client: Any) -> None:
     atexit.register(lambda: setattr(client, "gspo_gloo_group", None))
 
 
+def _post_in_background(session: Any, url: str, payload: dict) -> Callable[[], Any]:
+    """POST from a daemon thread; the returned call waits for the response (or raises its error)."""
+    outcome: dict[str, Any] = {}
+
+    def post() -> None:
+        try:
+            outcome["response"] = session.post(url, json=payload)
+        except BaseException as error:  # raised by the caller's thread when it asks
+            outcome["error"] = error
+
+    thread = threading.Thread(target=post, name="gspo-weight-update", daemon=True)
+    thread.start()
+
+    def answer() -> Any:
+        thread.join()
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["response"]
+
+    return answer
+
+
 def _send_gloo(
     client: Any, metadata: list[tuple[str, str, list[int]]], named_params: Iterator[tuple[str, torch.Tensor]]
 ) -> None:
@@ -194,13 +217,15 @@ def _send_gloo(
     own_round = not getattr(client, "_updating_weights", False)  # inside `weight_update()`: its round
     if own_round:
         _check(session.post(f"{base}/start_weight_update", json={}), "start_weight_update")
-    with ThreadPoolExecutor(max_workers=1) as executor:  # the workers block in the receive meanwhile
-        future = executor.submit(session.post, f"{base}/update_weights", json={"update_info": update_info})
-        for (name, tensor), expected in zip(named_params, names, strict=True):
-            if name != expected:
-                raise RuntimeError(f"weight sync: streamed {name!r} where the announcement said {expected!r}")
-            client.gspo_gloo_group.broadcast(tensor.detach().to("cpu").contiguous(), 0).wait()
-        _check(future.result(), "update_weights")
+    # The workers block in the receive meanwhile. A daemon thread, not a pool: when a broadcast
+    # fails (the server died mid-sync) the error is raised at once, not after TRL's session has
+    # retried the cut request (5 times, backoff: about a minute), which a pool's exit would wait for.
+    answer = _post_in_background(session, f"{base}/update_weights", {"update_info": update_info})
+    for (name, tensor), expected in zip(named_params, names, strict=True):
+        if name != expected:
+            raise RuntimeError(f"weight sync: streamed {name!r} where the announcement said {expected!r}")
+        client.gspo_gloo_group.broadcast(tensor.detach().to("cpu").contiguous(), 0).wait()
+    _check(answer(), "update_weights")
     if own_round:
         _check(session.post(f"{base}/finish_weight_update", json={}), "finish_weight_update")
 

@@ -160,11 +160,23 @@ def _latest_checkpoint(output_dir: str) -> Path | None:
     return max(found, key=lambda p: int(p.name.split("-")[-1]), default=None)
 
 
+def _quiet_off_the_main_process() -> None:
+    """On a rank other than 0, end with status 2 and say nothing: rank 0 says the one line (each
+    rank saying it would print it once per rank)."""
+    import os
+
+    if int(os.environ.get("RANK", "0")) != 0:
+        raise SystemExit(2)
+
+
 @contextlib.contextmanager
 def server_loss_in_one_line(args: Any) -> Iterator[None]:
     """A server-mode run whose server dies (a generate request or a weight sync cut off) ends in
     one `error:` line naming the server and the checkpoint left to resume from, not requests'
-    retry traceback (TRL's client retries 5 times first, backoff 2 s: about a minute)."""
+    retry traceback (TRL's client retries 5 times first, backoff 2 s: about a minute). A weight
+    sync cut off raises from gloo's broadcast, a RuntimeError (torch's DistBackendError is one),
+    and a rank waiting in a collective for a rank 0 that has ended does too: with the server gone
+    from /health, both are the server's loss. Only rank 0 prints; the other ranks end quietly."""
     if not getattr(args, "use_vllm", False) or getattr(args, "vllm_mode", None) != "server":
         yield
         return
@@ -172,10 +184,14 @@ def server_loss_in_one_line(args: Any) -> Iterator[None]:
 
     try:
         yield
-    except (requests.exceptions.RequestException, ConnectionError) as error:
+    except VLLMServerLost:
+        _quiet_off_the_main_process()
+        raise
+    except (requests.exceptions.RequestException, ConnectionError, RuntimeError) as error:
         base_url = server_base_url(args)
         if _answers(f"{base_url}/health", timeout_s=2.0) is None:
             raise  # the server is up: not a lost server, keep the real error
+        _quiet_off_the_main_process()
         checkpoint = _latest_checkpoint(args.output_dir)
         kept = (
             f"checkpoint {checkpoint} is kept: restart the server, then run the same command with --resume"
@@ -183,6 +199,7 @@ def server_loss_in_one_line(args: Any) -> Iterator[None]:
             else "no checkpoint was saved yet (save_steps): restart the server and train again"
         )
         reason = str(error).split(" (Caused by ")[-1].rstrip("\"')").split(": ")[-1][:200]
+        reason = " ".join(reason.split())
         raise VLLMServerLost(
             f"the vLLM server at {base_url} stopped answering during training ({reason}); {kept}"
         ) from None
@@ -191,3 +208,49 @@ def server_loss_in_one_line(args: Any) -> Iterator[None]:
 def health_problem(base_url: str, timeout_s: float = CHECK_TIMEOUT_S) -> str | None:
     """None when the server at `base_url` answers its health check now, else why not (one phrase)."""
     return _answers(f"{base_url.rstrip('/')}/health", timeout_s)
+
+
+# --- TRL's server request, for engine.overlap (gspo_trl/training/probes/overlap.py) ------------------
+def server_sampling_params(generation: Any, num_generations: int) -> dict[str, Any]:
+    """What TRL's server-mode generate sends with the prompts, built from the same attributes
+    (`temperature = self.temperature` ... `max_completion_length = self.max_completion_length`,
+    trl/generation/vllm_generation.py:581-587) into the same dict (`sampling_params = {"n":
+    num_generations, ... "generation_kwargs": self.generation_kwargs}`, :615-626)."""
+    return {
+        "n": num_generations,
+        "repetition_penalty": generation.repetition_penalty,
+        "temperature": generation.temperature,
+        "top_p": generation.top_p,
+        "top_k": generation.top_k,
+        "min_p": 0.0 if generation.min_p is None else generation.min_p,
+        "max_tokens": generation.max_completion_length,
+        "logprobs": generation.logprobs,
+        "structured_outputs_regex": generation.structured_outputs_regex,
+        "generation_kwargs": generation.generation_kwargs,
+    }
+
+
+def server_generate(generation: Any, all_prompt_ids: list[list[int]], num_generations: int) -> tuple:
+    """TRL's request alone, without its collectives (safe off the main thread): every process's
+    prompts, one per group (`ordered_set_of_prompt_ids = all_prompts[::num_generations]`, :603), to
+    `self.vllm_client.generate(prompts=ordered_set_of_prompt_ids, features=features, **sampling_params)`
+    (:628-630); the payload TRL broadcasts (:631-636)."""
+    output = generation.vllm_client.generate(
+        prompts=all_prompt_ids[::num_generations],
+        features=None,
+        **server_sampling_params(generation, num_generations),
+    )
+    return output["prompt_ids"], output["completion_ids"], output["logprobs"], output.get("logprob_token_ids")
+
+
+def process_share(payload: tuple, process_index: int, rows: int, num_generations: int) -> tuple:
+    """This process's rows of the payload, as TRL slices them after its broadcast (:641-654)."""
+    all_prompt_ids, completion_ids, logprobs, logprob_token_ids = payload
+    all_prompt_ids = [ids for ids in all_prompt_ids for _ in range(num_generations)]
+    share = slice(process_index * rows, (process_index + 1) * rows)
+    return (
+        all_prompt_ids[share],
+        completion_ids[share],
+        logprobs[share] if logprobs is not None else None,
+        logprob_token_ids[share] if logprob_token_ids is not None else None,
+    )

@@ -1,17 +1,16 @@
 """`engine.overlap: one_step` as a probe: the vLLM server generates rollout batch k+1 while the
 trainer trains on batch k (docs/async.md "Overlap in server mode").
 
-After batch k's weight sync and generation, batch k+1's prompts (read ahead from a second copy of
-the run's sampler, `GSPOTrainer.generation_batches`: same order, same seed) go to the server from a
-daemon thread. At batch k+1 the result is used only if its token prompts are exactly the batch's
-(else dropped and generated now); every row after the first batch is tagged ENGINE_VERSION /
-ENGINE_STALENESS = 1, pi_old is the trainer's. A refill round of dynamic sampling is generated at
-once, beside the request in flight, by this batch's weights (lag 0). A resumed run starts with
-nothing in flight, Ctrl-C does not wait for the thread, and a server that stops answering is one
-VLLMServerLost line (its /health polled while waiting). Events: attach (refusals; wraps the
-engine's `generate`), around_rollout (the rows), around_generation and around_weight_sync (wait
-for the request in flight; the sync records the version), on_rollout_end (tags), on_train_end,
-on_loss_inputs (rows' lags), on_log (the lag, shown in the step line as `stale 1.0 (max 1)`).
+Batch k+1's prompts (a second copy of the run's sampler, `GSPOTrainer.generation_batches`: same
+order, same seed, each rank its share) are gathered on the main thread and sent from rank 0's daemon
+thread (TRL's request, no collective). At batch k+1 rank 0 broadcasts the result (or its one error
+line), used only if every rank holds exactly its batch's token prompts (else generated now); rows
+after the first batch are tagged ENGINE_VERSION / ENGINE_STALENESS = 1, pi_old is the trainer's. A
+dynamic-sampling refill round is generated at once beside the request in flight (lag 0). A resumed
+run starts with nothing in flight, Ctrl-C does not wait for the thread, a server that stops
+answering is one VLLMServerLost line. Events: attach (wraps the engine's `generate`), around_rollout,
+around_generation and around_weight_sync (collect the request in flight; the sync records the
+version), on_rollout_end (tags), on_train_end, on_loss_inputs (row lags), on_log (`stale 1.0 (max 1)`).
 """
 
 from __future__ import annotations
@@ -28,7 +27,12 @@ import gspo_trl.core.metric_names as names
 from gspo_trl.config.sections import SamplingConfig
 from gspo_trl.config.sections.engine_overlap import OverlapSettings
 from gspo_trl.core.errors import RecipeError, VLLMServerLost
-from gspo_trl.training.engine.vllm_server import health_problem, server_base_url
+from gspo_trl.training.engine.vllm_server import (
+    health_problem,
+    process_share,
+    server_base_url,
+    server_generate,
+)
 from gspo_trl.training.probes.base import LossCall, Probe
 from gspo_trl.training.probes.dynamic_sampling import DynamicSamplingProbe
 from gspo_trl.training.probes.perf import PerfProbe
@@ -50,14 +54,17 @@ HEALTH_EVERY_S = 2.0
 
 
 class Request:
-    """One background generation: its token prompts, the engine version it was sent to, its outcome."""
+    """One background generation: this process's token prompts, the engine version it was sent to,
+    and (the main process only: it alone talks to the server) the thread asking and its outcome."""
 
-    def __init__(self, key: tuple, version: int, call: Callable[[], tuple]) -> None:
+    def __init__(self, key: tuple, version: int, call: Callable[[], tuple] | None) -> None:
         self.key, self.version = key, version
         self.result: tuple | None = None
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(call,), name="gspo-overlap", daemon=True)
-        self.thread.start()
+        self.thread: threading.Thread | None = None
+        if call is not None:
+            self.thread = threading.Thread(target=self._run, args=(call,), name="gspo-overlap", daemon=True)
+            self.thread.start()
 
     def _run(self, call: Callable[[], tuple]) -> None:
         try:
@@ -90,6 +97,9 @@ class OverlapProbe(Probe):
         self._cursor: list[Any] | None = None
         """The replayed sampler's current item (not yet matched), None: draw the next."""
         self.in_flight: Request | None = None
+        """Sent, not yet collected; set on every process at once (the send is collective)."""
+        self.ready: tuple[Request, tuple] | None = None
+        """Collected: the request and the whole payload, on every process."""
         self.engine_step: int | None = None
         """The optimizer step whose weights the server holds (None: not synced by this process)."""
         self._rows: list[Any] | None = None
@@ -108,12 +118,6 @@ class OverlapProbe(Probe):
 
     # --- setup ------------------------------------------------------------------------------------
     def attach(self, trainer: Any) -> None:
-        if trainer.accelerator.num_processes > 1:
-            raise RecipeError(
-                "engine.overlap: one_step runs with one trainer process, got "
-                f"{trainer.accelerator.num_processes}; launch one (the server generates for it) "
-                "or set engine.overlap: off"
-            )
         self.dynamic = trainer.probes.find(DynamicSamplingProbe) if self.sampling.dynamic else None
         self.batches = trainer.generation_batches()
         if self.batches is None:
@@ -122,6 +126,7 @@ class OverlapProbe(Probe):
                 "next rollout batch's prompts); a streamed dataset cannot: use engine.overlap: off"
             )
         self.server = server_base_url(trainer.args)
+        self.accelerator = trainer.accelerator
         generation = trainer.vllm_generation
         generation.generate = lambda *a, **k: self.engine_generate(trainer, generation, *a, **k)
 
@@ -139,14 +144,11 @@ class OverlapProbe(Probe):
 
     def around_generation(self, trainer: Any, proceed: Callable[[], tuple]) -> tuple:
         if not self._refill:  # a refill round runs beside the request in flight, on the same weights
-            self._wait()
+            self._collect(check_health=False)
         return proceed()
 
     def around_weight_sync(self, trainer: Any, proceed: Callable[[], T]) -> T:
-        self._wait()  # never change the server's weights under a generation
-        problem = health_problem(self.server, timeout_s=5.0)
-        if problem is not None:
-            raise self._lost(problem, "before a weight sync")
+        self._collect(check_health=True)  # never change the server's weights under a generation
         result = proceed()
         self.engine_step = trainer.state.global_step
         return result
@@ -166,7 +168,7 @@ class OverlapProbe(Probe):
         return batch
 
     def on_train_end(self, trainer: Any) -> None:
-        self.in_flight = None  # a daemon thread: an interrupted or failed run does not wait for it
+        self.in_flight = self.ready = None  # a daemon thread: an ended run does not wait for it
 
     def on_loss_inputs(self, trainer: Any, loss: LossCall) -> None:
         if self.dynamic is not None and loss.training and ENGINE_STALENESS in loss.inputs:
@@ -189,52 +191,63 @@ class OverlapProbe(Probe):
     def engine_generate(
         self, trainer: Any, generation: Any, prompts: list, images: Any, num_generations: int, **kw: Any
     ) -> tuple:
-        """TRL's `vllm_generation.generate`, answered by the request in flight when it holds these prompts."""
+        """TRL's `vllm_generation.generate`, answered by the request in flight when every process's
+        prompts are the ones it holds (agreed by all: one process using it while another generates
+        would leave the other alone in TRL's collectives)."""
         training = trainer.model.training
         if training and self._refill:  # not the batch's first round: generated now, nothing dropped or sent
             result = type(generation).generate(generation, prompts, images, num_generations, **kw)
             self._used = (self.engine_step if self.engine_step is not None else trainer.state.global_step, 0)
             return result
-        request = self._take(_key(prompts, num_generations)) if training and images is None else None
-        if request is None:
-            self._wait()
-            if training:
-                self._drop()
+        self._collect(check_health=False)
+        ready = self.ready
+        use = False
+        if ready is not None and training:  # the same on every process: ready and training are
+            self.ready = None
+            mine = images is None and ready[0].key == _key(prompts, num_generations)
+            use = all(self._gathered(mine))
+            if not use:
+                self.dropped += 1
+                logger.info("engine.overlap: the generation in flight held other prompts; generated now")
+        if use:
+            index = self.accelerator.process_index
+            result = process_share(ready[1], index, len(prompts), num_generations)
+            self._used = (ready[0].version, 1)
+        else:
             result = type(generation).generate(generation, prompts, images, num_generations, **kw)
             self._used = (self.engine_step if self.engine_step is not None else trainer.state.global_step, 0)
-        else:
-            result = request.result
-            self._used = (request.version, 1)
         if training:
             self._send_next(trainer, generation, num_generations)
         return result
 
-    def _take(self, key: tuple) -> Request | None:
-        self._wait()
-        request = self.in_flight
-        if request is None or request.key != key:
-            return None
-        self.in_flight = None
-        return request
+    def _gathered(self, value: Any) -> list[Any]:
+        """`value` from every process, in rank order (the main thread's collective)."""
+        if self.accelerator.num_processes == 1:
+            return [value]
+        from accelerate.utils import gather_object
 
-    def _drop(self) -> None:
-        if self.in_flight is not None:
-            self.dropped += 1
-            logger.info("engine.overlap: the generation in flight held other prompts; generated now")
-            self.in_flight = None
+        return gather_object([value])
 
     def _send_next(self, trainer: Any, generation: Any, num_generations: int) -> None:
+        """Every process reads its own next prompts; gathered, the main process alone sends them
+        all (its thread makes the HTTP request, no collective); nobody sends unless all can."""
         rows = self._next_rows(trainer)
         prompts = _prompts(rows) if rows is not None else None
-        if prompts is None:
+        prompt_ids = None
+        if prompts is not None:
+            prompt_ids, images, multimodal = trainer.tokenize_prompts(prompts)
+            if images is not None or multimodal:
+                prompt_ids = None  # images go with their features: generated when their batch comes
+        everyone = self._gathered(prompt_ids)
+        if any(ids is None for ids in everyone):
             return
-        prompt_ids, images, multimodal = trainer.tokenize_prompts(prompts)
-        if images is not None or multimodal:
-            return  # images go to the server with their features: generated when their batch comes
         version = self.engine_step if self.engine_step is not None else trainer.state.global_step
+        call = None
+        if self.accelerator.is_main_process:
+            all_prompt_ids = [ids for share in everyone for ids in share]
 
-        def call() -> tuple:
-            return type(generation).generate(generation, prompt_ids, None, num_generations)
+            def call() -> tuple:
+                return server_generate(generation, all_prompt_ids, num_generations)
 
         self.in_flight = Request(_key(prompt_ids, num_generations), version, call)
 
@@ -265,22 +278,46 @@ class OverlapProbe(Probe):
         return self._cursor
 
     # --- waiting -------------------------------------------------------------------------------------
-    def _wait(self) -> None:
-        """Until the request in flight is done; its error, or a server gone from /health, is one line."""
-        request = self.in_flight
-        if request is None:
+    def _collect(self, check_health: bool) -> None:
+        """On every process at once: the main process waits for the request in flight (and asks the
+        server's /health before a sync), then broadcasts the payload, or the one line saying why
+        not, so that every process raises the same VLLMServerLost instead of waiting for the other."""
+        request, self.in_flight = self.in_flight, None
+        if request is None and not check_health:
             return
+        outcome: tuple[str, Any] = ("ok", None)
+        if self.accelerator.is_main_process:
+            try:
+                if request is not None:
+                    self._wait_for(request)
+                if check_health and (problem := health_problem(self.server, timeout_s=5.0)) is not None:
+                    raise self._lost(problem, "before a weight sync")
+                outcome = ("ok", request.result if request is not None else None)
+            except VLLMServerLost as error:
+                outcome = ("lost", str(error))
+        if self.accelerator.num_processes > 1:
+            from accelerate.utils import broadcast_object_list
+
+            shared = [outcome]
+            broadcast_object_list(shared, from_process=0)
+            outcome = shared[0]
+        kind, value = outcome
+        if kind == "lost":
+            raise VLLMServerLost(value)
+        if request is not None:
+            self.ready = (request, value)
+
+    def _wait_for(self, request: Request) -> None:
+        """Until the main process's request is done; its error, or a server gone from /health, is one line."""
         last_check = time.monotonic()
-        while request.thread.is_alive():
+        while request.thread is not None and request.thread.is_alive():
             request.thread.join(timeout=0.2)
             if request.thread.is_alive() and time.monotonic() - last_check >= HEALTH_EVERY_S:
                 last_check = time.monotonic()
                 problem = health_problem(self.server, timeout_s=5.0)
                 if problem is not None:
-                    self.in_flight = None
                     raise self._lost(problem, "while it generated the next rollout batch")
         if request.error is not None:
-            self.in_flight = None
             error = request.error
             raise self._lost(f"{type(error).__name__}: {str(error)[:200]}", "during a generation")
 

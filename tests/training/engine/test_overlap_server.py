@@ -6,8 +6,8 @@ dense model, 2 prompts x 4 samples per rollout batch, 2 optimizer steps each. In
 off is today's server-mode run bit for bit; overlapped, every row after the first batch is exactly
 one version old, in the synchronous run's prompt order; a resume drops what was in flight and redoes
 it; Ctrl-C with a request in flight stops as today; dynamic sampling's refill rounds run beside the
-request in flight (lag 0); and (last: it kills the server) a server that dies mid-request is one
-`error:` line.
+request in flight (lag 0); (it kills the server) a server that dies mid-request is one `error:`
+line; and (its own server) so is one that dies during a weight sync.
 """
 
 from __future__ import annotations
@@ -75,10 +75,16 @@ def recorder():
             self.rollouts: list[list[str]] = []
             self.losses: list[tuple[int, list[int], list[int]]] = []
             self.on_rollout: Any = None
+            self.requests: list[dict] = []
+            """What each call of the real server client's `generate` was asked, in order."""
 
         def around_rollout(self, trainer, prompts, proceed):
             if trainer.model.training:
                 self.rollouts.append([row["prompt"] for row in prompts])
+            client = trainer.vllm_generation.vllm_client
+            if "generate" not in vars(client):  # once per trainer: the real call, its kwargs noted
+                send = client.generate
+                client.generate = lambda **kwargs: (self.requests.append(kwargs), send(**kwargs))[1]
             return proceed(prompts)
 
         def on_rollout_end(self, trainer, batch):
@@ -96,7 +102,9 @@ def recorder():
 
 
 def train(model_dir, server, out: Path, overlap: str | None, probes=(), resume=None, **config):
-    """One in-process run against the module's server; its log history."""
+    """One in-process run against the module's server; its trainer."""
+    from gspo_trl.training.engine.vllm_server import server_loss_in_one_line
+
     engine = {} if overlap is None else {"engine": {"overlap": overlap}}
     settings = {**ROLLOUT, "max_steps": 4, **config}
     trainer = make_trainer(
@@ -109,7 +117,8 @@ def train(model_dir, server, out: Path, overlap: str | None, probes=(), resume=N
         **settings,
     )
     try:
-        trainer.train(resume_from_checkpoint=resume)
+        with server_loss_in_one_line(trainer.args):  # as `gspo-trl train` runs it (train_claimed)
+            trainer.train(resume_from_checkpoint=resume)
     finally:
         client = getattr(trainer.vllm_generation, "vllm_client", None)
         if client is not None:
@@ -134,7 +143,8 @@ def overlapped(model_dir, server, tmp_path_factory):
     """One overlapped run of 3 rollout batches: (its trainer, its record)."""
     record = recorder()
     out = tmp_path_factory.mktemp("overlapped") / "run"
-    return train(model_dir, server, out, "one_step", probes=[record], max_steps=6), record
+    seeded = {"generation_kwargs": {"seed": 11}, "max_steps": 6}
+    return train(model_dir, server, out, "one_step", probes=[record], **seeded), record
 
 
 def test_overlap_off_is_todays_server_mode_run_bit_for_bit(synchronous):
@@ -158,6 +168,15 @@ def test_every_row_after_the_first_batch_is_one_version_old_in_the_synchronous_o
     assert by_step[4] == by_step[5] == ({2}, {1})  # batch 2: by step 2's
     logged = [row["gspo/staleness/mean"] for row in trainer.state.log_history if "gspo/staleness/mean" in row]
     assert logged == [0.0, 1.0, 1.0]
+
+
+def test_the_overlaps_requests_are_the_ones_trls_generate_sends(synchronous, overlapped):
+    """Prompts and every sampling parameter, as the real client was called: batch 0 by TRL's own
+    generate, 1 and 2 by the overlap's thread (then batch 3 is sent ahead and never trained)."""
+    sent, trl_sent = overlapped[1].requests, synchronous[2].requests
+
+    assert len(trl_sent) == 3 and len(sent) >= 3
+    assert sent[:3] == trl_sent and trl_sent[1]["generation_kwargs"] == {"seed": 11}
 
 
 def test_resume_redoes_the_generation_in_flight_once(model_dir, server, tmp_path, overlapped):
@@ -246,3 +265,55 @@ def test_a_server_that_dies_mid_request_is_one_error_line(model_dir, server, tmp
     lines = [line for line in err if line.startswith("error:")]
     assert len(lines) == 1 and "stopped answering" in lines[0] and "engine.overlap" in lines[0], err[-5:]
     assert "Traceback" not in "\n".join(err)
+
+
+def test_a_server_that_dies_during_a_weight_sync_is_one_error_line(model_dir, tmp_path, capfd):
+    """Plain server mode, its own server: killed once the second sync's gloo broadcast begins (TRL's
+    HTTP calls answered, the tensors not yet sent): gloo's error is the same one line, exit 2."""
+    from gspo_trl.cli.main import run_command
+    from gspo_trl.training.probes.base import Probe
+
+    class CutTheSync(Probe):
+        def around_weight_sync(self, trainer, proceed):
+            client = trainer.vllm_generation.vllm_client
+            if trainer.state.global_step == 2 and client.gspo_gloo_group is not None:
+                client.gspo_gloo_group = Cut(client.gspo_gloo_group)
+            return proceed()
+
+    class Cut:
+        def __init__(self, group) -> None:
+            self.group = group
+
+        def broadcast(self, tensor, root):
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+            return self.group.broadcast(tensor, root)
+
+    out = tmp_path / "run"
+    with gloo_server(model_dir, tmp_path / "alias") as (url, process):
+        from gspo_trl.model.vllm_cpu.gloo_weight_sync import patch_vllm_client_for_gloo
+        from gspo_trl.model.vllm_cpu.shim import patch_trl_for_vllm_cpu
+
+        assert patch_trl_for_vllm_cpu()  # as the module's server fixture does: this test may run alone
+        patch_vllm_client_for_gloo()
+        start = time.monotonic()
+        code = run_command(
+            "train",
+            lambda argv: train(
+                model_dir,
+                (url, process),
+                out,
+                None,
+                probes=[CutTheSync()],
+                save_strategy="steps",
+                save_steps=2,
+            ),
+            [],
+        )
+        seconds = time.monotonic() - start
+    err = capfd.readouterr().err.strip().splitlines()
+
+    assert code == 2 and seconds < 120 and (out / "checkpoint-2").is_dir()
+    lines = [line for line in err if line.startswith("error:")]
+    assert len(lines) == 1 and "stopped answering during training" in lines[0], err[-5:]
+    assert "checkpoint-2 is kept" in lines[0] and "Traceback" not in "\n".join(err)
