@@ -8,9 +8,9 @@ C = exp(SHIFT / 2) exactly the shifted half is truncated; with `reject` and `aut
 calibrated on that same batch (2 x the 99th percentile of |log w_i|) none is. The rows come
 from the run's own log history (what metrics.jsonl holds for a recipe run).
 
-Both runs, one after the other, in one subprocess (as in test_engine_logprobs_vllm.py), each with
-its own trainer and engine: vLLM's import and start-up are paid once. Skipped only when vLLM is
-not importable.
+Both runs, one after the other, each with its own trainer and engine, in the subprocess this
+session's vLLM drivers share (tests/_vllm_driver.py): vLLM's import and start-up are paid once.
+Skipped only when vLLM is not importable.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from importlib.util import find_spec
 
 import pytest
 
-from tests._vllm_driver import driver_facts
+from tests._vllm_driver import share_process, shared_driver_facts
 
 pytestmark = [
     pytest.mark.vllm,
@@ -77,11 +77,13 @@ TRUNCATE = {"correction": "truncate", "weight_max": math.exp(SHIFT / 2)}
 REJECT_AUTO = {"correction": "reject", "reject_max_token": "auto", "reject_k3": "auto"}
 
 
+share_process("correction", DRIVER, str(SHIFT), json.dumps([TRUNCATE, REJECT_AUTO]))
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> list[dict]:
     """The truncate run's facts, then the reject-with-auto-bounds run's."""
-    engines = json.dumps([TRUNCATE, REJECT_AUTO])
-    return driver_facts(DRIVER, str(tmp_path_factory.mktemp("correction")), str(SHIFT), engines, timeout=600)
+    return shared_driver_facts("correction", tmp_path_factory.getbasetemp() / "vllm-drivers")
 
 
 def test_truncate_cuts_exactly_the_shifted_half(runs):
