@@ -64,10 +64,11 @@ def share_process(
     _registered[name] = (order, driver, args, env or {})
 
 
-def shared_driver_facts(name: str, root: Path, timeout: int = 1200) -> dict:
+def shared_driver_facts(name: str, root: Path, timeout: int = 570) -> dict:
     """The FACTS of the registered driver `name`. The first call runs every registered driver not
     yet run, in one process, each in a folder under `root`; a driver that raises fails its own
-    tests with its traceback, and the next one still runs."""
+    tests with its traceback, and the next one still runs. `timeout` stays under pytest's 600 s
+    so that the process, not the test, is stopped, with its output shown."""
     if name not in _facts:
         pending = sorted((order, n) for n, (order, *_) in _registered.items() if n not in _facts)
         batch = []
