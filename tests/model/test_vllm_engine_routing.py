@@ -13,17 +13,16 @@ must n=3 samples of one request (vLLM's child requests; the held-out pass@k samp
 Last, the same trainer trains 4 GSPO steps with `moe.routing_replay: engine`: pi_old's forward
 and the updates replay the engine's routing (gspo_trl.training.probes.routing).
 
-One subprocess, one engine.
+One engine, in the subprocess this session's vLLM drivers share (tests/_vllm_driver.py).
 """
 
 from __future__ import annotations
 
-import json
 from importlib.util import find_spec
 
 import pytest
 
-from tests.model.test_vllm_cpu import run_python, vllm_env
+from tests._vllm_driver import share_process, shared_driver_facts
 from tests.model.test_vllm_moe_sync import TINY_MOE
 
 pytestmark = [
@@ -168,12 +167,14 @@ print("FACTS=" + json.dumps(facts))
 )
 
 
+# a MoE engine: early in the shared process, after test_vllm_moe_sync's (this driver's recorder
+# patches vLLM's MoE layers for the rest of the process)
+share_process("routing", ROUTING_DRIVER, str(NEAR_TIE), order=1)
+
+
 @pytest.fixture(scope="module")
 def routing(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("routing")
-    proc = run_python(["-c", ROUTING_DRIVER, str(out), str(NEAR_TIE)], vllm_env(), timeout=540)
-    assert proc.returncode == 0 and "FACTS=" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-5000:]
-    return json.loads(proc.stdout.split("FACTS=", 1)[1])
+    return shared_driver_facts("routing", tmp_path_factory.getbasetemp() / "vllm-drivers")
 
 
 def test_every_moe_layer_is_compared(routing):

@@ -11,17 +11,17 @@ trainer's: before the sync they must differ (the perturbation is visible), after
 prepacked expert buffers are overwritten in checkpoint layout and the engine disagrees with
 the trainer even after syncing unchanged weights.
 
-One subprocess, one engine (~80 s on 2 cores).
+One engine, in the subprocess this session's vLLM drivers share (tests/_vllm_driver.py).
 """
 
 from __future__ import annotations
 
-import json
 from importlib.util import find_spec
 
 import pytest
 
-from tests.model.test_vllm_cpu import TOKEN_TOLERANCE, run_python, vllm_env
+from tests._vllm_driver import share_process, shared_driver_facts
+from tests.model.test_vllm_cpu import TOKEN_TOLERANCE
 
 pytestmark = [
     pytest.mark.vllm,
@@ -90,11 +90,12 @@ print("FACTS=" + json.dumps(facts))
 )
 
 
+share_process("moe_sync", MOE_DRIVER, order=0)  # a MoE engine: first in the shared process
+
+
 @pytest.fixture(scope="module")
 def moe_sync(tmp_path_factory) -> dict:
-    proc = run_python(["-c", MOE_DRIVER, str(tmp_path_factory.mktemp("moe"))], vllm_env(), timeout=540)
-    assert proc.returncode == 0 and "FACTS=" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-5000:]
-    return json.loads(proc.stdout.split("FACTS=", 1)[1])
+    return shared_driver_facts("moe_sync", tmp_path_factory.getbasetemp() / "vllm-drivers")
 
 
 def test_trl_streams_transformers5_stacked_expert_weights(moe_sync):

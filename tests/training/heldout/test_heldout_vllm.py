@@ -2,22 +2,17 @@
 receives the prompt ids GRPOTrainer tokenizes (Qwen3's template, enable_thinking false), and
 its greedy completions are HF generate's (the CPU shim keeps the engine in the trainer's fp32).
 
-One subprocess (tests/_heldout_vllm_run.py): a vLLM engine binds threads and seeds RNGs in
-the process it lives in. ~3 min on 2 busy cores, most of it imports and engine start-up.
+tests/_heldout_vllm_run.py, in the subprocess this session's vLLM drivers share
+(tests/_vllm_driver.py): a vLLM engine binds threads and seeds RNGs in the process it lives in.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from importlib.util import find_spec
-from pathlib import Path
 
 import pytest
 
-from tests._paths import ROOT
+from tests._vllm_driver import share_process, shared_driver_facts
 
 pytestmark = [
     pytest.mark.vllm,
@@ -26,31 +21,24 @@ pytestmark = [
 ]
 
 
-@pytest.mark.timeout(700)
-def test_heldout_generates_with_the_colocated_engine(tmp_path: Path) -> None:
-    from tests._qwen3_tokenizer import QWEN3_NO_THINK_GENERATION_PROMPT, qwen3_template_model_dir
+DRIVER = """
+import json, sys
+from pathlib import Path
+from tests._qwen3_tokenizer import qwen3_template_model_dir
+out = Path(sys.argv[1])
+sys.argv = [sys.argv[0], str(out / "out.json"), str(qwen3_template_model_dir(out))]
+from tests._heldout_vllm_run import main
+main()
+print("FACTS=" + (out / "out.json").read_text())
+"""
+share_process("heldout_vllm", DRIVER)
 
-    model = qwen3_template_model_dir(tmp_path)
-    out = tmp_path / "out.json"
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        # the checkout first: run as a script, tests/ is sys.path[0], and its rewards/ test folder
-        # would otherwise shadow the `rewards` package (an editable install resolves it too late)
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "_heldout_vllm_run.py"), str(out), str(model)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(out.read_text())
+
+@pytest.mark.timeout(700)
+def test_heldout_generates_with_the_colocated_engine(tmp_path_factory: pytest.TempPathFactory) -> None:
+    from tests._qwen3_tokenizer import QWEN3_NO_THINK_GENERATION_PROMPT
+
+    result = shared_driver_facts("heldout_vllm", tmp_path_factory.getbasetemp() / "vllm-drivers")
     assert result["engine"] == "vllm-colocate"
     assert len(result["vllm"]) == 8 and all(len(texts) == 1 for texts in result["vllm"])
     assert result["sent"] == result["training_ids"], "the engine was not prompted as training prompts"
