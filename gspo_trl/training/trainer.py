@@ -133,9 +133,9 @@ class GSPOTrainer(GRPOTrainer):
         self.gspo_token = bool(getattr(self.args, "gspo_token", False))
         self.probes.attach(self)
         self._callbacks_ahead = 0
-        self._place_callbacks(self.probes.callbacks())
         self.stop_on_interrupt = StopOnInterrupt()  # Ctrl-C: a checkpoint, as `gspo-trl train` does
-        self.add_callback(self.stop_on_interrupt)
+        self.add_callback(self.stop_on_interrupt)  # ahead of the probes': the weight scan sees its save
+        self._place_callbacks(self.probes.callbacks())
         if self.use_vllm:
             self._probe_weight_sync()
         # a GSPOConfig checked this when built; again here for one changed since (the same check)

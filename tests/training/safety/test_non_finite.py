@@ -96,3 +96,39 @@ def test_an_fp16_scaler_skip_is_not_divergence_but_too_many_in_a_row_are(tmp_pat
     with pytest.raises(NonFiniteTrainingError, match="skipped 3 optimizer steps in a row"):
         trainer.train()
     assert trainer.state.global_step == 3
+
+
+def test_a_weight_made_nan_between_scans_is_caught_before_the_next_save(tmp_path) -> None:
+    """The weights are scanned on saving steps (and every SCAN_EVERY_STEPS), not every step: a
+    weight made NaN directly (no gradient, no log to show it) at step 1 stops the run at step 3,
+    its first save, and checkpoint-3 is never written."""
+    import torch
+    from transformers import TrainerCallback
+
+    from gspo_trl.core.errors import NonFiniteTrainingError
+    from gspo_trl.training.probes.non_finite import SCAN_EVERY_STEPS
+    from tests._gspo_helpers import make_trainer
+
+    assert SCAN_EVERY_STEPS > 3  # step 1 and 2 are not scanned: the save at 3 must catch it
+    out = tmp_path / "run"
+    trainer = make_trainer(
+        tiny_model_dir(tmp_path),
+        out,
+        max_steps=6,
+        per_device_train_batch_size=4,
+        max_completion_length=4,
+        logging_steps=100,
+        save_strategy="steps",
+        save_steps=3,
+    )
+
+    class PoisonAtStep1(TrainerCallback):
+        def on_optimizer_step(self, args, state, control, **kwargs):
+            if state.global_step == 0:  # the optimizer step that becomes step 1
+                with torch.no_grad():
+                    trainer.model.get_input_embeddings().weight[0, 0] = float("nan")
+
+    trainer.add_callback(PoisonAtStep1())
+    with pytest.raises(NonFiniteTrainingError, match="at step 3: the weights hold inf or NaN"):
+        trainer.train()
+    assert not list(out.glob("checkpoint-*")), "a checkpoint of NaN weights was saved"
