@@ -8,11 +8,12 @@ trainer run pinned to core 1 (`taskset -c 1`, one torch thread), so generation a
 a core each, as a server node and a training node would. The tiny dense model (`--model moe`:
 the tiny MoE) trains GSPO on short sums with a length reward (it has something to learn). Arms
 alternate (seed 0: synchronous then overlapped, seed 1 the other way, ...) against the same
-server. Per run: wall seconds per optimizer step (median over the steps after the first rollout
-batch), the phases (`perf/*_s`: generation is the trainer's wait for it, overlapped or not), a
-held-out score before and after (mean reward of 4 samples on 16 unseen prompts, sampled by the
-server right after a sync), and the largest |server log-prob - trainer log-prob| on sampled
-tokens right after a sync (fp32: the sync really moved the server to the trainer's weights).
+server. Per run: wall seconds per optimizer step (a rollout batch's wall time over its steps,
+median over the batches after the first), the phases (`perf/*_s`: generation is the trainer's
+wait for it, overlapped or not), a held-out score before and after (mean reward of 4 samples
+on 16 unseen prompts, sampled by the server right after a sync), and the largest |server
+log-prob - trainer log-prob| on sampled tokens right after a sync (fp32: the sync really moved
+the server to the trainer's weights).
 
 Prints a table per run and the medians, then exactly:
 
@@ -130,6 +131,8 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     warm = spec["steps_per_generation"]  # the first rollout batch: nothing to overlap yet
     marks = [start, *steps]
     per_step = [b - a for a, b in zip(marks[warm:], marks[warm + 1 :], strict=False)]
+    # a rollout batch's steps: the one that generates and those that do not, averaged together
+    per_batch = [sum(per_step[i : i + warm]) / warm for i in range(0, len(per_step) - warm + 1, warm)]
     phases: dict[str, float] = {}
     for row in history[warm:]:
         for key, value in row.items():
@@ -139,7 +142,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     return {
         "overlap": spec["overlap"],
         "seed": spec["seed"],
-        "step_s": statistics.median(per_step),
+        "step_s": statistics.median(per_batch),
         "phases_per_step": {k: v / timed for k, v in sorted(phases.items())},
         "heldout_before": before,
         "heldout_after": after,
