@@ -1,4 +1,5 @@
-"""Shared by the refusal tables: run `validate` and `train` on the same argv and compare."""
+"""Shared by the refusal tables: run `validate` and `train` on the same argv and compare, and ask
+GSPOConfig the same question."""
 
 from __future__ import annotations
 
@@ -19,3 +20,19 @@ def refused_alike(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         messages[command] = lines[0]
     assert messages["validate"] == messages["train"]
     return messages["train"]
+
+
+def refused_by_all_three(
+    argv: list[str], fields: dict, capsys: pytest.CaptureFixture[str], output_dir: str
+) -> tuple[str, str]:
+    """`validate` and `train` refuse argv alike (`refused_alike`) and GSPOConfig refuses `fields`
+    in one line: (the command line's error, GSPOConfig's message)."""
+    from gspo_trl.core.errors import RecipeError
+    from gspo_trl.training.config import GSPOConfig
+
+    line = refused_alike(argv, capsys)
+    with pytest.raises(RecipeError) as error:
+        GSPOConfig(output_dir=output_dir, use_cpu=True, report_to="none", **fields)
+    message = str(error.value)
+    assert "\n" not in message, message
+    return line, message
