@@ -122,16 +122,33 @@ def log_ratio_quantiles(log_s: ArrayLike) -> dict[str, float]:
     x = _np(log_s).astype(np.float64).ravel()
     if x.size == 0:
         return {}
-    p5, p50, p95 = np.quantile(x, [0.05, 0.5, 0.95])  # linear interpolation, as torch.quantile
+    ordered = np.sort(x)
+    if math.isnan(ordered[-1]):  # NaN sorts last: numpy gives NaN for all (std of one value: 0)
+        stats = dict.fromkeys(("mean", "std", "p5", "p50", "p95", "min", "max"), math.nan)
+        return {**stats, "std": 0.0} if x.size == 1 else stats
+    values = ordered.tolist()
     return {
         "mean": float(x.mean()),
         "std": float(x.std(ddof=1)) if x.size > 1 else 0.0,
-        "p5": float(p5),
-        "p50": float(p50),
-        "p95": float(p95),
-        "min": float(x.min()),
-        "max": float(x.max()),
+        "p5": _sorted_quantile(values, 0.05),
+        "p50": _sorted_quantile(values, 0.5),
+        "p95": _sorted_quantile(values, 0.95),
+        "min": values[0],
+        "max": values[-1],
     }
+
+
+def _sorted_quantile(values: list[float], q: float) -> float:
+    """np.quantile(values, q) with its default linear interpolation, bit for bit, on sorted values:
+    numpy's own call costs ~30 us of dispatch per logging step for a few hundred numbers."""
+    position = (len(values) - 1) * q
+    if position >= len(values) - 1:
+        return values[-1]
+    below = math.floor(position)
+    gamma = position - below
+    a, b = values[below], values[below + 1]
+    diff = b - a
+    return b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma  # numpy's _lerp
 
 
 def clip_masks(
@@ -155,15 +172,17 @@ def clip_masks(
 
 
 def _fraction(flags: np.ndarray) -> float:
-    return float(flags.mean()) if flags.size else math.nan
+    return int(np.count_nonzero(flags)) / flags.size if flags.size else math.nan
 
 
 def clip_fractions(
     log_s: ArrayLike, advantages: ArrayLike, eps_low: float, eps_high: float
 ) -> dict[str, float]:
     """Clip fractions overall and by advantage sign (0-1); NaN where a group is empty."""
-    m = clip_masks(log_s, advantages, eps_low, eps_high)
-    adv = _np(advantages)
+    return _clip_fractions(clip_masks(log_s, advantages, eps_low, eps_high), _np(advantages))
+
+
+def _clip_fractions(m: dict[str, np.ndarray], adv: np.ndarray) -> dict[str, float]:
     return {
         names.CLIP_LOW: _fraction(m["low"]),
         names.CLIP_HIGH: _fraction(m["high"]),
@@ -184,8 +203,14 @@ def clip_fraction_by_length(
     length_buckets: tuple[int, ...],
 ) -> dict[str, float]:
     """Active-clip fraction per completion-length bucket; empty buckets are left out."""
-    m = clip_masks(log_s, advantages, eps_low, eps_high)
-    region, lengths = m["low"] | m["high"], _np(lengths)
+    masks = clip_masks(log_s, advantages, eps_low, eps_high)
+    return _clip_fraction_by_length(masks, _np(lengths), length_buckets)
+
+
+def _clip_fraction_by_length(
+    m: dict[str, np.ndarray], lengths: np.ndarray, length_buckets: tuple[int, ...]
+) -> dict[str, float]:
+    region = m["low"] | m["high"]
     edges = [0, *length_buckets, math.inf]
     out = {}
     for label, lo, hi in zip(bucket_labels(length_buckets), edges[:-1], edges[1:], strict=True):
@@ -205,8 +230,9 @@ def summarize_rows(
     log_s, adv, length = column(rows, "log_ratio"), column(rows, "advantage"), column(rows, "length")
     ent, tok = column(rows, "entropy_sum"), column(rows, "tokens")
     stats = {names.log_ratio(k): v for k, v in log_ratio_quantiles(log_s).items()}
-    stats.update(clip_fractions(log_s, adv, eps_low, eps_high))
-    stats.update(clip_fraction_by_length(log_s, adv, length, eps_low, eps_high, length_buckets))
+    masks = clip_masks(log_s, adv, eps_low, eps_high)  # once for both families of fractions
+    stats.update(_clip_fractions(masks, adv))
+    stats.update(_clip_fraction_by_length(masks, length, length_buckets))
     stats[names.ENTROPY] = float(ent.sum() / max(tok.sum(), 1.0))
     stats[names.RESPONSES] = float(rows.shape[0])
     return {k: v for k, v in stats.items() if not math.isnan(v)}

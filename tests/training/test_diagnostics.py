@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -95,6 +96,23 @@ def test_quantiles_match_numpy_definitions():
     assert (q["min"], q["max"], q["mean"]) == pytest.approx((-1.0, 1.0, 0.0))
     assert q["std"] == pytest.approx(x.std().item())
     assert log_ratio_quantiles(torch.tensor([])) == {}
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 20, 21, 64, 257])
+def test_quantiles_equal_numpys_bit_for_bit(size):
+    """The quantiles interpolate on the sorted values themselves (numpy's call is slow per log):
+    they must be np.quantile's numbers exactly, ties and repeated values included."""
+    rng = np.random.default_rng(size)
+    for x in (rng.normal(0.0, 3e-4, size), rng.integers(-3, 3, size) * 1e-4, np.full(size, 2e-4)):
+        q = log_ratio_quantiles(torch.tensor(x))
+        p5, p50, p95 = np.quantile(x, [0.05, 0.5, 0.95])
+        assert (q["p5"], q["p50"], q["p95"]) == (float(p5), float(p50), float(p95))
+        assert (q["min"], q["max"]) == (float(x.min()), float(x.max()))
+
+
+def test_a_nan_log_ratio_makes_every_quantile_nan():
+    q = log_ratio_quantiles(torch.tensor([0.1, float("nan"), -0.2]))
+    assert all(math.isnan(v) for v in q.values()) and len(q) == 7
 
 
 def test_sequence_log_ratio_ignores_padding():

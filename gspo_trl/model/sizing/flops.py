@@ -55,9 +55,11 @@ def recompute_flops_per_token(shape: ModelShape, sequence_length: int) -> float:
     return forward_flops_per_token(shape, sequence_length) - 2 * (lm_head + down * shape.hidden_size)
 
 
+@functools.lru_cache(maxsize=1024)
 def training_flops_per_token(shape: ModelShape, sequence_length: int, gradient_checkpointing: bool) -> float:
     """One training pass per token: forward + backward (3 forwards), plus the recompute; with
-    LoRA adapters on a frozen base, less the base's weight gradients plus the adapters' work."""
+    LoRA adapters on a frozen base, less the base's weight gradients plus the adapters' work.
+    Cached: the trainer asks it for every minibatch (perf/mfu), with few distinct lengths."""
     recompute = recompute_flops_per_token(shape, sequence_length) if gradient_checkpointing else 0.0
     full = 3 * forward_flops_per_token(shape, sequence_length) + recompute
     if not shape.lora_adapter_params:
