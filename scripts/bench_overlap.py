@@ -46,9 +46,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="one seed, 6 steps per run")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=12, help="optimizer steps per run")
+    parser.add_argument("--steps", type=int, default=24, help="optimizer steps per run")
     parser.add_argument("--model", choices=("dense", "moe"), default="dense")
-    parser.add_argument("--prompts", type=int, default=4, help="prompts per rollout batch")
+    parser.add_argument(
+        "--prompts", type=int, default=8, help="prompts per rollout batch (8: G and T within 2x here)"
+    )
     parser.add_argument("--completion-length", type=int, default=48)
     parser.add_argument("--steps-per-generation", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None, help="write every run's JSON here")
@@ -139,6 +141,8 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
             if key.startswith("perf/") and key.endswith("_s") and key[5:-2] in PHASES:
                 phases[key[5:-2]] = phases.get(key[5:-2], 0.0) + float(value)
     timed = len(history[warm:]) or 1
+    tokens = [row["perf/generated_tokens"] for row in history[warm:] if row.get("perf/generated_tokens")]
+    requests = [row["perf/overlap_request_s"] for row in history[warm:] if "perf/overlap_request_s" in row]
     return {
         "overlap": spec["overlap"],
         "seed": spec["seed"],
@@ -148,6 +152,8 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         "heldout_after": after,
         "logprob_gap": gap,
         "staleness": [row["gspo/staleness/mean"] for row in history if "gspo/staleness/mean" in row],
+        "tokens_per_batch": tokens,
+        "request_s": requests,
     }
 
 
@@ -300,10 +306,14 @@ def main(argv: list[str] | None = None) -> int:
                 result = run_one(spec)
                 runs.append(result)
                 phases = " ".join(f"{k} {v:.2f}" for k, v in result["phases_per_step"].items())
+                tokens = result["tokens_per_batch"]
+                requests = result["request_s"]
+                requested = f", request {statistics.median(requests):.2f} s" if requests else ""
                 print(
                     f"seed {seed} {overlap:8s} step {result['step_s']:.3f} s  held-out "
                     f"{result['heldout_before']:.3f} -> {result['heldout_after']:.3f}  gap "
-                    f"{result['logprob_gap']:.2e}  staleness {result['staleness']}  per step: {phases}",
+                    f"{result['logprob_gap']:.2e}  staleness {result['staleness']}  per step: {phases}  "
+                    f"per batch: {statistics.median(tokens or [0]):.0f} tokens{requested}",
                     flush=True,
                 )
     finally:
@@ -324,6 +334,15 @@ def main(argv: list[str] | None = None) -> int:
             f"wait for generation {gen:.3f} s/step, training {upd:.3f} s/step, held-out after "
             f"{statistics.fmean(after):.3f} (min {min(after):.3f}, max {max(after):.3f})"
         )
+    for run in by_mode["one_step"]:  # the server's own slowdown while the trainer computes beside it
+        pair = [r for r in by_mode["off"] if r["seed"] == run["seed"]]
+        if run["request_s"] and pair:
+            alone = pair[0]["phases_per_step"].get("generation", 0.0) * args.steps_per_generation
+            print(
+                f"seed {run['seed']}: request in flight {statistics.median(run['request_s']):.3f} s, "
+                f"the synchronous run's generation {alone:.3f} s per rollout batch "
+                f"(x{statistics.median(run['request_s']) / max(alone, 1e-9):.2f} beside training)"
+            )
     sync_runs = by_mode["off"]
     g = statistics.median(r["phases_per_step"].get("generation", 0.0) for r in sync_runs)
     t = statistics.median(

@@ -192,6 +192,9 @@ PERF_UPDATE_FLOPS = f"{PERF}/update_flops"
 PERF_MFU = f"{PERF}/mfu"
 PERF_PACKED_FRACTION = f"{PERF}/packed_fraction"
 """With `packing: true`: tokens the log-prob forwards ran / the padded rectangle's (0-1]."""
+PERF_OVERLAP_REQUEST = f"{PERF}/overlap_request_s"
+"""engine.overlap: one_step: wall seconds of the server requests collected in the window, each sent
+one rollout batch ahead (the generation hidden behind training; perf/generation_s is the wait)."""
 _PERF_FIELDS = ("wall_s", "generated_tokens", "trained_tokens", "tokens_per_s", "trained_tokens_per_s")
 
 
@@ -265,7 +268,7 @@ METRIC_PATTERN = re.compile(
     rf"|{re.escape(SAMPLING_MASKS)}/(?:kept_mass|sampled_outside)"
     rf"|(?:eval_)?{re.escape(HELDOUT)}/(?:score|judged|pass@[1-9]\d*)"
     rf"|{PERF}/(?:total/)?(?:{'|'.join((*PHASES, PHASE_OTHER))})_s"
-    rf"|{PERF}/(?:{'|'.join((*_PERF_FIELDS, 'update_flops', 'mfu', 'packed_fraction'))})"
+    rf"|{PERF}/(?:{'|'.join((*_PERF_FIELDS, 'update_flops', 'mfu', 'packed_fraction', 'overlap_request_s'))})"
 )
 """Every key above, fully spelled (`eval_heldout/*`: the same under the Trainer's eval prefix)."""
 

@@ -10,7 +10,8 @@ dynamic-sampling refill round is generated at once beside the request in flight 
 run starts with nothing in flight, Ctrl-C does not wait for the thread, a server that stops
 answering is one VLLMServerLost line. Events: attach (wraps the engine's `generate`), around_rollout,
 around_generation and around_weight_sync (collect the request in flight; the sync records the
-version), on_rollout_end (tags), on_train_end, on_loss_inputs (row lags), on_log (`stale 1.0 (max 1)`).
+version), on_rollout_end (tags), on_train_end, on_loss_inputs (row lags), on_log (`stale 1.0 (max 1)`,
+perf/overlap_request_s).
 """
 
 from __future__ import annotations
@@ -61,16 +62,20 @@ class Request:
         self.key, self.version = key, version
         self.result: tuple | None = None
         self.error: BaseException | None = None
+        self.seconds: float | None = None
+        """The request's wall time, once answered (perf/overlap_request_s)."""
         self.thread: threading.Thread | None = None
         if call is not None:
             self.thread = threading.Thread(target=self._run, args=(call,), name="gspo-overlap", daemon=True)
             self.thread.start()
 
     def _run(self, call: Callable[[], tuple]) -> None:
+        start = time.perf_counter()
         try:
             self.result = call()
         except BaseException as error:  # reported by the trainer's thread when it waits
             self.error = error
+        self.seconds = time.perf_counter() - start
 
 
 def _key(prompt_ids: list[list[int]], num_generations: int) -> tuple:
@@ -115,6 +120,8 @@ class OverlapProbe(Probe):
         """sampling.dynamic: the trained rows' ENGINE_STALENESS since the last log."""
         self.dropped = 0
         """Background generations dropped because their prompts were not the batch's."""
+        self._request_seconds: list[float] = []
+        """The main process: the collected requests' wall times since the last log."""
 
     # --- setup ------------------------------------------------------------------------------------
     def attach(self, trainer: Any) -> None:
@@ -185,6 +192,9 @@ class OverlapProbe(Probe):
             lags, self._row_lags = torch.cat(self._row_lags).double(), []
             metrics[names.STALENESS_MEAN] = lags.mean().item()
             metrics[names.STALENESS_MAX] = lags.max().item()
+        if self._request_seconds:
+            metrics[names.PERF_OVERLAP_REQUEST] = sum(self._request_seconds)
+            self._request_seconds = []
         return metrics
 
     # --- the engine's generate ----------------------------------------------------------------------
@@ -290,6 +300,7 @@ class OverlapProbe(Probe):
             try:
                 if request is not None:
                     self._wait_for(request)
+                    self._request_seconds.append(request.seconds or 0.0)
                 if check_health and (problem := health_problem(self.server, timeout_s=5.0)) is not None:
                     raise self._lost(problem, "before a weight sync")
                 outcome = ("ok", request.result if request is not None else None)

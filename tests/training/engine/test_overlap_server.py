@@ -170,6 +170,19 @@ def test_every_row_after_the_first_batch_is_one_version_old_in_the_synchronous_o
     assert logged == [0.0, 1.0, 1.0]
 
 
+def test_the_requests_in_flight_are_timed_where_they_are_collected(synchronous, overlapped):
+    """perf/overlap_request_s: the generation the overlap hid, logged at the steps that collect
+    batches 1 and 2 (batch 3's request is never collected); a synchronous run has none."""
+    trainer, _ = overlapped
+    timed = {
+        row["step"]: row["perf/overlap_request_s"]
+        for row in trainer.state.log_history
+        if "perf/overlap_request_s" in row
+    }
+    assert sorted(timed) == [3, 5] and all(0 < seconds < 60 for seconds in timed.values())
+    assert not any("perf/overlap_request_s" in row for row in synchronous[1])
+
+
 def test_the_overlaps_requests_are_the_ones_trls_generate_sends(synchronous, overlapped):
     """Prompts and every sampling parameter, as the real client was called: batch 0 by TRL's own
     generate, 1 and 2 by the overlap's thread (then batch 3 is sent ahead and never trained)."""
