@@ -58,9 +58,15 @@ TRAIN_FLAGS = [
 ]
 TRAIN_FLAGS += ["--data.num_rows", "256", "--data.eval_size", "16", "--per_device_eval_batch_size", "16"]
 TWO_BATCH_FLAGS = ["--max_steps", "4", "--steps_per_generation", "2"]
-TWO_BATCH_LEVELS = {("overlap", "one_step"), ("staleness", "1")}
+TWO_BATCH_LEVELS = {
+    ("overlap", "one_step"),
+    ("staleness", "1"),
+    ("correction", "truncate"),
+    ("correction", "reject"),
+}
 """The overlap's lag, and a delayed sync's, show from the second rollout batch on: 2 batches of 2
-updates."""
+updates. The correction logs a rollout batch's weights after its last update, which the 2-step run
+(4 updates a rollout batch in the recipe) never reaches."""
 EXPECTED_METRICS: dict[tuple[str, str], tuple[str, float | None]] = {
     ("dynamic_sampling", "on"): (names.DYNAMIC_KEEP_RATE, None),
     ("correction", "truncate"): (names.CORRECTION_TRUNCATED, None),

@@ -7,6 +7,7 @@ trains its one cell."""
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 
@@ -97,6 +98,26 @@ def test_every_level_but_fp16_trains_in_some_cpu_cell_and_proves_it_acted():
         assert any(
             c.levels["overlap"] == "one_step" and c.levels["correction"] == correction for c in CPU_CELLS
         )
+
+
+def test_the_page_lists_each_factors_cpu_levels_needs_and_proof_metric():
+    """docs/combinations.md's two tables are copies of FACTORS and EXPECTED_METRICS: pinned here."""
+    page = (Path(__file__).parents[2] / "docs" / "combinations.md").read_text()
+    rows = {
+        line.split("|")[1].strip(): line.split("|")[2:-1]
+        for line in page.splitlines()
+        if line.count("|") == 4
+    }
+    for factor in FACTORS:
+        levels, cpu = (cell.strip() for cell in rows[factor.name])
+        assert levels.startswith(", ".join(factor.levels)), factor.name
+        said = "all" if factor.cpu == tuple(factor.levels) else ", ".join(factor.cpu)
+        assert cpu.split(";")[0] == said, factor.name
+        for level, need in factor.needs.items():
+            said_needs = cpu.split(";")[1]
+            assert level in said_needs and all(other in said_needs for other in need), (factor.name, level)
+    for (factor, level), (metric, _) in script.EXPECTED_METRICS.items():
+        assert any(factor in line and level in line and f"`{metric}`" in line for line in page.splitlines())
 
 
 def _cell(levels: dict[str, str]) -> Cell:
