@@ -53,8 +53,6 @@ TRAIN_FLAGS = [
     "1",
     "--heldout.max_rows",
     "4",
-    "--heldout.every_steps",
-    "2",
 ]
 TRAIN_FLAGS += ["--data.num_rows", "256", "--data.eval_size", "16", "--per_device_eval_batch_size", "16"]
 TWO_BATCH_FLAGS = ["--max_steps", "4", "--steps_per_generation", "2"]
@@ -73,12 +71,21 @@ EXPECTED_METRICS: dict[tuple[str, str], tuple[str, float | None]] = {
     ("correction", "reject"): (names.CORRECTION_REJECTED, None),
     ("staleness", "1"): (names.STALENESS_MAX, 1.0),
     ("pi_old", "engine"): (names.ENGINE_MISMATCH_MEAN, None),
-    ("routing_replay", "engine"): (names.ENGINE_ROUTING_FLIP_RATE, None),
+    ("routing_replay", "engine"): (names.ROUTING_REPLAYED, 1.0),
     ("overlap", "one_step"): (names.STALENESS_MAX, 1.0),
     ("sampling_masks", "replay"): (names.SAMPLING_KEPT_MASS, None),
 }
 """Per (factor, level): the metric its run must log, the proof the level acted (and the value some
-row must show, None: any)."""
+row must show, None: any). Engine routing: every update replayed the engine's experts; not
+gspo/engine_routing/flip_rate, measured in the pi_old forward that pi_old engine skips."""
+HELDOUT_EVERY_STEPS = ["--heldout.every_steps", "2"]
+"""Not under heldout off (its `every_steps: 0`: before and after training only)."""
+STALE_SCORING_FLAGS = {"heldout": ["--heldout.every_steps", "3"], "trl_eval": ["--eval_steps", "3"]}
+"""Under staleness 1: held-out scoring and TRL's eval sync the engine, as they must score the
+current policy (gspo_trl/training/probes/staleness.py's docstring), so at step 2, the second rollout
+batch's start, they would refresh the engine that batch samples with and no row would be stale (the
+first run's cells 21 and 23, eval every step: `gspo/staleness/max` 0). At step 3 they run inside
+that batch, after it sampled."""
 ZERO_FLAGS = ["--save_strategy", "steps", "--save_steps", "2"]
 ZERO_SHARDS = "checkpoint-2/global_step*/*zero_pp_rank_*optim_states.pt"
 """A ZeRO cell saves step 2: DeepSpeed's own optimizer shards show its engine trained the run."""
@@ -158,6 +165,10 @@ def cell_command(cell: Cell, overrides: dict, out: Path) -> list[str]:
     ranks on CPU, the precision the cell trains in)."""
     flags = [*override_argv(overrides), *TRAIN_FLAGS, "--output_dir", str(out), "--overwrite"]
     flags += TWO_BATCH_FLAGS if TWO_BATCH_LEVELS & set(cell.levels.items()) else []
+    flags += HELDOUT_EVERY_STEPS if cell.levels.get("heldout", "on") == "on" else []
+    if cell.levels.get("staleness") == "1":
+        scoring = {"heldout": "on", "trl_eval": "on"}.items() & cell.levels.items()
+        flags += [flag for factor, _ in scoring for flag in STALE_SCORING_FLAGS[factor]]
     zero, ranks = cell.levels.get("zero", "none"), cell.levels.get("ranks", "1")
     flags += ZERO_FLAGS if zero != "none" else []
     if zero == "none" and ranks == "1":

@@ -120,6 +120,26 @@ def test_the_page_lists_each_factors_cpu_levels_needs_and_proof_metric():
         assert any(factor in line and level in line and f"`{metric}`" in line for line in page.splitlines())
 
 
+def _last(argv: list[str], key: str) -> str | None:
+    spots = [i for i, flag in enumerate(argv) if flag == key]
+    return argv[spots[-1] + 1] if spots else None
+
+
+def test_each_trained_cell_scores_as_its_levels_say(tmp_path):
+    """The first full run with the engine's levels: heldout=off cells scored every 2 steps (the
+    script's own flag came after the level's `every_steps: 0`), and under staleness 1 an eval or
+    held-out score at step 2 synced the engine the second rollout batch samples with (no row stale)."""
+    for cell in CPU_CELLS:
+        argv = script.cell_command(cell, cell.overrides, tmp_path)
+        if cell.levels["heldout"] == "off":
+            assert _last(argv, "--heldout.every_steps") == "0", cell.name
+        if cell.levels["staleness"] == "1":
+            assert _last(argv, "--max_steps") == "4", cell.name
+            for key in ("--heldout.every_steps", "--eval_steps"):
+                every = int(_last(argv, key) or 0)
+                assert every == 0 or 2 % every, (cell.name, key, every)
+
+
 def _cell(levels: dict[str, str]) -> Cell:
     chosen = {f.name: levels.get(f.name, next(iter(f.levels))) for f in FACTORS}
     return Cell(chosen, {k: v for f in FACTORS for k, v in f.levels[chosen[f.name]].items()})
