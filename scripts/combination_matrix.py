@@ -32,6 +32,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_server_mode import env, free_port, start_server
 
+import gspo_trl.core.metric_names as names
 from gspo_trl.diagnose.combinations import (
     FACTORS,
     Cell,
@@ -52,17 +53,39 @@ TRAIN_FLAGS = [
     "1",
     "--heldout.max_rows",
     "4",
-    "--heldout.every_steps",
-    "2",
 ]
 TRAIN_FLAGS += ["--data.num_rows", "256", "--data.eval_size", "16", "--per_device_eval_batch_size", "16"]
-OVERLAP_FLAGS = ["--max_steps", "4", "--steps_per_generation", "2"]
-"""The overlap's lag shows from the second rollout batch on: 2 batches of 2 updates."""
-EXPECTED_METRICS = {
-    "dynamic_sampling": ("on", "gspo/dynamic/keep_rate", None),
-    "overlap": ("one_step", "gspo/staleness/max", 1.0),
+TWO_BATCH_FLAGS = ["--max_steps", "4", "--steps_per_generation", "2"]
+TWO_BATCH_LEVELS = {
+    ("overlap", "one_step"),
+    ("staleness", "1"),
+    ("correction", "truncate"),
+    ("correction", "reject"),
 }
-"""Per factor: the level whose run must log the metric (and the value some row must show)."""
+"""The overlap's lag, and a delayed sync's, show from the second rollout batch on: 2 batches of 2
+updates. The correction logs a rollout batch's weights after its last update, which the 2-step run
+(4 updates a rollout batch in the recipe) never reaches."""
+EXPECTED_METRICS: dict[tuple[str, str], tuple[str, float | None]] = {
+    ("dynamic_sampling", "on"): (names.DYNAMIC_KEEP_RATE, None),
+    ("correction", "truncate"): (names.CORRECTION_TRUNCATED, None),
+    ("correction", "reject"): (names.CORRECTION_REJECTED, None),
+    ("staleness", "1"): (names.STALENESS_MAX, 1.0),
+    ("pi_old", "engine"): (names.ENGINE_MISMATCH_MEAN, None),
+    ("routing_replay", "engine"): (names.ROUTING_REPLAYED, 1.0),
+    ("overlap", "one_step"): (names.STALENESS_MAX, 1.0),
+    ("sampling_masks", "replay"): (names.SAMPLING_KEPT_MASS, None),
+}
+"""Per (factor, level): the metric its run must log, the proof the level acted (and the value some
+row must show, None: any). Engine routing: every update replayed the engine's experts; not
+gspo/engine_routing/flip_rate, measured in the pi_old forward that pi_old engine skips."""
+HELDOUT_EVERY_STEPS = ["--heldout.every_steps", "2"]
+"""Not under heldout off (its `every_steps: 0`: before and after training only)."""
+STALE_SCORING_FLAGS = {"heldout": ["--heldout.every_steps", "3"], "trl_eval": ["--eval_steps", "3"]}
+"""Under staleness 1: held-out scoring and TRL's eval sync the engine, as they must score the
+current policy (gspo_trl/training/probes/staleness.py's docstring), so at step 2, the second rollout
+batch's start, they would refresh the engine that batch samples with and no row would be stale (the
+first run's cells 21 and 23, eval every step: `gspo/staleness/max` 0). At step 3 they run inside
+that batch, after it sampled."""
 ZERO_FLAGS = ["--save_strategy", "steps", "--save_steps", "2"]
 ZERO_SHARDS = "checkpoint-2/global_step*/*zero_pp_rank_*optim_states.pt"
 """A ZeRO cell saves step 2: DeepSpeed's own optimizer shards show its engine trained the run."""
@@ -141,7 +164,11 @@ def cell_command(cell: Cell, overrides: dict, out: Path) -> list[str]:
     """`gspo-trl train`, or `accelerate launch` of gspo_trl.train for 2 ranks or ZeRO-2/3 (gloo
     ranks on CPU, the precision the cell trains in)."""
     flags = [*override_argv(overrides), *TRAIN_FLAGS, "--output_dir", str(out), "--overwrite"]
-    flags += OVERLAP_FLAGS if cell.levels.get("overlap") == "one_step" else []
+    flags += TWO_BATCH_FLAGS if TWO_BATCH_LEVELS & set(cell.levels.items()) else []
+    flags += HELDOUT_EVERY_STEPS if cell.levels.get("heldout", "on") == "on" else []
+    if cell.levels.get("staleness") == "1":
+        scoring = {"heldout": "on", "trl_eval": "on"}.items() & cell.levels.items()
+        flags += [flag for factor, _ in scoring for flag in STALE_SCORING_FLAGS[factor]]
     zero, ranks = cell.levels.get("zero", "none"), cell.levels.get("ranks", "1")
     flags += ZERO_FLAGS if zero != "none" else []
     if zero == "none" and ranks == "1":
@@ -193,7 +220,7 @@ def train_cell(cell: Cell, model_dirs: dict[str, str], out: Path, servers: Serve
         return f"the banner does not say {processes!r}"
     if cell.levels.get("zero", "none") != "none" and not list(out.glob(ZERO_SHARDS)):
         return f"no DeepSpeed optimizer shards ({ZERO_SHARDS}) in {out}"
-    for factor, (level, metric, value) in EXPECTED_METRICS.items():
+    for (factor, level), (metric, value) in EXPECTED_METRICS.items():
         seen = [row[metric] for row in rows if metric in row]
         if cell.levels.get(factor) == level and (not seen or (value is not None and value not in seen)):
             return f"{factor}={level} logged {metric} {seen}, expected {'some' if value is None else value}"

@@ -26,12 +26,13 @@ from gspo_trl.core.errors import UserError
 class Factor:
     """A capability or mode: its levels, each with the `--key value` overrides that turn it on
     (the first level is the default, no override). `cpu`: levels a CPU run can train. `needs`:
-    level -> (another factor, the only levels of it the recipe checks accept beside it)."""
+    level -> {another factor: the only levels of it the recipe checks accept beside it}; a pair
+    refused is stated once, on either side."""
 
     name: str
     levels: dict[str, dict[str, Any]]
     cpu: tuple[str, ...] = ()
-    needs: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    needs: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
 
 
 def _deepspeed(stage: str) -> dict[str, Any]:
@@ -40,6 +41,8 @@ def _deepspeed(stage: str) -> dict[str, Any]:
     return {"launch.accelerate_config": config, "launch.command": command}
 
 
+VLLM = ("colocate", "server")
+"""The vllm levels that sample with an engine, which every engine option needs."""
 SERVER_URL = "http://127.0.0.1:8000"
 """The server cells' `vllm_server_base_url` on the refusal side (nothing is asked of it there);
 scripts/combination_matrix.py points the trained cells at the server it starts."""
@@ -53,14 +56,27 @@ FACTORS: tuple[Factor, ...] = (
             "truncate": {"engine.correction": "truncate", "engine.weight_max": 2.0},
             "reject": {"engine.correction": "reject", "engine.weight_max": 2.0, "engine.weight_min": 0.5},
         },
-        ("off",),
+        ("off", "truncate", "reject"),
+        # with pi_old from the engine every weight is 1: the checks refuse it
+        needs={level: {"vllm": VLLM, "pi_old": ("trainer",)} for level in ("truncate", "reject")},
     ),
-    Factor("staleness", {"0": {}, "1": {"engine.max_staleness": 1}}, ("0",)),
-    Factor("pi_old", {"trainer": {}, "engine": {"engine.old_logprobs": "engine"}}, ("trainer",)),
+    Factor(
+        "staleness",
+        {"0": {}, "1": {"engine.max_staleness": 1}},
+        ("0", "1"),
+        needs={"1": {"vllm": VLLM, "pi_old": ("trainer",)}},
+    ),
+    Factor(
+        "pi_old",
+        {"trainer": {}, "engine": {"engine.old_logprobs": "engine"}},
+        ("trainer", "engine"),
+        needs={"engine": {"vllm": VLLM, "routing_replay": ("off", "engine")}},
+    ),
     Factor(
         "routing_replay",
         {"off": {}, "old": {"moe.routing_replay": "old"}, "engine": {"moe.routing_replay": "engine"}},
-        ("off", "old"),
+        ("off", "old", "engine"),
+        needs={"engine": {"vllm": ("colocate",)}},  # TRL's server client returns no experts
     ),
     Factor("gspo_token", {"off": {}, "on": {"algorithm": "gspo_token"}}, ("off", "on")),
     Factor(
@@ -92,7 +108,14 @@ FACTORS: tuple[Factor, ...] = (
         "overlap",
         {"off": {}, "one_step": {"engine.overlap": "one_step"}},
         ("off", "one_step"),
-        needs={"one_step": ("vllm", ("server",))},
+        needs={
+            "one_step": {
+                "vllm": ("server",),
+                "staleness": ("0",),  # the overlap already samples one version old
+                "pi_old": ("trainer",),
+                "routing_replay": ("off", "old"),
+            }
+        },
     ),
     Factor("heldout", {"on": {}, "off": {"heldout.every_steps": 0}}, ("on", "off")),
     Factor(
@@ -104,7 +127,8 @@ FACTORS: tuple[Factor, ...] = (
     Factor(
         "sampling_masks",
         {"off": {}, "replay": {"engine.sampling_masks": "replay", "top_p": 0.8, "top_k": 20}},
-        ("off",),
+        ("off", "replay"),
+        needs={"replay": {"vllm": VLLM}},
     ),
     Factor(
         "precision",
@@ -160,11 +184,10 @@ def covering_array(factors: Sequence[Factor] = FACTORS, keep_needs: bool = False
     needs = {(f.name, level): need for f in factors for level, need in f.needs.items()} if keep_needs else {}
 
     def allowed(a: str, x: str, b: str, y: str) -> bool:
-        for (mine, level), (other, its) in (((a, x), (b, y)), ((b, y), (a, x))):
-            factor, accepted = needs.get((mine, level), (other, (its,)))
-            if factor == other and its not in accepted:
-                return False
-        return True
+        return all(
+            its in needs.get(mine, {}).get(other, (its,))
+            for mine, other, its in (((a, x), b, y), ((b, y), a, x))
+        )
 
     uncovered = {
         ((a, x), (b, y))
@@ -181,6 +204,10 @@ def covering_array(factors: Sequence[Factor] = FACTORS, keep_needs: bool = False
             if name in chosen:
                 continue
             fits = [lv for lv in levels[name] if all(allowed(o, chosen[o], name, lv) for o in chosen)]
+            if not fits:
+                raise ValueError(
+                    f"no level of {name} fits beside {chosen}: add the pair to a factor's `needs`"
+                )
             gains = [sum(_pair(o, chosen[o], name, level) in uncovered for o in chosen) for level in fits]
             chosen[name] = fits[gains.index(max(gains))]
         ordered = {name: chosen[name] for name in names}
