@@ -63,8 +63,9 @@ class SamplingMaskReplay:
         attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
         width = completion_ids.shape[1]
         # the config's, not the output embedding's rows: under ZeRO-3 those are a 0-row placeholder
-        # outside a forward (deepspeed/runtime/zero/partition_parameters.py:329), and divided by zero
-        vocabulary = trainer.model.config.vocab_size
+        # outside a forward (deepspeed/runtime/zero/partition_parameters.py:329), and divided by zero;
+        # the text config's, which is the config itself for a text-only model
+        vocabulary = trainer.model.config.get_text_config().vocab_size
         step = max(1, LOGITS_BUDGET // ((width + 1) * vocabulary))
         masses, outside = [], []
         for start in range(0, input_ids.shape[0], step):
