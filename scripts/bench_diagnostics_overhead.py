@@ -164,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     probe_clock = ProbeClock() if args.by_probe else None
     torch.set_num_threads(args.threads)
     times = {(k, c): [] for k in ("grpo", "gspo") for c in ("wall", "cpu")}
+    paired: list[float] = []
+    """Per round: the GSPOTrainer run's median wall step over the GRPOTrainer run's beside it."""
     own = {"own": 0.0}
     with tempfile.TemporaryDirectory(prefix="gspo-overhead-") as tmp:
         forced = {"max_steps": args.steps, "logging_steps": 1, "save_strategy": "no", "report_to": "none"}
@@ -171,11 +173,14 @@ def main(argv: list[str] | None = None) -> int:
         recipe = dataclasses.replace(recipe, training={**recipe.training, **forced}, heldout=None)
         build_trainer(recipe)  # builds the tiny model once, outside the timed runs
         for r in range(args.rounds):
+            round_median = {}
             for kind in ("grpo", "gspo") if r % 2 == 0 else ("gspo", "grpo"):
                 trainer, clock = build(kind, recipe, own, probe_clock)
                 trainer.train()
                 times[kind, "wall"] += clock.durations(skip=2, clock=0)
                 times[kind, "cpu"] += clock.durations(skip=2, clock=1)
+                round_median[kind] = statistics.median(clock.durations(skip=2, clock=0))
+            paired.append(round_median["gspo"] / round_median["grpo"])
     med = {k: statistics.median(v) for k, v in times.items()}
     mean = {k: statistics.fmean(v) for k, v in times.items()}
     own_ms = 1000 * own["own"] / (args.rounds * args.steps)  # over every GSPOTrainer step
@@ -192,6 +197,10 @@ def main(argv: list[str] | None = None) -> int:
         ratio_med = med["gspo", clock] / med["grpo", clock]
         ratio_mean = mean["gspo", clock] / mean["grpo", clock]
         print(f"ratio GSPOTrainer / GRPOTrainer ({clock}): median {ratio_med:.3f}, mean {ratio_mean:.3f}")
+    print(  # a machine whose speed drifts between rounds moves both runs of a round alike
+        "ratio per round (wall medians of the two runs side by side): "
+        f"median {statistics.median(paired):.3f}, range {min(paired):.3f}-{max(paired):.3f}"
+    )
     print(
         f"time inside the diagnostics code: {own_ms:.2f} ms/step = "
         f"{own_ms / 1000 / med['gspo', 'wall']:.2%} of a median GSPOTrainer step (wall)"
